@@ -1,0 +1,36 @@
+#include "autograd/accumulate.h"
+
+#include "backend/cpu/elementwise.h"
+
+namespace dpt::autograd {
+namespace {
+
+void add_inplace(const Tensor& dst, const Tensor& src) {
+  DPT_CHECK(dst.shape() == src.shape()) << "gradient of shape " << shape_str(src.shape())
+                                        << " added to one of shape " << shape_str(dst.shape());
+  DPT_CHECK(dst.device().is_cpu()) << "gradient accumulation on " << dst.device().str()
+                                   << " is not available in this build";
+  Tensor s = src.contiguous();
+  cpu::add_inplace(dst.data<float>(), s.data<float>(), dst.numel());
+}
+
+}  // namespace
+
+Tensor add_gradients(const Tensor& a, const Tensor& b) {
+  // `a` may alias a tensor the forward pass still holds (ops pass gradients through), so
+  // the sum goes into a new tensor.
+  Tensor sum = a.clone();
+  add_inplace(sum, b);
+  return sum;
+}
+
+void accumulate_into_leaf(const Tensor& leaf, const Tensor& grad) {
+  TensorImpl* impl = leaf.impl();
+  if (impl->grad.defined())
+    add_inplace(impl->grad, grad);
+  else
+    impl->grad = grad.clone();  // private: `grad` may alias another gradient or activation
+  for (const PostAccumulateHook& hook : impl->post_accumulate_hooks) hook(leaf);
+}
+
+}  // namespace dpt::autograd

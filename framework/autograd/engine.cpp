@@ -1,0 +1,142 @@
+// The backward engine: a dependency count over the recorded graph, then nodes in
+// readiness order, newest first, so gradients reach the parameters in roughly the reverse
+// of the order the forward pass used them (which DDP's buckets rely on for overlap).
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/accumulate.h"
+#include "autograd/node.h"
+
+namespace dpt::autograd {
+namespace {
+
+thread_local bool t_grad_enabled = true;
+thread_local uint64_t t_next_sequence_nr = 0;  // only the order within one graph matters
+
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+
+NoGrad::NoGrad() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGrad::~NoGrad() { t_grad_enabled = previous_; }
+
+bool needs_recording(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+namespace {
+
+std::shared_ptr<Node> accumulator_for(const Tensor& leaf) {
+  TensorImpl* impl = leaf.impl();
+  if (impl->grad_accumulator) return impl->grad_accumulator;
+  auto node = std::make_shared<Node>();
+  node->name = "accumulate_grad";
+  // Highest priority: a ready gradient is accumulated (and its hooks fired) at once.
+  node->sequence_nr = UINT64_MAX;
+  node->reusable = true;
+  std::weak_ptr<TensorImpl> weak = leaf.impl_ptr();
+  node->backward = [weak](const Tensor& grad) -> std::vector<Tensor> {
+    if (auto impl = weak.lock()) accumulate_into_leaf(Tensor(impl), grad);
+    return {};
+  };
+  impl->grad_accumulator = node;
+  return node;
+}
+
+std::shared_ptr<Node> edge_for(const Tensor& input) {
+  if (!input.defined() || !input.requires_grad()) return nullptr;
+  if (input.grad_fn()) return input.grad_fn();
+  return accumulator_for(input);
+}
+
+}  // namespace
+
+void record(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (!needs_recording(inputs)) return;
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->sequence_nr = ++t_next_sequence_nr;
+  node->next.reserve(inputs.size());
+  for (const Tensor& t : inputs) node->next.push_back(edge_for(t));
+  node->backward = std::move(backward);
+  output.impl()->requires_grad = true;
+  output.impl()->grad_fn = std::move(node);
+}
+
+void add_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook) {
+  DPT_CHECK(leaf.requires_grad() && !leaf.grad_fn()) << "post-accumulate hooks go on leaves that require grad";
+  leaf.impl()->post_accumulate_hooks.push_back(std::move(hook));
+}
+
+void backward(const Tensor& root, const Tensor& grad_output) {
+  DPT_CHECK(root.requires_grad()) << "backward(): the tensor does not require grad (no parameter led to it)";
+  Tensor seed = grad_output;
+  if (!seed.defined()) {
+    DPT_CHECK(root.numel() == 1) << "backward(): implicit gradient needs a scalar, got shape "
+                                 << shape_str(root.shape());
+    seed = Tensor::full(root.shape(), 1.0f).to(root.device());
+  }
+  DPT_CHECK(seed.shape() == root.shape()) << "backward(): gradient shape " << shape_str(seed.shape())
+                                          << " does not match " << shape_str(root.shape());
+  std::shared_ptr<Node> start = edge_for(root);
+
+  // Count, for every reachable node, how many edges lead into it.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack{start.get()};
+  dependencies[start.get()] = 0;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const auto& next : node->next) {
+      if (!next) continue;
+      if (dependencies[next.get()]++ == 0) stack.push_back(next.get());
+    }
+  }
+
+  auto newer_first = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
+    return a->sequence_nr < b->sequence_nr;
+  };
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(newer_first)> ready(
+      newer_first);
+  std::unordered_map<Node*, Tensor> pending;  // gradient summed so far, per node
+  pending[start.get()] = seed;
+  ready.push(start);
+
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    Tensor grad;
+    if (auto it = pending.find(node.get()); it != pending.end()) {
+      grad = std::move(it->second);
+      pending.erase(it);
+    }
+    std::vector<Tensor> input_grads;
+    if (grad.defined()) {  // a node no gradient reached only passes the count on
+      DPT_CHECK(node->backward) << "backward through '" << node->name
+                                << "' a second time: the graph was freed by the first backward";
+      input_grads = node->backward(grad);
+      if (!node->reusable) node->backward = nullptr;  // free saved tensors now
+      DPT_CHECK(input_grads.size() == node->next.size())
+          << "op '" << node->name << "' returned " << input_grads.size() << " gradients for "
+          << node->next.size() << " inputs";
+    }
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      const std::shared_ptr<Node>& next = node->next[i];
+      if (!next) continue;
+      if (grad.defined() && input_grads[i].defined()) {
+        Tensor& slot = pending[next.get()];
+        slot = slot.defined() ? add_gradients(slot, input_grads[i]) : input_grads[i];
+      }
+      if (--dependencies[next.get()] == 0) ready.push(next);
+    }
+  }
+}
+
+}  // namespace dpt::autograd
+
+namespace dpt {
+void Tensor::backward(const Tensor& grad_output) const { autograd::backward(*this, grad_output); }
+}  // namespace dpt

@@ -1,0 +1,57 @@
+// The tape. Each op whose output needs a gradient records one Node: the nodes its inputs'
+// gradients flow to, and a function from the output's gradient to the inputs' gradients.
+// Leaves get an accumulator node that adds into .grad and then fires the leaf's
+// post-accumulate hooks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dpt::autograd {
+
+// Returns one gradient per input, in input order; an undefined Tensor where the input
+// needs none. Activation gradients are written fresh; the engine sums them.
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+struct Node {
+  std::string name;                        // op name, for error messages
+  uint64_t sequence_nr = 0;                // creation order: backward runs the newest first
+  std::vector<std::shared_ptr<Node>> next;  // per input; null where no gradient is needed
+  BackwardFn backward;                     // cleared after it runs, freeing saved tensors
+  bool reusable = false;                   // leaf accumulators outlive one backward pass
+};
+
+// True unless a NoGrad guard is active on this thread.
+bool grad_enabled();
+
+// Disables recording on this thread while alive (evaluation, optimizer updates).
+class NoGrad {
+ public:
+  NoGrad();
+  ~NoGrad();
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when recording is on and some input requires a gradient.
+bool needs_recording(const std::vector<Tensor>& inputs);
+
+// Records `output = name(inputs)` when needs_recording(inputs); otherwise does nothing.
+// `backward` must return inputs.size() gradients.
+void record(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+// Adds a hook run after the leaf's .grad has received this backward pass's gradient.
+void add_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook);
+
+// Runs backward from `root`; grad_output undefined means ones (root must be a scalar).
+void backward(const Tensor& root, const Tensor& grad_output);
+
+}  // namespace dpt::autograd

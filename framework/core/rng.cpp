@@ -1,0 +1,23 @@
+#include "core/rng.h"
+
+namespace dpt {
+
+float Rng::uniform(float low, float high) { return std::uniform_real_distribution<float>(low, high)(engine_); }
+
+float Rng::normal(float mean, float stddev) { return std::normal_distribution<float>(mean, stddev)(engine_); }
+
+void Rng::fill_uniform(const Tensor& t, float low, float high) {
+  DPT_CHECK(t.is_contiguous() && t.device().is_cpu()) << "fill_uniform: needs a contiguous CPU tensor";
+  std::uniform_real_distribution<float> dist(low, high);
+  float* p = t.data<float>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = dist(engine_);
+}
+
+void Rng::fill_normal(const Tensor& t, float mean, float stddev) {
+  DPT_CHECK(t.is_contiguous() && t.device().is_cpu()) << "fill_normal: needs a contiguous CPU tensor";
+  std::normal_distribution<float> dist(mean, stddev);
+  float* p = t.data<float>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = dist(engine_);
+}
+
+}  // namespace dpt

@@ -1,0 +1,28 @@
+// Seeded random numbers for initialisation, dropout and shuffling. Each user owns its
+// generator, so results depend only on seeds, not on which code ran before.
+#pragma once
+
+#include <cstdint>
+#include <random>
+
+#include "core/tensor.h"
+
+namespace dpt {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) : engine_(seed) {}
+  void seed(uint64_t seed) { engine_.seed(seed); }
+  float uniform(float low, float high);
+  float normal(float mean, float stddev);
+  uint64_t next_u64() { return engine_(); }
+  // Fills a contiguous f32 CPU tensor.
+  void fill_uniform(const Tensor& t, float low, float high);
+  void fill_normal(const Tensor& t, float mean, float stddev);
+  std::mt19937_64& engine() { return engine_; }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+}  // namespace dpt

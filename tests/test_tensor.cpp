@@ -1,0 +1,11 @@
+#include <gtest/gtest.h>
+#include "core/tensor.h"
+#include "autograd/node.h"
+using namespace dpt;
+TEST(Tensor, Basics) {
+  Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(t.numel(), 6);
+  Tensor tt = t.as_strided({3, 2}, {1, 3}, 0);
+  EXPECT_FALSE(tt.is_contiguous());
+  EXPECT_EQ(tt.contiguous().to_vector(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+}
