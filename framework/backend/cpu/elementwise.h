@@ -1,10 +1,22 @@
-// Plain-loop elementwise kernels on contiguous f32 arrays, parallel with OpenMP.
+// Plain-loop elementwise kernels on CPU tensors, parallel with OpenMP. Binary ops
+// broadcast numpy-style; the output is contiguous with the broadcast shape.
 #pragma once
 
 #include <cstdint>
 
+#include "core/tensor.h"
+
 namespace dpt::cpu {
 
+enum class BinaryOp { add, sub, mul, div };
+
 void add_inplace(float* dst, const float* src, int64_t n);  // dst += src
+
+// out = a op b, out contiguous with the broadcast shape of a and b.
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+// out = a * scale + shift, elementwise.
+void affine(const Tensor& a, float scale, float shift, const Tensor& out);
+// Sums `t` over the dimensions that broadcasting expanded, giving `shape`.
+Tensor sum_to_shape(const Tensor& t, const Shape& shape);
 
 }  // namespace dpt::cpu

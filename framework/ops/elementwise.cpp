@@ -1,0 +1,95 @@
+#include "ops/elementwise.h"
+
+#include "autograd/node.h"
+#include "backend/cpu/elementwise.h"
+#include "ops/device_check.h"
+
+namespace dpt {
+
+Shape broadcast_shape(const Shape& a, const Shape& b) {
+  size_t nd = std::max(a.size(), b.size());
+  Shape out(nd);
+  for (size_t i = 0; i < nd; ++i) {
+    int64_t da = i < nd - a.size() ? 1 : a[i - (nd - a.size())];
+    int64_t db = i < nd - b.size() ? 1 : b[i - (nd - b.size())];
+    DPT_CHECK(da == db || da == 1 || db == 1)
+        << "shapes " << shape_str(a) << " and " << shape_str(b) << " do not broadcast";
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+namespace {
+
+Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
+  check_cpu_f32("elementwise", {&a, &b});
+  Tensor out = Tensor::empty(broadcast_shape(a.shape(), b.shape()));
+  cpu::binary(op, a, b, out);
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(cpu::BinaryOp::add, a, b);
+  autograd::record("add", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return std::vector<Tensor>{cpu::sum_to_shape(g, sa), cpu::sum_to_shape(g, sb)};
+  });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(cpu::BinaryOp::sub, a, b);
+  autograd::record("sub", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    Tensor neg = Tensor::empty(g.shape());
+    cpu::affine(g, -1.0f, 0.0f, neg);
+    return std::vector<Tensor>{cpu::sum_to_shape(g, sa), cpu::sum_to_shape(neg, sb)};
+  });
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(cpu::BinaryOp::mul, a, b);
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  autograd::record("mul", out, {a, b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) {
+    std::vector<Tensor> grads(2);
+    if (need_a) grads[0] = cpu::sum_to_shape(binary_forward(cpu::BinaryOp::mul, g, b), a.shape());
+    if (need_b) grads[1] = cpu::sum_to_shape(binary_forward(cpu::BinaryOp::mul, g, a), b.shape());
+    return grads;
+  });
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(cpu::BinaryOp::div, a, b);
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  autograd::record("div", out, {a, b},
+                   [b = b.detach(), out = out.detach(), sa = a.shape(), need_a, need_b](const Tensor& g) {
+                     std::vector<Tensor> grads(2);
+                     Tensor g_over_b = binary_forward(cpu::BinaryOp::div, g, b);
+                     if (need_a) grads[0] = cpu::sum_to_shape(g_over_b, sa);
+                     if (need_b) {  // d(a/b)/db = -(a/b)/b
+                       Tensor t = binary_forward(cpu::BinaryOp::mul, g_over_b, out);
+                       cpu::affine(t, -1.0f, 0.0f, t);
+                       grads[1] = cpu::sum_to_shape(t, b.shape());
+                     }
+                     return grads;
+                   });
+  return out;
+}
+
+Tensor affine(const Tensor& a, float scale, float shift) {
+  check_cpu_f32("affine", {&a});
+  Tensor out = Tensor::empty(a.shape());
+  cpu::affine(a, scale, shift, out);
+  autograd::record("affine", out, {a}, [scale](const Tensor& g) {
+    Tensor ga = Tensor::empty(g.shape());
+    cpu::affine(g, scale, 0.0f, ga);
+    return std::vector<Tensor>{ga};
+  });
+  return out;
+}
+
+Tensor mul(const Tensor& a, float scale) { return affine(a, scale, 0.0f); }
+
+}  // namespace dpt

@@ -1,0 +1,63 @@
+// How to add an op and its test: write the op in framework/ops/<family>.cpp (forward,
+// then autograd::record with its backward), its kernel in backend/cpu/, and here a
+// gradient check (gradcheck.h) plus, for kernels with a library behind them, a
+// plain-loop reference computed in double.
+#include <gtest/gtest.h>
+
+#include "gradcheck.h"
+#include "ops/elementwise.h"
+
+using namespace dpt;
+using dpt::testing::expect_gradients_match;
+using dpt::testing::random_tensor;
+
+TEST(Elementwise, BroadcastForwardMatchesLoop) {
+  Tensor a = random_tensor({2, 3, 4}, 1), b = random_tensor({3, 1}, 2);
+  Tensor out = add(a, b);
+  ASSERT_EQ(out.shape(), (Shape{2, 3, 4}));
+  std::vector<float> va = a.to_vector(), vb = b.to_vector(), vo = out.to_vector();
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) EXPECT_FLOAT_EQ(vo[(i * 3 + j) * 4 + k], va[(i * 3 + j) * 4 + k] + vb[j]);
+}
+
+TEST(Elementwise, IncompatibleShapesThrow) {
+  EXPECT_THROW(add(random_tensor({2, 3}, 1), random_tensor({4}, 2)), Error);
+}
+
+TEST(Elementwise, GradientsWithBroadcasting) {
+  auto a = random_tensor({2, 3, 4}, 1).set_requires_grad(true);
+  auto b = random_tensor({3, 1}, 2).set_requires_grad(true);
+  auto c = random_tensor({4}, 3, 0.5f, 2.0f).set_requires_grad(true);  // divisor away from 0
+  expect_gradients_match([](const std::vector<Tensor>& x) { return add(x[0], x[1]); }, {a, b});
+  expect_gradients_match([](const std::vector<Tensor>& x) { return sub(x[0], x[1]); }, {a, b});
+  expect_gradients_match([](const std::vector<Tensor>& x) { return mul(x[0], x[1]); }, {a, b});
+  expect_gradients_match([](const std::vector<Tensor>& x) { return div(x[0], x[1]); }, {a, c});
+  expect_gradients_match([](const std::vector<Tensor>& x) { return affine(x[0], -1.5f, 0.3f); }, {a});
+}
+
+TEST(Autograd, SharedInputGradientsAreSummedAndHooksFireOnce) {
+  auto a = random_tensor({5}, 1).set_requires_grad(true);
+  int fired = 0;
+  autograd::add_post_accumulate_hook(a, [&](const Tensor&) { ++fired; });
+  Tensor y = mul(a, a);  // dy/da = 2a
+  y.backward(Tensor::full({5}, 1.0f));
+  EXPECT_EQ(fired, 1);
+  std::vector<float> va = a.to_vector(), ga = a.grad().to_vector();
+  for (int i = 0; i < 5; ++i) EXPECT_FLOAT_EQ(ga[i], 2 * va[i]);
+  // A second backward accumulates (+=) into the existing .grad.
+  mul(a, a).backward(Tensor::full({5}, 1.0f));
+  ga = a.grad().to_vector();
+  for (int i = 0; i < 5; ++i) EXPECT_FLOAT_EQ(ga[i], 4 * va[i]);
+}
+
+TEST(Autograd, NoGradRecordsNothingAndFreedGraphThrows) {
+  auto a = random_tensor({3}, 1).set_requires_grad(true);
+  {
+    autograd::NoGrad guard;
+    EXPECT_FALSE(mul(a, 2.0f).requires_grad());
+  }
+  Tensor y = mul(a, a);
+  y.backward(Tensor::full({3}, 1.0f));
+  EXPECT_THROW(y.backward(Tensor::full({3}, 1.0f)), Error);
+}
