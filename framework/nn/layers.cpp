@@ -1,0 +1,109 @@
+#include "nn/layers.h"
+
+#include "nn/init.h"
+#include "ops/activation.h"
+#include "ops/dropout.h"
+#include "ops/linear.h"
+#include "ops/pool.h"
+#include "ops/shape.h"
+
+namespace dpt::nn {
+namespace {
+
+void init_weight(const Tensor& w, Init init, int64_t fan_in, int64_t fan_out, Rng& rng) {
+  switch (init) {
+    case Init::kaiming_normal: return kaiming_normal(w, fan_in, rng);
+    case Init::kaiming_uniform: return kaiming_uniform(w, fan_in, rng);
+    case Init::xavier_uniform: return xavier_uniform(w, fan_in, fan_out, rng);
+    case Init::torch_default: return fan_in_uniform(w, fan_in, rng);
+  }
+}
+
+std::string pool_str(const char* name, int64_t k, int64_t s, int64_t p) {
+  return std::string(name) + "(kernel " + std::to_string(k) + ", stride " + std::to_string(s) + ", padding " +
+         std::to_string(p) + ")";
+}
+
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, Rng& rng, bool bias, Init init) {
+  DPT_CHECK(in > 0 && out > 0) << "Linear: sizes must be positive, got " << in << " -> " << out;
+  weight_ = register_parameter("weight", Tensor::empty({out, in}));
+  init_weight(weight_, init, in, out, rng);
+  if (bias) {
+    bias_ = register_parameter("bias", Tensor::empty({out}));
+    fan_in_uniform(bias_, in, rng);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight_, bias_, false); }
+Tensor Linear::forward_relu(const Tensor& x) { return linear(x, weight_, bias_, true); }
+
+std::string Linear::describe() const {
+  return "Linear(" + std::to_string(weight_.size(1)) + ", " + std::to_string(weight_.size(0)) + ")";
+}
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Rng& rng, Conv2dOptions options, bool bias, Init init)
+    : options_(options) {
+  DPT_CHECK(in > 0 && out > 0 && kernel > 0) << "Conv2d: sizes must be positive";
+  DPT_CHECK(options.groups > 0 && in % options.groups == 0 && out % options.groups == 0)
+      << "Conv2d: channels " << in << " -> " << out << " do not divide into " << options.groups << " groups";
+  weight_ = register_parameter("weight", Tensor::empty({out, in / options.groups, kernel, kernel}));
+  int64_t fan_in = in / options.groups * kernel * kernel;
+  init_weight(weight_, init, fan_in, out / options.groups * kernel * kernel, rng);
+  if (bias) {
+    bias_ = register_parameter("bias", Tensor::empty({out}));
+    fan_in_uniform(bias_, fan_in, rng);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight_, bias_, options_, false); }
+Tensor Conv2d::forward_relu(const Tensor& x) { return conv2d(x, weight_, bias_, options_, true); }
+
+std::string Conv2d::describe() const {
+  return "Conv2d(" + std::to_string(weight_.size(1) * options_.groups) + ", " + std::to_string(weight_.size(0)) +
+         ", kernel " + std::to_string(weight_.size(2)) + ", stride " + std::to_string(options_.stride) +
+         ", padding " + std::to_string(options_.padding) +
+         (options_.groups > 1 ? ", groups " + std::to_string(options_.groups) : "") + ")";
+}
+
+BatchNorm2d::BatchNorm2d(int64_t channels, BatchNormOptions options) : options_(options) {
+  weight_ = register_parameter("weight", Tensor::full({channels}, 1.0f));
+  bias_ = register_parameter("bias", Tensor::zeros({channels}));
+  running_mean_ = register_buffer("running_mean", Tensor::zeros({channels}));
+  running_var_ = register_buffer("running_var", Tensor::full({channels}, 1.0f));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, is_training(), options_, false);
+}
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x) {
+  return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, is_training(), options_, true);
+}
+
+std::string BatchNorm2d::describe() const { return "BatchNorm2d(" + std::to_string(weight_.size(0)) + ")"; }
+
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+
+MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding)
+    : kernel_(kernel), stride_(stride < 0 ? kernel : stride), padding_(padding) {}
+Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_, stride_, padding_); }
+std::string MaxPool2d::describe() const { return pool_str("MaxPool2d", kernel_, stride_, padding_); }
+
+AvgPool2d::AvgPool2d(int64_t kernel, int64_t stride, int64_t padding)
+    : kernel_(kernel), stride_(stride < 0 ? kernel : stride), padding_(padding) {}
+Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_, stride_, padding_); }
+std::string AvgPool2d::describe() const { return pool_str("AvgPool2d", kernel_, stride_, padding_); }
+
+Tensor GlobalAvgPool2d::forward(const Tensor& x) { return global_avg_pool2d(x); }
+
+Tensor Flatten::forward(const Tensor& x) { return flatten(x, 1); }
+
+Dropout::Dropout(float p, uint64_t seed) : p_(p), rng_(seed) {
+  DPT_CHECK(p >= 0.0f && p < 1.0f) << "Dropout: p must be in [0, 1), got " << p;
+}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training(), rng_); }
+std::string Dropout::describe() const { return "Dropout(" + std::to_string(p_) + ")"; }
+
+}  // namespace dpt::nn

@@ -1,0 +1,111 @@
+// The standard layers. Linear, Conv2d and BatchNorm2d can run with a ReLU fused into
+// their kernel (Sequential does this when a ReLU follows them).
+#pragma once
+
+#include "core/rng.h"
+#include "nn/module.h"
+#include "ops/conv.h"
+#include "ops/norm.h"
+
+namespace dpt::nn {
+
+// A layer whose kernel can apply ReLU to its own output.
+class ReluFusable {
+ public:
+  virtual ~ReluFusable() = default;
+  virtual Tensor forward_relu(const Tensor& x) = 0;
+};
+
+enum class Init { kaiming_normal, kaiming_uniform, xavier_uniform, torch_default };
+
+class Linear : public Module, public ReluFusable {
+ public:
+  // Weight [out, in]; init torch_default is U(+-1/sqrt(in)) as PyTorch does.
+  Linear(int64_t in, int64_t out, Rng& rng, bool bias = true, Init init = Init::torch_default);
+  Tensor forward(const Tensor& x) override;
+  Tensor forward_relu(const Tensor& x) override;
+  std::string describe() const override;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+
+ private:
+  Tensor weight_, bias_;
+};
+
+class Conv2d : public Module, public ReluFusable {
+ public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel, Rng& rng, Conv2dOptions options = {}, bool bias = true,
+         Init init = Init::kaiming_normal);
+  Tensor forward(const Tensor& x) override;
+  Tensor forward_relu(const Tensor& x) override;
+  std::string describe() const override;
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  Tensor weight_, bias_;
+  Conv2dOptions options_;
+};
+
+class BatchNorm2d : public Module, public ReluFusable {
+ public:
+  explicit BatchNorm2d(int64_t channels, BatchNormOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor forward_relu(const Tensor& x) override;
+  std::string describe() const override;
+
+ private:
+  Tensor weight_, bias_, running_mean_, running_var_;
+  BatchNormOptions options_;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override { return "ReLU"; }
+};
+
+class MaxPool2d : public Module {
+ public:
+  MaxPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0);  // stride -1: = kernel
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+
+ private:
+  int64_t kernel_, stride_, padding_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  AvgPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+
+ private:
+  int64_t kernel_, stride_, padding_;
+};
+
+class GlobalAvgPool2d : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;  // [N, C, H, W] -> [N, C]
+  std::string describe() const override { return "GlobalAvgPool2d"; }
+};
+
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override { return "Flatten"; }
+};
+
+class Dropout : public Module {
+ public:
+  // The mask generator is seeded here; each rank may pass its own seed.
+  Dropout(float p, uint64_t seed);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+
+ private:
+  float p_;
+  Rng rng_;
+};
+
+}  // namespace dpt::nn

@@ -1,0 +1,60 @@
+// Module: a layer or a network. Parameters, buffers and children live in ordered, named
+// lists filled by register_*, so every rank sees the same order (DDP's buckets and the
+// initial broadcast rely on it) and error messages can name a parameter.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dpt::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  // Short description for printing, e.g. "Conv2d(1, 32, kernel 3, stride 1, padding 1)".
+  virtual std::string describe() const;
+
+  // Recursive, in registration order, names joined with '.': "features.0.weight".
+  NamedTensors named_parameters() const;
+  NamedTensors named_buffers() const;
+  std::vector<Tensor> parameters() const;
+  int64_t parameter_count() const;
+  // Parameters then buffers, by name (what a checkpoint holds).
+  NamedTensors state_dict() const;
+  // Copies values in; every name must exist with the same shape, else an Error naming it.
+  void load_state_dict(const NamedTensors& state);
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+ protected:
+  const Tensor& register_parameter(const std::string& name, Tensor value);
+  const Tensor& register_buffer(const std::string& name, Tensor value);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    children_.emplace_back(name, module);
+    return module;
+  }
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+
+ private:
+  void collect(const std::string& prefix, bool parameters, NamedTensors& out) const;
+
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+using ModulePtr = std::shared_ptr<Module>;
+
+}  // namespace dpt::nn

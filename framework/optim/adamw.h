@@ -1,0 +1,26 @@
+// AdamW (Loshchilov & Hutter 2019): Adam on the gradient, weight decay applied to the
+// weights directly (p -= lr * wd * p), not through the gradient.
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace dpt::optim {
+
+struct AdamWOptions {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
+  void step(float lr) override;
+
+ private:
+  AdamWOptions options_;
+  std::vector<Tensor> m_, v_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace dpt::optim

@@ -1,0 +1,26 @@
+// SGD with momentum, Nesterov and L2 weight decay, with PyTorch's update rule:
+//   g = grad + wd * p;  v = momentum * v + g;  p -= lr * (nesterov ? g + momentum * v : v)
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace dpt::optim {
+
+struct SgdOptions {
+  float momentum = 0.0f;
+  bool nesterov = false;
+};
+
+class Sgd : public Optimizer {
+ public:
+  Sgd(std::vector<ParamGroup> groups, SgdOptions options);
+  void step(float lr) override;
+  // Momentum buffers, one per parameter in group order (for checkpoints).
+  const std::vector<Tensor>& momentum_buffers() const { return velocity_; }
+
+ private:
+  SgdOptions options_;
+  std::vector<Tensor> velocity_;  // in the order of the groups' parameters
+};
+
+}  // namespace dpt::optim
