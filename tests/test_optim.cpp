@@ -1,0 +1,89 @@
+// Optimizers and schedules against the update rules written out by hand in double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+#include "optim/sgd.h"
+
+using namespace dpt;
+using namespace dpt::optim;
+
+namespace {
+
+Tensor param(std::vector<float> v) {
+  Tensor p = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+  p.set_requires_grad(true);
+  return p;
+}
+
+void set_grad(const Tensor& p, std::vector<float> g) { p.set_grad(Tensor::from_vector(g, p.shape())); }
+
+}  // namespace
+
+TEST(Sgd, MomentumNesterovWeightDecayMatchReference) {
+  for (bool nesterov : {false, true}) {
+    Tensor p = param({1.0f, -2.0f, 0.5f});
+    Sgd sgd({{{p}, 0.1f}}, {0.9f, nesterov});
+    std::vector<double> w = {1.0, -2.0, 0.5}, v(3, 0.0);
+    for (int step = 0; step < 4; ++step) {
+      std::vector<float> g = {0.3f * step - 0.2f, 0.1f, -0.4f + 0.05f * step};
+      set_grad(p, g);
+      sgd.step(0.05f);
+      for (int i = 0; i < 3; ++i) {
+        double gi = g[i] + 0.1 * w[i];
+        v[i] = 0.9 * v[i] + gi;
+        w[i] -= 0.05 * (nesterov ? gi + 0.9 * v[i] : v[i]);
+      }
+    }
+    std::vector<float> got = p.to_vector();
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], w[i], 1e-6) << "nesterov " << nesterov;
+  }
+}
+
+TEST(Sgd, ParameterWithoutGradientIsLeftAlone) {
+  Tensor a = param({1.0f}), b = param({2.0f});
+  Sgd sgd({{{a, b}, 0.0f}}, {});
+  set_grad(a, {1.0f});
+  sgd.step(0.5f);
+  EXPECT_FLOAT_EQ(a.item(), 0.5f);
+  EXPECT_FLOAT_EQ(b.item(), 2.0f);
+  EXPECT_THROW(Sgd({{{a}, 0.0f}}, {1.5f, false}), Error);
+}
+
+TEST(AdamW, MatchesReferenceWithDecoupledDecay) {
+  Tensor p = param({0.5f, -1.0f});
+  AdamW adam({{{p}, 0.01f}}, {0.9f, 0.999f, 1e-8f});
+  std::vector<double> w = {0.5, -1.0}, m(2, 0.0), v(2, 0.0);
+  for (int t = 1; t <= 5; ++t) {
+    std::vector<float> g = {0.1f * t, -0.3f};
+    set_grad(p, g);
+    adam.step(0.01f);
+    for (int i = 0; i < 2; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.999 * v[i] + 0.001 * g[i] * g[i];
+      double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
+      w[i] = w[i] * (1 - 0.01 * 0.01) - 0.01 * mh / (std::sqrt(vh) + 1e-8);
+    }
+  }
+  std::vector<float> got = p.to_vector();
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(got[i], w[i], 1e-6);
+}
+
+TEST(Schedule, WarmupCosineMultistepConstant) {
+  ScheduleOptions cosine{ScheduleKind::cosine, 1, {}, 0.1f, 0.0f};
+  LrSchedule s(1.0f, cosine, 10, 5);  // 10 warmup steps, then 40 cosine steps
+  EXPECT_NEAR(s.lr_at(0), 0.1, 1e-6);
+  EXPECT_NEAR(s.lr_at(9), 1.0, 1e-6);
+  EXPECT_NEAR(s.lr_at(10), 1.0, 1e-6);
+  EXPECT_NEAR(s.lr_at(30), 0.5 * (1 + std::cos(std::numbers::pi * 20 / 40)), 1e-6);
+  EXPECT_NEAR(s.lr_at(50), 0.0, 1e-6);
+  LrSchedule m(0.5f, {ScheduleKind::multistep, 0, {2, 4}, 0.1f, 0.0f}, 10, 6);
+  EXPECT_NEAR(m.lr_at(19), 0.5, 1e-7);
+  EXPECT_NEAR(m.lr_at(20), 0.05, 1e-7);
+  EXPECT_NEAR(m.lr_at(45), 0.005, 1e-7);
+  LrSchedule c(0.3f, {}, 10, 2);
+  EXPECT_FLOAT_EQ(c.lr_at(17), 0.3f);
+}

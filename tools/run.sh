@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The default training job: installs what is missing, builds, and trains.
+#   tools/run.sh [CONFIG] [-np N] [--set key=value ...]
+# CONFIG defaults to configs/default.yaml, N to 1. Runs `mpirun -np N build/train CONFIG`.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+
+config="$DPT_ROOT/configs/default.yaml"
+np=1
+train_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -np|--np) np="$2"; shift 2 ;;
+    --set) train_args+=(--set "$2"); shift 2 ;;
+    -h|--help) sed -n '2,4p' "$0"; exit 0 ;;
+    *) config="$1"; shift ;;
+  esac
+done
+
+# Open MPI binds each rank to one core when np <= 2, which would leave a rank with one
+# thread; give each rank its share of the cores instead (DESIGN.md, "Threads and binding").
+cores=$(nproc)
+if [ "$np" -le "$cores" ]; then
+  binding=(--map-by "slot:PE=$((cores / np))" --bind-to core)
+else
+  echo "dpt: $np processes on $cores cores: oversubscribing"
+  binding=(--oversubscribe --bind-to none)
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # these machines run as root
+cd "$DPT_ROOT"
+exec mpirun -np "$np" "${binding[@]}" "$DPT_ROOT/build/train" "$config" "${train_args[@]}"
