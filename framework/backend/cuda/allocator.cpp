@@ -1,0 +1,267 @@
+// The caching allocator: one best-fit free list per device (and one for pinned host
+// memory), all behind one mutex. A freed block is reusable at once because every kernel
+// and copy on a device is queued on that device's single compute stream, so later work on
+// the block runs after earlier work on it. A block used on another stream (NCCL's) will
+// need a record_stream-style event before it is reused; that comes with the NCCL backend.
+#include "backend/cuda/allocator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/device.h"
+#include "core/error.h"
+
+namespace dpt::cuda {
+namespace {
+
+constexpr size_t kSmallLimit = size_t{1} << 20;  // requests up to 1 MiB ...
+constexpr size_t kSmallRound = 512;              // ... round up to 512 bytes,
+constexpr size_t kLargeRound = size_t{2} << 20;  // larger ones to 2 MiB
+
+size_t round_size(size_t bytes) {
+  size_t unit = bytes <= kSmallLimit ? kSmallRound : kLargeRound;
+  return (bytes + unit - 1) / unit * unit;
+}
+
+// Free blocks by size. A cached block serves a request if it wastes at most an eighth of
+// it, so a slightly smaller last batch reuses the full batch's blocks but a tiny request
+// never pins a huge block.
+class FreeList {
+ public:
+  // Removes and returns the smallest block that fits, or nullptr; sets *block_bytes.
+  void* take(size_t bytes, size_t* block_bytes) {
+    auto it = blocks_.lower_bound(bytes);
+    if (it == blocks_.end() || it->first > bytes + bytes / 8) return nullptr;
+    void* ptr = it->second;
+    *block_bytes = it->first;
+    blocks_.erase(it);
+    return ptr;
+  }
+  void put(void* ptr, size_t bytes) { blocks_.emplace(bytes, ptr); }
+  // Hands every block to `release(ptr, bytes)` and forgets it.
+  template <class Release>
+  void clear(Release release) {
+    while (!blocks_.empty()) {
+      auto it = blocks_.begin();
+      void* ptr = it->second;
+      size_t bytes = it->first;
+      blocks_.erase(it);
+      release(ptr, bytes);
+    }
+  }
+
+ private:
+  std::multimap<size_t, void*> blocks_;
+};
+
+struct DeviceCache {
+  FreeList free_blocks;
+  std::unordered_map<void*, size_t> live;  // block -> its size, for device_free
+  AllocatorStats stats;
+};
+
+struct PinnedCache {
+  FreeList free_blocks;
+  std::unordered_map<void*, size_t> live;
+};
+
+std::string format_bytes(size_t bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%zu bytes (%.2f MiB)", bytes, static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
+
+class Allocator {
+ public:
+  Allocator() : devices_(cuda_device_count()) {}
+
+  void* allocate(size_t bytes, int device) {
+    cuda_check_device(device);
+    if (bytes == 0) return nullptr;
+    size_t rounded = round_size(bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceCache& cache = devices_[device];
+    size_t block_bytes = 0;
+    void* ptr = cache.free_blocks.take(rounded, &block_bytes);
+    if (ptr) {
+      ++cache.stats.num_cache_hits;
+    } else {
+      DeviceGuard guard(device);
+      ptr = malloc_or_null(rounded);
+      if (!ptr) {
+        release_cached(device);
+        ptr = malloc_or_null(rounded);
+      }
+      if (!ptr) fail_out_of_memory(bytes, rounded, device);
+      block_bytes = rounded;
+      ++cache.stats.num_device_mallocs;
+      cache.stats.reserved_bytes += rounded;
+    }
+    cache.live.emplace(ptr, block_bytes);
+    cache.stats.allocated_bytes += block_bytes;
+    cache.stats.peak_allocated_bytes =
+        std::max(cache.stats.peak_allocated_bytes, cache.stats.allocated_bytes);
+    return ptr;
+  }
+
+  void deallocate(void* ptr, int device) {
+    if (!ptr) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    DPT_CHECK(device >= 0 && device < static_cast<int>(devices_.size()))
+        << "device_free: cuda:" << device << " is not a device this process allocated on";
+    DeviceCache& cache = devices_[device];
+    auto it = cache.live.find(ptr);
+    DPT_CHECK(it != cache.live.end()) << "device_free: " << ptr << " was not allocated on cuda:" << device
+                                      << " by the caching allocator, or was already freed";
+    cache.stats.allocated_bytes -= it->second;
+    cache.free_blocks.put(ptr, it->second);
+    cache.live.erase(it);
+  }
+
+  AllocatorStats stats(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (device < 0 || device >= static_cast<int>(devices_.size())) return {};
+    return devices_[device].stats;
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int device = 0; device < static_cast<int>(devices_.size()); ++device) {
+      if (devices_[device].stats.reserved_bytes == devices_[device].stats.allocated_bytes) continue;
+      DeviceGuard guard(device);
+      release_cached(device);
+    }
+    release_pinned_cached();
+  }
+
+  void* pinned_allocate(size_t bytes) {
+    DPT_CHECK(cuda_available()) << "no CUDA device: pinned host memory needs the CUDA driver ("
+                                << cuda_unavailable_reason() << ")";
+    if (bytes == 0) return nullptr;
+    size_t rounded = round_size(bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t block_bytes = rounded;
+    void* ptr = pinned_.free_blocks.take(rounded, &block_bytes);
+    if (!ptr) {
+      ptr = host_alloc_or_null(rounded);
+      if (!ptr) {
+        release_pinned_cached();
+        ptr = host_alloc_or_null(rounded);
+      }
+      DPT_CHECK(ptr) << "out of pinned host memory allocating " << format_bytes(bytes)
+                     << " with cudaHostAlloc, after emptying the pinned cache";
+    }
+    pinned_.live.emplace(ptr, block_bytes);
+    return ptr;
+  }
+
+  void pinned_deallocate(void* ptr) {
+    if (!ptr) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pinned_.live.find(ptr);
+    DPT_CHECK(it != pinned_.live.end())
+        << "pinned_free: " << ptr << " was not allocated by pinned_alloc, or was already freed";
+    pinned_.free_blocks.put(ptr, it->second);
+    pinned_.live.erase(it);
+  }
+
+ private:
+  // nullptr on out-of-memory; any other failure throws.
+  static void* malloc_or_null(size_t bytes) {
+    void* ptr = nullptr;
+    cudaError_t status = cudaMalloc(&ptr, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    CUDA_CHECK(status);
+    return ptr;
+  }
+
+  static void* host_alloc_or_null(size_t bytes) {
+    void* ptr = nullptr;
+    cudaError_t status = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    CUDA_CHECK(status);
+    return ptr;
+  }
+
+  // Caller holds the lock and has made `device` current. Cached blocks may still be read
+  // or written by queued kernels, so the device finishes its work before they go.
+  void release_cached(int device) {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    DeviceCache& cache = devices_[device];
+    cache.free_blocks.clear([&](void* ptr, size_t bytes) {
+      cache.stats.reserved_bytes -= bytes;
+      CUDA_CHECK(cudaFree(ptr));
+    });
+  }
+
+  // Caller holds the lock. A cached pinned block may be the source of a copy still in
+  // flight, so every device this allocator has used finishes its work first. (Until
+  // pinned blocks carry events, the data loader must also finish its copies from a block
+  // before calling pinned_free on it.)
+  void release_pinned_cached() {
+    bool any = false;
+    pinned_.free_blocks.clear([&](void* ptr, size_t) {
+      if (!any) {
+        synchronize_all();
+        any = true;
+      }
+      CUDA_CHECK(cudaFreeHost(ptr));
+    });
+  }
+
+  // Only devices with blocks: touching the others would create their CUDA contexts.
+  void synchronize_all() {
+    for (int device = 0; device < static_cast<int>(devices_.size()); ++device) {
+      if (devices_[device].stats.reserved_bytes == 0) continue;
+      DeviceGuard guard(device);
+      CUDA_CHECK(cudaDeviceSynchronize());
+    }
+  }
+
+  [[noreturn]] void fail_out_of_memory(size_t bytes, size_t rounded, int device) {
+    const AllocatorStats& s = devices_[device].stats;
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
+    DPT_FAIL() << "CUDA out of memory on cuda:" << device << ": cannot allocate " << format_bytes(bytes)
+               << " (rounded to " << rounded << ") even after emptying the cache; allocator: allocated "
+               << format_bytes(s.allocated_bytes) << ", reserved " << format_bytes(s.reserved_bytes)
+               << ", peak " << format_bytes(s.peak_allocated_bytes) << ", " << s.num_device_mallocs
+               << " cudaMalloc calls, " << s.num_cache_hits
+               << " cache hits; device: " << format_bytes(free_bytes) << " free of "
+               << format_bytes(total_bytes);
+  }
+
+  std::mutex mutex_;
+  std::vector<DeviceCache> devices_;  // indexed by device, sized once
+  PinnedCache pinned_;
+};
+
+// Leaked on purpose: tensors destroyed during static destruction still return their
+// blocks here, and the driver reclaims device memory at exit anyway.
+Allocator& allocator() {
+  static Allocator* instance = new Allocator();
+  return *instance;
+}
+
+}  // namespace
+
+void* device_alloc(size_t bytes, int device) { return allocator().allocate(bytes, device); }
+void device_free(void* ptr, int device) { allocator().deallocate(ptr, device); }
+AllocatorStats allocator_stats(int device) { return allocator().stats(device); }
+void allocator_empty_cache() { allocator().empty_cache(); }
+void* pinned_alloc(size_t bytes) { return allocator().pinned_allocate(bytes); }
+void pinned_free(void* ptr) { allocator().pinned_deallocate(ptr); }
+
+}  // namespace dpt::cuda

@@ -1,0 +1,38 @@
+// Caching allocator for device memory, so that training reaches a steady state with no
+// cudaMalloc or cudaFree (each one synchronises the device): freed blocks are kept per
+// device and handed out again to requests of (nearly) the same size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dpt::cuda {
+
+struct AllocatorStats {
+  size_t allocated_bytes = 0;       // held by live blocks (sizes as rounded by the allocator)
+  size_t reserved_bytes = 0;        // allocated_bytes + bytes cached for reuse
+  size_t peak_allocated_bytes = 0;  // highest allocated_bytes so far
+  uint64_t num_device_mallocs = 0;  // cudaMalloc calls that succeeded
+  uint64_t num_cache_hits = 0;      // requests served from the cache
+};
+
+// Requires a valid device (dpt::Error "no CUDA device ..." otherwise). Returns a block of
+// at least `bytes` on `device`, 512-byte aligned or better; nullptr for bytes == 0. Work on
+// the block must be queued on the device's compute stream (context.h). On out-of-memory
+// the cache is emptied and cudaMalloc tried once more, then dpt::Error gives the request
+// and these stats.
+void* device_alloc(size_t bytes, int device);
+// Returns a block from device_alloc to the cache. nullptr is ignored.
+void device_free(void* ptr, int device);
+
+// Zeros for a device the allocator has not used (or that does not exist).
+AllocatorStats allocator_stats(int device);
+// Gives every cached, unused block (device and pinned host) back to the driver.
+void allocator_empty_cache();
+
+// Page-locked host memory, for the data loader's asynchronous host-to-device copies.
+// Cached like device blocks; requires a CUDA device.
+void* pinned_alloc(size_t bytes);
+void pinned_free(void* ptr);
+
+}  // namespace dpt::cuda

@@ -1,0 +1,31 @@
+// The fill kernel and its launch (see fill.h).
+#include <algorithm>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/fill.h"
+
+namespace dpt::cuda {
+namespace {
+
+__global__ void fill_kernel(float* data, int64_t n, float value) {
+  int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    data[i] = value;
+}
+
+}  // namespace
+
+void fill(float* data, int64_t n, float value, int device) {
+  if (n <= 0) return;
+  constexpr int kThreads = 256;
+  // A grid-stride loop: enough blocks to fill the GPU, no more.
+  int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65536));
+  cudaStream_t stream = compute_stream(device);
+  DeviceGuard guard(device);
+  fill_kernel<<<blocks, kThreads, 0, stream>>>(data, n, value);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace dpt::cuda
