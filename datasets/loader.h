@@ -31,7 +31,7 @@ struct LoaderOptions {
   int64_t prefetch = 2;    // batches prepared ahead of the consumer, >= 1
   // Runs on the worker thread on each finished batch (augmentation plugs in here); an
   // exception it throws comes out of next().
-  std::function<void(Batch&)> transform;
+  std::function<void(Batch&)> transform = nullptr;
 };
 
 class Loader {

@@ -1,0 +1,89 @@
+// The run configuration: a YAML file (plus --set overrides) checked into typed structs,
+// so that a typo, a wrong type or an impossible value stops the run at start-up with one
+// line naming the file, the line and the key, not an hour into training.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dpt::io {
+
+// `model:` is free-form below `name`: the model builder reads its own keys from `node`.
+struct ModelConfig {
+  std::string name;
+  YAML::Node node;  // the whole model mapping, name included
+};
+
+struct DatasetConfig {
+  std::string name = "fashion_mnist";  // fashion_mnist | mnist | synthetic
+  // Directory of the files. Defaults: /usr/share/datasets/fashion-mnist, data/mnist.
+  std::string path;
+  // synthetic only: image shape [C, H, W], class count, sample count.
+  std::vector<int64_t> shape = {1, 28, 28};
+  int64_t classes = 10;
+  int64_t size = 60000;
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd";  // sgd | adamw
+  double lr = 0.1;           // default 0.1 for sgd, 0.001 for adamw
+  double weight_decay = 0;   // default 0 for sgd, 0.01 for adamw (decoupled)
+  bool no_decay_bias_bn = true;  // no weight decay on biases and batch-norm parameters
+  // sgd
+  double momentum = 0.9;
+  bool nesterov = false;
+  // adamw
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+};
+
+struct ScheduleConfig {
+  std::string name = "constant";  // constant | multistep | cosine
+  int64_t warmup_epochs = 0;      // linear warm-up, before any schedule
+  // multistep: lr *= gamma at each milestone epoch (strictly increasing, >= 1)
+  std::vector<int64_t> milestones;
+  double gamma = 0.1;
+  // cosine: decays to min_lr at the last epoch
+  double min_lr = 0;
+};
+
+struct OutputConfig {
+  std::string dir;  // default runs/<config file stem>
+};
+
+struct Config {
+  ModelConfig model;
+  DatasetConfig dataset;
+  int64_t epochs = 1;
+  int64_t batch_size = 128;         // per process
+  int64_t eval_batch_size = 1000;   // per process
+  int64_t threads = 0;              // compute threads per process; 0 = its share of the cores
+  uint64_t seed = 0;
+  double label_smoothing = 0;       // in [0, 1)
+  int64_t log_every = 50;           // steps
+  int64_t max_steps_per_epoch = 0;  // 0 = the whole epoch
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  OutputConfig output;
+  std::string source;               // the file it was read from
+};
+
+// Reads `path`, applies each override "a.b=value" (the value parsed as YAML, so lists and
+// maps work: "schedule.milestones=[2,4]") and checks the result into a Config.
+// Throws dpt::Error with a one-line message for: a missing file, malformed YAML
+// (file:line:col), an unknown key at any level outside `model:` (listing the known
+// ones), a key that does not apply to the chosen optimizer/schedule/dataset, a wrong type
+// or an out-of-range value (file:line and key), a bad override. `model.name` is required;
+// everything else has the defaults above.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The resolved configuration as YAML (defaults filled in, only the keys the chosen
+// optimizer, schedule and dataset use), for the run directory. load_config on this text
+// gives back an equal Config.
+std::string config_to_yaml(const Config& config);
+
+}  // namespace dpt::io

@@ -1,0 +1,290 @@
+// Tests for io/config: a full file, the defaults, --set overrides, the YAML written back
+// for the run directory, and one clear line for each kind of bad input (the line
+// train.cpp prints before exiting with code 2).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/config.h"
+
+using namespace dpt;
+using namespace dpt::io;
+using testing::HasSubstr;
+namespace fs = std::filesystem;
+
+namespace {
+
+class ConfigTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = testing::TempDir() + "dpt_config_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes `text` to <tmp>/<name> and returns the path.
+  std::string write(const std::string& text, const std::string& name = "x.yaml") {
+    std::string path = (fs::path(dir_) / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  Config load(const std::string& text, const std::vector<std::string>& overrides = {}) {
+    return load_config(write(text), overrides);
+  }
+  // The dpt::Error message loading `text` gives ("" and a failure if it loads).
+  std::string error(const std::string& text, const std::vector<std::string>& overrides = {}) {
+    try {
+      load(text, overrides);
+    } catch (const Error& e) {
+      std::string message = e.what();
+      EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
+      return message;
+    }
+    ADD_FAILURE() << "expected an error for:\n" << text;
+    return "";
+  }
+  std::string path(const std::string& name = "x.yaml") const { return (fs::path(dir_) / name).string(); }
+
+  std::string dir_;
+};
+
+const char* kFull = R"(# a complete config
+model: {name: mnist_cnn, dropout: 0.25, widths: [32, 64]}
+dataset: {name: mnist, path: /data/mnist}
+epochs: 3
+batch_size: 64
+eval_batch_size: 500
+threads: 2
+seed: 17
+label_smoothing: 0.1
+log_every: 20
+max_steps_per_epoch: 100
+optimizer:
+  name: sgd
+  lr: 0.05
+  momentum: 0.8
+  nesterov: true
+  weight_decay: 5.0e-4
+  no_decay_bias_bn: false
+schedule: {name: multistep, warmup_epochs: 1, milestones: [2, 3], gamma: 0.5}
+output: {dir: runs/full}
+)";
+
+}  // namespace
+
+TEST_F(ConfigTest, FullFileParsesToTheGivenValues) {
+  Config c = load(kFull);
+  EXPECT_EQ(c.model.name, "mnist_cnn");
+  EXPECT_EQ(c.model.node["dropout"].as<double>(), 0.25);  // model keys are kept for the builder
+  EXPECT_EQ(c.model.node["widths"][1].as<int>(), 64);
+  EXPECT_EQ(c.dataset.name, "mnist");
+  EXPECT_EQ(c.dataset.path, "/data/mnist");
+  EXPECT_EQ(c.epochs, 3);
+  EXPECT_EQ(c.batch_size, 64);
+  EXPECT_EQ(c.eval_batch_size, 500);
+  EXPECT_EQ(c.threads, 2);
+  EXPECT_EQ(c.seed, 17u);
+  EXPECT_DOUBLE_EQ(c.label_smoothing, 0.1);
+  EXPECT_EQ(c.log_every, 20);
+  EXPECT_EQ(c.max_steps_per_epoch, 100);
+  EXPECT_EQ(c.optimizer.name, "sgd");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.05);
+  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.8);
+  EXPECT_TRUE(c.optimizer.nesterov);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 5e-4);
+  EXPECT_FALSE(c.optimizer.no_decay_bias_bn);
+  EXPECT_EQ(c.schedule.name, "multistep");
+  EXPECT_EQ(c.schedule.warmup_epochs, 1);
+  EXPECT_EQ(c.schedule.milestones, (std::vector<int64_t>{2, 3}));
+  EXPECT_DOUBLE_EQ(c.schedule.gamma, 0.5);
+  EXPECT_EQ(c.output.dir, "runs/full");
+  EXPECT_EQ(c.source, path());
+}
+
+TEST_F(ConfigTest, Defaults) {
+  Config c = load_config(write("model: {name: mlp}\n", "my_run.yaml"));
+  EXPECT_EQ(c.model.name, "mlp");
+  EXPECT_EQ(c.dataset.name, "fashion_mnist");
+  EXPECT_EQ(c.dataset.path, "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(c.epochs, 1);
+  EXPECT_EQ(c.batch_size, 128);
+  EXPECT_EQ(c.eval_batch_size, 1000);
+  EXPECT_EQ(c.threads, 0);
+  EXPECT_EQ(c.seed, 0u);
+  EXPECT_EQ(c.label_smoothing, 0);
+  EXPECT_EQ(c.log_every, 50);
+  EXPECT_EQ(c.max_steps_per_epoch, 0);
+  EXPECT_EQ(c.optimizer.name, "sgd");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.1);
+  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.9);
+  EXPECT_FALSE(c.optimizer.nesterov);
+  EXPECT_EQ(c.optimizer.weight_decay, 0);
+  EXPECT_TRUE(c.optimizer.no_decay_bias_bn);
+  EXPECT_EQ(c.schedule.name, "constant");
+  EXPECT_EQ(c.schedule.warmup_epochs, 0);
+  EXPECT_EQ(c.output.dir, "runs/my_run");
+
+  EXPECT_EQ(load("model: {name: m}\ndataset: {name: mnist}\n").dataset.path, "data/mnist");
+  Config adamw = load("model: {name: m}\noptimizer: {name: adamw}\n");
+  EXPECT_DOUBLE_EQ(adamw.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(adamw.optimizer.weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(adamw.optimizer.betas[1], 0.999);
+  EXPECT_DOUBLE_EQ(adamw.optimizer.eps, 1e-8);
+  Config synthetic = load("model: {name: m}\ndataset: {name: synthetic, shape: [3, 32, 32], classes: 100, size: 512}\n");
+  EXPECT_EQ(synthetic.dataset.shape, (std::vector<int64_t>{3, 32, 32}));
+  EXPECT_EQ(synthetic.dataset.classes, 100);
+  EXPECT_EQ(synthetic.dataset.size, 512);
+  Config cosine = load("model: {name: m}\nschedule: {name: cosine, min_lr: 0.001}\n");
+  EXPECT_DOUBLE_EQ(cosine.schedule.min_lr, 0.001);
+}
+
+TEST_F(ConfigTest, SetOverridesScalarsListsAndNewSections) {
+  Config c = load(kFull, {"optimizer.lr=0.2", "schedule.milestones=[2,4]", "epochs=5", "model.dropout=0.5",
+                          "output.dir=runs/other"});
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.2);
+  EXPECT_EQ(c.schedule.milestones, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(c.epochs, 5);
+  EXPECT_EQ(c.model.node["dropout"].as<double>(), 0.5);
+  EXPECT_EQ(c.output.dir, "runs/other");
+  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.8);  // untouched keys stay
+
+  // Sections the file does not have are created; the last override of a key wins.
+  Config d = load("model: {name: m}\n", {"schedule.name=cosine", "schedule.min_lr=0.01", "seed=1", "seed=2"});
+  EXPECT_EQ(d.schedule.name, "cosine");
+  EXPECT_DOUBLE_EQ(d.schedule.min_lr, 0.01);
+  EXPECT_EQ(d.seed, 2u);
+  // A whole section as a YAML map: the way to switch optimizer without leftover keys.
+  Config e = load(kFull, {"optimizer={name: adamw, lr: 0.003}"});
+  EXPECT_EQ(e.optimizer.name, "adamw");
+  EXPECT_DOUBLE_EQ(e.optimizer.lr, 0.003);
+}
+
+TEST_F(ConfigTest, ResolvedYamlRoundTrips) {
+  for (const char* text : {kFull, "model: {name: m}\n",
+                           "model: {name: m}\noptimizer: {name: adamw, betas: [0.8, 0.99], eps: 1.0e-6}\n"
+                           "dataset: {name: synthetic, shape: [3, 8, 8], classes: 5, size: 64}\n"
+                           "schedule: {name: cosine, min_lr: 1.0e-5}\n"}) {
+    Config a = load(text);
+    std::string yaml = config_to_yaml(a);
+    Config b = load_config(write(yaml, "x_again.yaml"));
+    EXPECT_EQ(yaml, config_to_yaml(b)) << yaml;
+    EXPECT_DOUBLE_EQ(a.optimizer.lr, b.optimizer.lr);
+    EXPECT_EQ(a.output.dir, b.output.dir);  // stays runs/x, not runs/x_again
+  }
+  EXPECT_THAT(config_to_yaml(load(kFull)), HasSubstr("lr: 0.05\n"));
+}
+
+TEST_F(ConfigTest, MissingFile) {
+  try {
+    load_config("no/such/x.yaml", {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "config file 'no/such/x.yaml' not found");
+  }
+}
+
+TEST_F(ConfigTest, MalformedYamlGivesFileLineAndColumn) {
+  std::string message = error("model: {name: m}\nepochs: 3\noptimizer: {name: sgd, lr: [0.1}\n");
+  EXPECT_THAT(message, HasSubstr(path() + ":3:"));
+  EXPECT_THAT(message, HasSubstr("malformed YAML"));
+}
+
+TEST_F(ConfigTest, UnknownKeysAtAnyLevelButModel) {
+  std::string message = error("model: {name: m, anything: [1, 2]}\noptimizer:\n  name: sgd\n  lrr: 0.1\n");
+  EXPECT_THAT(message, HasSubstr(path() + ":4: unknown key 'optimizer.lrr' (expected one of: name, lr, momentum, "
+                                          "nesterov, weight_decay"));
+  EXPECT_THAT(error("model: {name: m}\nepoch: 3\n"),
+              HasSubstr(":2: unknown key 'epoch' (expected one of: model, dataset, epochs,"));
+  EXPECT_THAT(error("model: {name: m}\noutput: {dir: a, file: b}\n"),
+              HasSubstr("unknown key 'output.file' (expected one of: dir)"));
+  EXPECT_THAT(error("model: {name: m}\noptimizer: {name: adamw, momentum: 0.9}\n"),
+              HasSubstr(":2: key 'optimizer.momentum' does not apply to optimizer 'adamw' (its keys: name, lr, betas"));
+  EXPECT_THAT(error("model: {name: m}\ndataset: {name: mnist, size: 10}\n"),
+              HasSubstr("key 'dataset.size' does not apply to dataset 'mnist'"));
+  EXPECT_THAT(error("model: {name: m}\nepochs: 2\nepochs: 3\n"),
+              HasSubstr(":3: duplicate key 'epochs' (first given at line 2)"));
+}
+
+// One row per bad value: the YAML after "model: {name: m}\n" and what the message must say.
+struct BadValue {
+  const char* yaml;
+  const char* expected;
+};
+
+void PrintTo(const BadValue& bad, std::ostream* out) { *out << bad.yaml; }
+
+class ConfigBadValue : public ConfigTest, public testing::WithParamInterface<BadValue> {};
+
+TEST_P(ConfigBadValue, OneClearLine) {
+  const BadValue& bad = GetParam();
+  std::string message = error(std::string("model: {name: m}\n") + bad.yaml);
+  EXPECT_THAT(message, HasSubstr(path() + ":"));
+  EXPECT_THAT(message, HasSubstr(bad.expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Config, ConfigBadValue,
+    testing::Values(
+        BadValue{"epochs: three\n", ":2: key 'epochs': expected a positive integer, got 'three'"},
+        BadValue{"epochs: 0\n", "key 'epochs': expected a positive integer, got '0'"},
+        BadValue{"epochs: 2.5\n", "key 'epochs': expected a positive integer, got '2.5'"},
+        BadValue{"batch_size: 0\n", "key 'batch_size': expected a positive integer, got '0'"},
+        BadValue{"batch_size: [1]\n", "key 'batch_size': expected a positive integer, got [1]"},
+        BadValue{"eval_batch_size: -5\n", "key 'eval_batch_size': expected a positive integer, got '-5'"},
+        BadValue{"threads: -1\n", "key 'threads': expected a non-negative integer"},
+        BadValue{"seed: -1\n", "key 'seed': expected a non-negative integer, got '-1'"},
+        BadValue{"log_every: 0\n", "key 'log_every': expected a positive integer"},
+        BadValue{"label_smoothing: 1.0\n", "key 'label_smoothing': expected a number in [0, 1), got '1.0'"},
+        BadValue{"optimizer: {lr: -0.1}\n", ":2: key 'optimizer.lr': expected a number > 0, got '-0.1'"},
+        BadValue{"optimizer: {lr: fast}\n", "key 'optimizer.lr': expected a number > 0, got 'fast'"},
+        BadValue{"optimizer: {momentum: 1.0}\n", "key 'optimizer.momentum': expected a number in [0, 1), got '1.0'"},
+        BadValue{"optimizer: {nesterov: maybe}\n", "key 'optimizer.nesterov': expected true or false, got 'maybe'"},
+        BadValue{"optimizer: {weight_decay: -1}\n", "key 'optimizer.weight_decay': expected a number >= 0"},
+        BadValue{"optimizer: {name: adam}\n",
+                 "key 'optimizer.name': unknown optimizer 'adam' (expected one of: sgd, adamw)"},
+        BadValue{"optimizer: {name: adamw, betas: [0.9]}\n", "key 'optimizer.betas': expected two numbers in [0, 1)"},
+        BadValue{"schedule: {name: step}\n",
+                 "key 'schedule.name': unknown schedule 'step' (expected one of: constant, multistep, cosine)"},
+        BadValue{"schedule: {name: multistep}\n", "schedule 'multistep' needs key 'schedule.milestones'"},
+        BadValue{"schedule: {name: multistep, milestones: [3, 2]}\n",
+                 "key 'schedule.milestones': expected a list of positive, strictly increasing epochs, e.g. [30, 60], got [3, 2]"},
+        BadValue{"schedule: {name: cosine, min_lr: 1.0}\n",
+                 "key 'schedule.min_lr': expected a number in [0, optimizer.lr = 0.1], got '1.0'"},
+        BadValue{"schedule: {warmup_epochs: -1}\n", "key 'schedule.warmup_epochs': expected a non-negative integer"},
+        BadValue{"dataset: {name: cifar100}\n",
+                 "key 'dataset.name': unknown dataset 'cifar100' (expected one of: fashion_mnist, mnist, synthetic)"},
+        BadValue{"dataset: mnist\n", "key 'dataset': expected a mapping of keys (name, path, shape"},
+        BadValue{"dataset: {name: synthetic, shape: [28, 28]}\n",
+                 "key 'dataset.shape': expected 3 positive integers [channels, height, width], got [28, 28]"},
+        BadValue{"output: {dir: ''}\n", "key 'output.dir': expected a non-empty string, got ''"}));
+
+TEST_F(ConfigTest, ModelIsRequired) {
+  EXPECT_THAT(error("epochs: 3\n"), HasSubstr("missing key 'model'"));
+  EXPECT_THAT(error("model: {dropout: 0.1}\n"), HasSubstr(":1: missing key 'model.name'"));
+  EXPECT_THAT(error("model: mnist_cnn\n"), HasSubstr("key 'model': expected a mapping with at least 'name'"));
+  EXPECT_THAT(error(""), HasSubstr(path() + ": the config is empty"));
+  EXPECT_THAT(error("- a\n- b\n"), HasSubstr("expected a mapping of keys at the top level, got a list"));
+}
+
+TEST_F(ConfigTest, BadOverrides) {
+  const std::string base = "model: {name: m}\noptimizer: {name: sgd}\n";
+  EXPECT_THAT(error(base, {"optimizer.lrr=0.1"}),
+              HasSubstr("--set optimizer.lrr=0.1: unknown key 'optimizer.lrr' (expected one of: name, lr, momentum"));
+  EXPECT_THAT(error(base, {"learning_rate=0.1"}), HasSubstr("unknown key 'learning_rate' (expected one of: model,"));
+  EXPECT_THAT(error(base, {"epochs.x=1"}), HasSubstr("unknown key 'epochs.x' ('epochs' holds a value, not keys)"));
+  EXPECT_THAT(error(base, {"optimizer.lr"}), HasSubstr("--set optimizer.lr: expected key=value"));
+  EXPECT_THAT(error(base, {"optimizer..lr=1"}), HasSubstr("malformed key 'optimizer..lr'"));
+  EXPECT_THAT(error(base, {"schedule.milestones=[2,4"}),
+              HasSubstr("--set schedule.milestones=[2,4: malformed YAML value"));
+  // A bad value from --set is reported against the --set, not a line of the file.
+  EXPECT_THAT(error(base, {"epochs=three"}),
+              HasSubstr("--set epochs=three: key 'epochs': expected a positive integer, got 'three'"));
+  EXPECT_THAT(error(base, {"optimizer.momentum=2"}), HasSubstr("--set optimizer.momentum=2: key 'optimizer.momentum'"));
+  EXPECT_THAT(error("model: {name: m}\noptimizer: sgd\n", {"optimizer.lr=0.1"}),
+              HasSubstr("cannot set a key inside 'optimizer', which the config gives as 'sgd', not a mapping"));
+}
