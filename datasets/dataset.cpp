@@ -10,19 +10,21 @@ Normalization normalization_fashion_mnist() { return {{0.2860f}, {0.3530f}}; }
 
 void dataset_check(const Dataset& d) {
   DPT_CHECK(d.channels > 0 && d.height > 0 && d.width > 0)
-      << "dataset: image shape must be positive, got [" << d.channels << ", " << d.height << ", " << d.width << "]";
+      << "dataset: image shape must be positive, got [" << d.channels << ", " << d.height << ", " << d.width
+      << "]";
   DPT_CHECK(d.classes > 0) << "dataset: classes must be > 0, got " << d.classes;
   DPT_CHECK(static_cast<int64_t>(d.images.size()) == d.size() * d.sample_numel())
-      << "dataset: " << d.images.size() << " pixel bytes for " << d.size() << " samples of " << d.sample_numel()
-      << ", expected " << d.size() * d.sample_numel();
+      << "dataset: " << d.images.size() << " pixel bytes for " << d.size() << " samples of "
+      << d.sample_numel() << ", expected " << d.size() * d.sample_numel();
   for (int64_t i = 0; i < d.size(); ++i) {
     DPT_CHECK(d.labels[i] >= 0 && d.labels[i] < d.classes)
-        << "dataset: label " << d.labels[i] << " of sample " << i << " is out of range, expected 0.." << d.classes - 1;
+        << "dataset: label " << d.labels[i] << " of sample " << i << " is out of range, expected 0.."
+        << d.classes - 1;
   }
   DPT_CHECK(static_cast<int64_t>(d.normalization.mean.size()) == d.channels &&
             static_cast<int64_t>(d.normalization.std.size()) == d.channels)
-      << "dataset: normalization has " << d.normalization.mean.size() << " means and " << d.normalization.std.size()
-      << " stds, expected one of each per channel (" << d.channels << ")";
+      << "dataset: normalization has " << d.normalization.mean.size() << " means and "
+      << d.normalization.std.size() << " stds, expected one of each per channel (" << d.channels << ")";
   for (float s : d.normalization.std) DPT_CHECK(s > 0) << "dataset: normalization std must be > 0, got " << s;
 }
 
@@ -33,7 +35,8 @@ void dataset_sample_to_float(const Dataset& d, int64_t index, float* out) {
     // Same arithmetic as the definition, folded into one multiply-add per pixel.
     const float scale = 1.0f / (255.0f * d.normalization.std[c]);
     const float shift = -d.normalization.mean[c] / d.normalization.std[c];
-    for (int64_t i = 0; i < plane; ++i) out[c * plane + i] = static_cast<float>(src[c * plane + i]) * scale + shift;
+    for (int64_t i = 0; i < plane; ++i)
+      out[c * plane + i] = static_cast<float>(src[c * plane + i]) * scale + shift;
   }
 }
 

@@ -64,15 +64,16 @@ class ByteReader {
         std::string message = gzerror(gz_, &errnum);
         // zlib reports a cut-off stream as Z_BUF_ERROR with a short read, not as -1.
         if (r < 0 || errnum != Z_OK) {
-          if (message.rfind(path_ + ": ", 0) == 0) message.erase(0, path_.size() + 2);  // zlib prefixes the path
+          if (message.rfind(path_ + ": ", 0) == 0)
+            message.erase(0, path_.size() + 2);  // zlib prefixes the path
           DPT_FAIL() << path_ << ": corrupt gzip data (reading from uncompressed offset " << position_ + total
                      << "): " << message;
         }
         got = static_cast<size_t>(r);
       } else {
         got = std::fread(dst + total, 1, n - total, file_);
-        DPT_CHECK(!std::ferror(file_)) << path_ << ": read error at offset " << position_ + total << ": "
-                                       << std::strerror(errno);
+        DPT_CHECK(!std::ferror(file_))
+            << path_ << ": read error at offset " << position_ + total << ": " << std::strerror(errno);
       }
       if (got == 0) break;
       total += got;
@@ -121,8 +122,8 @@ std::vector<int64_t> read_header(ByteReader& reader, const std::string& path, ui
                       << " bytes (magic and dimension sizes) but the file has " << got << " bytes"
                       << size_note(reader);
   uint32_t found = read_be32(header);
-  DPT_CHECK(found == magic) << path << ": offset 0: bad magic " << hex32(found) << ", expected " << hex32(magic)
-                            << " (" << format << ")";
+  DPT_CHECK(found == magic) << path << ": offset 0: bad magic " << hex32(found) << ", expected "
+                            << hex32(magic) << " (" << format << ")";
   DPT_CHECK(got == header_bytes) << path << ": truncated header: expected " << header_bytes
                                  << " bytes (magic and dimension sizes) but the file has " << got << " bytes"
                                  << size_note(reader);
@@ -138,8 +139,8 @@ std::vector<int64_t> read_header(ByteReader& reader, const std::string& path, ui
 
 // Reads exactly `payload` bytes after a `header`-byte header and checks nothing follows.
 // `what` describes the header's claim for messages ("60000 images of 28x28").
-std::vector<uint8_t> read_payload(ByteReader& reader, const std::string& path, int64_t header, int64_t payload,
-                                  const std::string& what) {
+std::vector<uint8_t> read_payload(ByteReader& reader, const std::string& path, int64_t header,
+                                  int64_t payload, const std::string& what) {
   auto fail_size = [&](const char* problem, int64_t have) {
     DPT_FAIL() << path << ": " << problem << ": header says " << what << " (" << header + payload
                << " bytes) but the file has " << have << " bytes" << size_note(reader);
@@ -202,8 +203,8 @@ std::vector<int64_t> idx_read_labels(const std::string& path, int64_t classes) {
   std::vector<uint8_t> bytes = read_payload(reader, path, 8, dims[0], what.str());
   std::vector<int64_t> labels(bytes.size());
   for (size_t i = 0; i < bytes.size(); ++i) {
-    DPT_CHECK(bytes[i] < classes) << path << ": offset " << 8 + i << ": label " << int{bytes[i]} << " of item "
-                                  << i << " is out of range, expected 0.." << classes - 1;
+    DPT_CHECK(bytes[i] < classes) << path << ": offset " << 8 + i << ": label " << int{bytes[i]}
+                                  << " of item " << i << " is out of range, expected 0.." << classes - 1;
     labels[i] = bytes[i];
   }
   return labels;

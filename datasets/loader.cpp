@@ -12,7 +12,8 @@
 
 namespace dpt::data {
 
-Loader::Loader(const Dataset& dataset, LoaderOptions options) : dataset_(dataset), options_(std::move(options)) {
+Loader::Loader(const Dataset& dataset, LoaderOptions options)
+    : dataset_(dataset), options_(std::move(options)) {
   dataset_check(dataset_);
   DPT_CHECK(options_.batch_size >= 1) << "loader: batch_size must be >= 1, got " << options_.batch_size;
   DPT_CHECK(options_.prefetch >= 1) << "loader: prefetch must be >= 1, got " << options_.prefetch;
@@ -40,8 +41,8 @@ void Loader::start_epoch(int64_t epoch) {
 void Loader::start_epoch(std::vector<int64_t> indices) {
   for (size_t i = 0; i < indices.size(); ++i) {
     DPT_CHECK(indices[i] >= 0 && indices[i] < dataset_.size())
-        << "loader: index " << indices[i] << " at position " << i << " of the epoch is out of range, expected 0.."
-        << dataset_.size() - 1;
+        << "loader: index " << indices[i] << " at position " << i
+        << " of the epoch is out of range, expected 0.." << dataset_.size() - 1;
   }
   worker_stop();
   indices_ = std::move(indices);

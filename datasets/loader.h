@@ -25,10 +25,10 @@ struct Batch {
 
 struct LoaderOptions {
   int64_t batch_size = 128;
-  bool shuffle = true;     // start_epoch(epoch) permutes; ignored for explicit indices
-  bool drop_last = true;   // true for training; false for evaluation, so every sample counts
+  bool shuffle = true;    // start_epoch(epoch) permutes; ignored for explicit indices
+  bool drop_last = true;  // true for training; false for evaluation, so every sample counts
   uint64_t seed = 0;
-  int64_t prefetch = 2;    // batches prepared ahead of the consumer, >= 1
+  int64_t prefetch = 2;  // batches prepared ahead of the consumer, >= 1
   // Runs on the worker thread on each finished batch (augmentation plugs in here); an
   // exception it throws comes out of next().
   std::function<void(Batch&)> transform = nullptr;
@@ -78,8 +78,8 @@ class Loader {
   std::mutex mutex_;
   std::condition_variable changed_;  // queue grew or shrank, the worker finished, or stop was asked
   std::deque<Batch> queue_;
-  bool done_ = false;   // the worker has produced its last batch (or failed)
-  bool stop_ = false;   // the worker must return as soon as it can
+  bool done_ = false;  // the worker has produced its last batch (or failed)
+  bool stop_ = false;  // the worker must return as soon as it can
   std::exception_ptr error_;
   std::thread worker_;
 };

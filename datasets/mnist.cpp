@@ -21,7 +21,8 @@ std::string find_file(const std::string& dir, const std::string& name, const std
   std::error_code ec;
   if (fs::is_regular_file(gz, ec)) return gz.string();
   if (fs::is_regular_file(raw, ec)) return raw.string();
-  DPT_FAIL() << "dataset file not found: looked for " << gz.string() << " and " << raw.string() << with_hint(hint);
+  DPT_FAIL() << "dataset file not found: looked for " << gz.string() << " and " << raw.string()
+             << with_hint(hint);
 }
 
 }  // namespace
@@ -52,7 +53,8 @@ Dataset load_mnist_dir(const std::string& dir, bool train, const Normalization& 
 }
 
 Dataset load_mnist(const std::string& dir, bool train) {
-  return load_mnist_dir(dir, train, normalization_mnist(), "run tools/download_data.sh mnist (needs internet)");
+  return load_mnist_dir(dir, train, normalization_mnist(),
+                        "run tools/download_data.sh mnist (needs internet)");
 }
 
 Dataset load_fashion_mnist(const std::string& dir, bool train) {

@@ -11,8 +11,8 @@ namespace dpt::data {
 Dataset make_synthetic(int64_t channels, int64_t height, int64_t width, int64_t classes, int64_t size,
                        uint64_t seed) {
   DPT_CHECK(channels > 0 && height > 0 && width > 0 && classes > 0 && size > 0)
-      << "synthetic dataset: shape [" << channels << ", " << height << ", " << width << "], classes " << classes
-      << " and size " << size << " must all be > 0";
+      << "synthetic dataset: shape [" << channels << ", " << height << ", " << width << "], classes "
+      << classes << " and size " << size << " must all be > 0";
   Dataset d;
   d.channels = channels;
   d.height = height;
@@ -23,7 +23,8 @@ Dataset make_synthetic(int64_t channels, int64_t height, int64_t width, int64_t 
   d.images.resize(static_cast<size_t>(size * d.sample_numel()));
   for (size_t i = 0; i < d.images.size(); i += 8) {
     uint64_t bits = engine();
-    for (size_t b = 0; b < 8 && i + b < d.images.size(); ++b) d.images[i + b] = static_cast<uint8_t>(bits >> (8 * b));
+    for (size_t b = 0; b < 8 && i + b < d.images.size(); ++b)
+      d.images[i + b] = static_cast<uint8_t>(bits >> (8 * b));
   }
   d.labels.resize(static_cast<size_t>(size));
   // The modulo bias is below 2^-50 for any realistic class count.

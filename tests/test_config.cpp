@@ -135,7 +135,8 @@ TEST_F(ConfigTest, Defaults) {
   EXPECT_DOUBLE_EQ(adamw.optimizer.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(adamw.optimizer.betas[1], 0.999);
   EXPECT_DOUBLE_EQ(adamw.optimizer.eps, 1e-8);
-  Config synthetic = load("model: {name: m}\ndataset: {name: synthetic, shape: [3, 32, 32], classes: 100, size: 512}\n");
+  Config synthetic =
+      load("model: {name: m}\ndataset: {name: synthetic, shape: [3, 32, 32], classes: 100, size: 512}\n");
   EXPECT_EQ(synthetic.dataset.shape, (std::vector<int64_t>{3, 32, 32}));
   EXPECT_EQ(synthetic.dataset.classes, 100);
   EXPECT_EQ(synthetic.dataset.size, 512);
@@ -196,14 +197,17 @@ TEST_F(ConfigTest, MalformedYamlGivesFileLineAndColumn) {
 
 TEST_F(ConfigTest, UnknownKeysAtAnyLevelButModel) {
   std::string message = error("model: {name: m, anything: [1, 2]}\noptimizer:\n  name: sgd\n  lrr: 0.1\n");
-  EXPECT_THAT(message, HasSubstr(path() + ":4: unknown key 'optimizer.lrr' (expected one of: name, lr, momentum, "
-                                          "nesterov, weight_decay"));
+  EXPECT_THAT(message,
+              HasSubstr(path() + ":4: unknown key 'optimizer.lrr' (expected one of: name, lr, momentum, "
+                                 "nesterov, weight_decay"));
   EXPECT_THAT(error("model: {name: m}\nepoch: 3\n"),
               HasSubstr(":2: unknown key 'epoch' (expected one of: model, dataset, epochs,"));
   EXPECT_THAT(error("model: {name: m}\noutput: {dir: a, file: b}\n"),
               HasSubstr("unknown key 'output.file' (expected one of: dir)"));
-  EXPECT_THAT(error("model: {name: m}\noptimizer: {name: adamw, momentum: 0.9}\n"),
-              HasSubstr(":2: key 'optimizer.momentum' does not apply to optimizer 'adamw' (its keys: name, lr, betas"));
+  EXPECT_THAT(
+      error("model: {name: m}\noptimizer: {name: adamw, momentum: 0.9}\n"),
+      HasSubstr(
+          ":2: key 'optimizer.momentum' does not apply to optimizer 'adamw' (its keys: name, lr, betas"));
   EXPECT_THAT(error("model: {name: m}\ndataset: {name: mnist, size: 10}\n"),
               HasSubstr("key 'dataset.size' does not apply to dataset 'mnist'"));
   EXPECT_THAT(error("model: {name: m}\nepochs: 2\nepochs: 3\n"),
@@ -242,22 +246,29 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"label_smoothing: 1.0\n", "key 'label_smoothing': expected a number in [0, 1), got '1.0'"},
         BadValue{"optimizer: {lr: -0.1}\n", ":2: key 'optimizer.lr': expected a number > 0, got '-0.1'"},
         BadValue{"optimizer: {lr: fast}\n", "key 'optimizer.lr': expected a number > 0, got 'fast'"},
-        BadValue{"optimizer: {momentum: 1.0}\n", "key 'optimizer.momentum': expected a number in [0, 1), got '1.0'"},
-        BadValue{"optimizer: {nesterov: maybe}\n", "key 'optimizer.nesterov': expected true or false, got 'maybe'"},
+        BadValue{"optimizer: {momentum: 1.0}\n",
+                 "key 'optimizer.momentum': expected a number in [0, 1), got '1.0'"},
+        BadValue{"optimizer: {nesterov: maybe}\n",
+                 "key 'optimizer.nesterov': expected true or false, got 'maybe'"},
         BadValue{"optimizer: {weight_decay: -1}\n", "key 'optimizer.weight_decay': expected a number >= 0"},
         BadValue{"optimizer: {name: adam}\n",
                  "key 'optimizer.name': unknown optimizer 'adam' (expected one of: sgd, adamw)"},
-        BadValue{"optimizer: {name: adamw, betas: [0.9]}\n", "key 'optimizer.betas': expected two numbers in [0, 1)"},
-        BadValue{"schedule: {name: step}\n",
-                 "key 'schedule.name': unknown schedule 'step' (expected one of: constant, multistep, cosine)"},
+        BadValue{"optimizer: {name: adamw, betas: [0.9]}\n",
+                 "key 'optimizer.betas': expected two numbers in [0, 1)"},
+        BadValue{
+            "schedule: {name: step}\n",
+            "key 'schedule.name': unknown schedule 'step' (expected one of: constant, multistep, cosine)"},
         BadValue{"schedule: {name: multistep}\n", "schedule 'multistep' needs key 'schedule.milestones'"},
         BadValue{"schedule: {name: multistep, milestones: [3, 2]}\n",
-                 "key 'schedule.milestones': expected a list of positive, strictly increasing epochs, e.g. [30, 60], got [3, 2]"},
+                 "key 'schedule.milestones': expected a list of positive, strictly increasing epochs, e.g. "
+                 "[30, 60], got [3, 2]"},
         BadValue{"schedule: {name: cosine, min_lr: 1.0}\n",
                  "key 'schedule.min_lr': expected a number in [0, optimizer.lr = 0.1], got '1.0'"},
-        BadValue{"schedule: {warmup_epochs: -1}\n", "key 'schedule.warmup_epochs': expected a non-negative integer"},
+        BadValue{"schedule: {warmup_epochs: -1}\n",
+                 "key 'schedule.warmup_epochs': expected a non-negative integer"},
         BadValue{"dataset: {name: cifar100}\n",
-                 "key 'dataset.name': unknown dataset 'cifar100' (expected one of: fashion_mnist, mnist, synthetic)"},
+                 "key 'dataset.name': unknown dataset 'cifar100' (expected one of: fashion_mnist, mnist, "
+                 "synthetic)"},
         BadValue{"dataset: mnist\n", "key 'dataset': expected a mapping of keys (name, path, shape"},
         BadValue{"dataset: {name: synthetic, shape: [28, 28]}\n",
                  "key 'dataset.shape': expected 3 positive integers [channels, height, width], got [28, 28]"},
@@ -273,10 +284,13 @@ TEST_F(ConfigTest, ModelIsRequired) {
 
 TEST_F(ConfigTest, BadOverrides) {
   const std::string base = "model: {name: m}\noptimizer: {name: sgd}\n";
-  EXPECT_THAT(error(base, {"optimizer.lrr=0.1"}),
-              HasSubstr("--set optimizer.lrr=0.1: unknown key 'optimizer.lrr' (expected one of: name, lr, momentum"));
-  EXPECT_THAT(error(base, {"learning_rate=0.1"}), HasSubstr("unknown key 'learning_rate' (expected one of: model,"));
-  EXPECT_THAT(error(base, {"epochs.x=1"}), HasSubstr("unknown key 'epochs.x' ('epochs' holds a value, not keys)"));
+  EXPECT_THAT(
+      error(base, {"optimizer.lrr=0.1"}),
+      HasSubstr("--set optimizer.lrr=0.1: unknown key 'optimizer.lrr' (expected one of: name, lr, momentum"));
+  EXPECT_THAT(error(base, {"learning_rate=0.1"}),
+              HasSubstr("unknown key 'learning_rate' (expected one of: model,"));
+  EXPECT_THAT(error(base, {"epochs.x=1"}),
+              HasSubstr("unknown key 'epochs.x' ('epochs' holds a value, not keys)"));
   EXPECT_THAT(error(base, {"optimizer.lr"}), HasSubstr("--set optimizer.lr: expected key=value"));
   EXPECT_THAT(error(base, {"optimizer..lr=1"}), HasSubstr("malformed key 'optimizer..lr'"));
   EXPECT_THAT(error(base, {"schedule.milestones=[2,4"}),
@@ -284,7 +298,9 @@ TEST_F(ConfigTest, BadOverrides) {
   // A bad value from --set is reported against the --set, not a line of the file.
   EXPECT_THAT(error(base, {"epochs=three"}),
               HasSubstr("--set epochs=three: key 'epochs': expected a positive integer, got 'three'"));
-  EXPECT_THAT(error(base, {"optimizer.momentum=2"}), HasSubstr("--set optimizer.momentum=2: key 'optimizer.momentum'"));
-  EXPECT_THAT(error("model: {name: m}\noptimizer: sgd\n", {"optimizer.lr=0.1"}),
-              HasSubstr("cannot set a key inside 'optimizer', which the config gives as 'sgd', not a mapping"));
+  EXPECT_THAT(error(base, {"optimizer.momentum=2"}),
+              HasSubstr("--set optimizer.momentum=2: key 'optimizer.momentum'"));
+  EXPECT_THAT(
+      error("model: {name: m}\noptimizer: sgd\n", {"optimizer.lr=0.1"}),
+      HasSubstr("cannot set a key inside 'optimizer', which the config gives as 'sgd', not a mapping"));
 }

@@ -171,7 +171,9 @@ TEST(Idx, TruncatedData) {
     std::string path = dir.file(gz ? "t.gz" : "t");
     (gz ? write_gz : write_raw)(path, file);
     std::string message = error_of([&] { idx_read_images(path); });
-    EXPECT_THAT(message, HasSubstr(path + ": truncated: header says 3 images of 2x4 (40 bytes) but the file has 21 bytes"));
+    EXPECT_THAT(
+        message,
+        HasSubstr(path + ": truncated: header says 3 images of 2x4 (40 bytes) but the file has 21 bytes"));
   }
   write_raw(dir.file("l"), labels_file({1, 2}, 5));
   EXPECT_THAT(error_of([&] { idx_read_labels(dir.file("l"), 10); }),
@@ -184,8 +186,10 @@ TEST(Idx, TrailingBytes) {
   for (bool gz : {false, true}) {
     std::string path = dir.file(gz ? "t.gz" : "t");
     (gz ? write_gz : write_raw)(path, file);
-    EXPECT_THAT(error_of([&] { idx_read_images(path); }),
-                HasSubstr(path + ": trailing bytes: header says 1 images of 2x2 (20 bytes) but the file has 23 bytes"));
+    EXPECT_THAT(
+        error_of([&] { idx_read_images(path); }),
+        HasSubstr(path +
+                  ": trailing bytes: header says 1 images of 2x2 (20 bytes) but the file has 23 bytes"));
   }
 }
 
@@ -197,12 +201,16 @@ TEST(Idx, HugeClaimInSmallFileIsAnErrorNotAnAllocation) {
     std::string path = dir.file(gz ? "huge.gz" : "huge");
     (gz ? write_gz : write_raw)(path, file);
     std::string message = error_of([&] { idx_read_images(path); });
-    EXPECT_THAT(message, HasSubstr(path + ": truncated: header says 2147483648 images of 28x28 (1683627180048 bytes)"));
+    EXPECT_THAT(
+        message,
+        HasSubstr(path + ": truncated: header says 2147483648 images of 28x28 (1683627180048 bytes)"));
     EXPECT_THAT(message, HasSubstr("but the file has 1016 bytes"));
   }
   write_raw(dir.file("overflow"), images_file(0xffffffffu, 0xffffffffu, 0xffffffffu, {}));
-  EXPECT_THAT(error_of([&] { idx_read_images(dir.file("overflow")); }),
-              HasSubstr("header says 4294967295 images of 4294967295x4294967295, which does not fit in 64-bit sizes"));
+  EXPECT_THAT(
+      error_of([&] { idx_read_images(dir.file("overflow")); }),
+      HasSubstr(
+          "header says 4294967295 images of 4294967295x4294967295, which does not fit in 64-bit sizes"));
 }
 
 TEST(Idx, ZeroDimension) {
@@ -279,17 +287,20 @@ TEST(Mnist, CountMismatch) {
 }
 
 TEST(Mnist, MissingDirectoryAndFilesSayHowToGetTheData) {
-  EXPECT_THAT(error_of([] { load_mnist("/nonexistent/data/mnist", true); }),
-              HasSubstr("dataset directory '/nonexistent/data/mnist' not found; run tools/download_data.sh mnist "
-                        "(needs internet)"));
+  EXPECT_THAT(
+      error_of([] { load_mnist("/nonexistent/data/mnist", true); }),
+      HasSubstr("dataset directory '/nonexistent/data/mnist' not found; run tools/download_data.sh mnist "
+                "(needs internet)"));
   EXPECT_THAT(error_of([] { load_fashion_mnist("/nonexistent/fashion", false); }),
               HasSubstr("apt-get install dataset-fashion-mnist"));
   TempDir dir;
   write_split(dir, "train", {1}, true, 1);
   fs::remove(dir.file("train-labels-idx1-ubyte.gz"));
-  std::string message = error_of([&] { load_mnist_dir(dir.path(), true, normalization_mnist(), "get it somehow"); });
-  EXPECT_THAT(message, HasSubstr("dataset file not found: looked for " + dir.file("train-labels-idx1-ubyte.gz") +
-                                 " and " + dir.file("train-labels-idx1-ubyte") + "; get it somehow"));
+  std::string message =
+      error_of([&] { load_mnist_dir(dir.path(), true, normalization_mnist(), "get it somehow"); });
+  EXPECT_THAT(message,
+              HasSubstr("dataset file not found: looked for " + dir.file("train-labels-idx1-ubyte.gz") +
+                        " and " + dir.file("train-labels-idx1-ubyte") + "; get it somehow"));
 }
 
 TEST(Mnist, FashionMnistFromTheDebianPackage) {
@@ -348,7 +359,7 @@ TEST(Dataset, SampleToFloatNormalisesPerChannel) {
   dataset_check(d);
   float out[6];
   dataset_sample_to_float(d, 0, out);
-  const float expected[6] = {(0 - 0.5f) / 0.25f,       (0.2f - 0.5f) / 0.25f,       (1 - 0.5f) / 0.25f,
+  const float expected[6] = {(0 - 0.5f) / 0.25f,      (0.2f - 0.5f) / 0.25f,      (1 - 0.5f) / 0.25f,
                              (0 - 0.1307f) / 0.3081f, (0.2f - 0.1307f) / 0.3081f, (1 - 0.1307f) / 0.3081f};
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(out[i], expected[i], 1e-5) << i;
 }
@@ -356,7 +367,8 @@ TEST(Dataset, SampleToFloatNormalisesPerChannel) {
 TEST(Dataset, CheckRejectsInconsistentFields) {
   Dataset d = indexed_dataset(4);
   d.labels[2] = 4;
-  EXPECT_THAT(error_of([&] { dataset_check(d); }), HasSubstr("label 4 of sample 2 is out of range, expected 0..3"));
+  EXPECT_THAT(error_of([&] { dataset_check(d); }),
+              HasSubstr("label 4 of sample 2 is out of range, expected 0..3"));
   d = indexed_dataset(4);
   d.images.pop_back();
   EXPECT_THAT(error_of([&] { dataset_check(d); }), HasSubstr("7 pixel bytes for 4 samples"));
@@ -508,7 +520,9 @@ TEST(Loader, ExplicitIndicesAreRespected) {
   EXPECT_EQ(epoch_labels(loader), (std::vector<std::vector<int64_t>>{{7, 2, 2}, {5}}));
   loader.start_epoch(std::vector<int64_t>{});
   EXPECT_TRUE(epoch_labels(loader).empty());
-  EXPECT_THAT(error_of([&] { loader.start_epoch(std::vector<int64_t>{1, 10}); }),
+  EXPECT_THAT(error_of([&] {
+                loader.start_epoch(std::vector<int64_t>{1, 10});
+              }),
               HasSubstr("index 10 at position 1 of the epoch is out of range, expected 0..9"));
 }
 
@@ -529,9 +543,7 @@ TEST(Loader, ImagesNormalisedAsByHand) {
 
 TEST(Loader, DestroyOrRestartMidEpoch) {
   Dataset d = make_synthetic(1, 28, 28, 10, 2000, 3);
-  {
-    Loader never_started(d, options_of(10));
-  }
+  { Loader never_started(d, options_of(10)); }
   {
     Loader loader(d, options_of(10, true, true, 0, 3));
     loader.start_epoch(0);

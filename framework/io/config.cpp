@@ -19,9 +19,9 @@ namespace {
 
 using Keys = std::vector<std::string>;
 
-const Keys kTopKeys = {"model",     "dataset",         "epochs",   "batch_size", "eval_batch_size",
-                       "threads",   "seed",            "label_smoothing", "log_every", "max_steps_per_epoch",
-                       "optimizer", "schedule",        "output"};
+const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size", "eval_batch_size",
+                       "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
+                       "optimizer", "schedule", "output"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size"}},
@@ -55,7 +55,9 @@ std::string join(const Keys& keys) {
   return out;
 }
 
-bool contains(const Keys& keys, const std::string& key) { return std::find(keys.begin(), keys.end(), key) != keys.end(); }
+bool contains(const Keys& keys, const std::string& key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
 
 std::string child_path(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;
@@ -63,7 +65,8 @@ std::string child_path(const std::string& prefix, const std::string& key) {
 
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
     case YAML::NodeType::Sequence:
     case YAML::NodeType::Map: {
       // Short ones in full ("[3, 2]"), long ones by kind.
@@ -73,7 +76,8 @@ std::string describe(const YAML::Node& node) {
       if (text.size() <= 60 && text.find('\n') == std::string::npos) return text;
       return node.IsSequence() ? "a list" : "a mapping";
     }
-    default: return "nothing (null)";
+    default:
+      return "nothing (null)";
   }
 }
 
@@ -114,14 +118,16 @@ class Reader {
     for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
       if (path == it->key || path.rfind(it->key + ".", 0) == 0) return "--set " + it->text;
     }
-    if (node.IsDefined() && !node.Mark().is_null()) return source_ + ":" + std::to_string(node.Mark().line + 1);
+    if (node.IsDefined() && !node.Mark().is_null())
+      return source_ + ":" + std::to_string(node.Mark().line + 1);
     return source_;
   }
 
   [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& message) const {
     DPT_FAIL() << where(node, path) << ": " << message;
   }
-  [[noreturn]] void fail_value(const YAML::Node& node, const std::string& path, const std::string& expected) const {
+  [[noreturn]] void fail_value(const YAML::Node& node, const std::string& path,
+                               const std::string& expected) const {
     fail(node, path, "key '" + path + "': expected " + expected + ", got " + describe(node));
   }
 
@@ -132,8 +138,9 @@ class Reader {
     for (const auto& pair : map) {
       const YAML::Node& key = pair.first;
       if (!key.IsScalar()) {
-        fail(key, path, (path.empty() ? "at the top level" : "in '" + path + "'") +
-                            std::string(": keys must be plain names, got ") + describe(key));
+        fail(key, path,
+             (path.empty() ? "at the top level" : "in '" + path + "'") +
+                 std::string(": keys must be plain names, got ") + describe(key));
       }
       const std::string name = key.Scalar();
       const std::string full = child_path(path, name);
@@ -142,7 +149,8 @@ class Reader {
       }
       int line = key.Mark().line + 1;
       if (!seen.emplace(name, line).second) {
-        fail(key, full, "duplicate key '" + full + "' (first given at line " + std::to_string(seen[name]) + ")");
+        fail(key, full,
+             "duplicate key '" + full + "' (first given at line " + std::to_string(seen[name]) + ")");
       }
     }
   }
@@ -154,20 +162,22 @@ class Reader {
     std::string hint;
     auto is_name = [&](const Override& o) { return o.key == path + ".name"; };
     if (std::any_of(overrides_.begin(), overrides_.end(), is_name)) {
-      hint = "; to switch " + kind + " with --set, give the whole section: --set " + path + "={name: " + name + ", ...}";
+      hint = "; to switch " + kind + " with --set, give the whole section: --set " + path +
+             "={name: " + name + ", ...}";
     }
     for (const auto& pair : map) {
       const std::string key = pair.first.Scalar();
       if (!contains(applicable, key)) {
         const std::string full = child_path(path, key);
         fail(pair.first, full,
-             "key '" + full + "' does not apply to " + kind + " '" + name + "' (its keys: " + join(applicable) + ")" +
-                 hint);
+             "key '" + full + "' does not apply to " + kind + " '" + name +
+                 "' (its keys: " + join(applicable) + ")" + hint);
       }
     }
   }
 
-  int64_t get_int(const YAML::Node& node, const std::string& path, int64_t min, const std::string& expected) const {
+  int64_t get_int(const YAML::Node& node, const std::string& path, int64_t min,
+                  const std::string& expected) const {
     int64_t value = 0;
     if (!parse_int(node, min, value)) fail_value(node, path, expected);
     return value;
@@ -198,7 +208,8 @@ class Reader {
 
   bool get_bool(const YAML::Node& node, const std::string& path) const {
     bool value = false;
-    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) fail_value(node, path, "true or false");
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value))
+      fail_value(node, path, "true or false");
     return value;
   }
 
@@ -211,7 +222,9 @@ class Reader {
                          const Keys& choices) const {
     std::string value = get_string(node, path);
     if (!contains(choices, value)) {
-      fail(node, path, "key '" + path + "': unknown " + kind + " '" + value + "' (expected one of: " + join(choices) + ")");
+      fail(node, path,
+           "key '" + path + "': unknown " + kind + " '" + value + "' (expected one of: " + join(choices) +
+               ")");
     }
     return value;
   }
@@ -243,18 +256,21 @@ Override override_apply(YAML::Node& root, const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream stream(o.key);
   for (std::string part; std::getline(stream, part, '.');) parts.push_back(part);
-  bool empty_part = o.key.back() == '.' || std::any_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); });
-  DPT_CHECK(!empty_part) << "--set " << text << ": malformed key '" << o.key << "', expected names joined by '.'";
+  bool empty_part =
+      o.key.back() == '.' || std::any_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); });
+  DPT_CHECK(!empty_part) << "--set " << text << ": malformed key '" << o.key
+                         << "', expected names joined by '.'";
 
   // The same rule as for the file: only `model` may hold keys the schema does not know.
   DPT_CHECK(contains(kTopKeys, parts[0]))
       << "--set " << text << ": unknown key '" << o.key << "' (expected one of: " << join(kTopKeys) << ")";
   auto section = kSectionKeys.find(parts[0]);
   if (parts[0] != "model" && parts.size() > 1) {
-    DPT_CHECK(section != kSectionKeys.end())
-        << "--set " << text << ": unknown key '" << o.key << "' ('" << parts[0] << "' holds a value, not keys)";
+    DPT_CHECK(section != kSectionKeys.end()) << "--set " << text << ": unknown key '" << o.key << "' ('"
+                                             << parts[0] << "' holds a value, not keys)";
     DPT_CHECK(parts.size() == 2 && contains(section->second, parts[1]))
-        << "--set " << text << ": unknown key '" << o.key << "' (expected one of: " << join(section->second) << ")";
+        << "--set " << text << ": unknown key '" << o.key << "' (expected one of: " << join(section->second)
+        << ")";
   }
 
   YAML::Node value;
@@ -294,8 +310,10 @@ DatasetConfig parse_dataset(const Reader& r, const YAML::Node& given) {
   r.check_applicable(map, "dataset", "dataset", d.name, kDatasetKeys.at(d.name));
   if (d.name == "synthetic") {
     if (map["shape"]) {
-      d.shape = r.get_int_list(map["shape"], "dataset.shape", 1, "3 positive integers [channels, height, width]");
-      if (d.shape.size() != 3) r.fail_value(map["shape"], "dataset.shape", "3 positive integers [channels, height, width]");
+      d.shape =
+          r.get_int_list(map["shape"], "dataset.shape", 1, "3 positive integers [channels, height, width]");
+      if (d.shape.size() != 3)
+        r.fail_value(map["shape"], "dataset.shape", "3 positive integers [channels, height, width]");
     }
     if (map["classes"]) d.classes = r.get_int(map["classes"], "dataset.classes", 2, "an integer >= 2");
     if (map["size"]) d.size = r.get_int(map["size"], "dataset.size", 1, "a positive integer");
@@ -320,21 +338,25 @@ OptimizerConfig parse_optimizer(const Reader& r, const YAML::Node& given) {
   }
   if (m["lr"]) o.lr = r.get_double(m["lr"], "optimizer.lr", 0, INFINITY, true, false, "a number > 0");
   if (m["weight_decay"]) {
-    o.weight_decay = r.get_double(m["weight_decay"], "optimizer.weight_decay", 0, INFINITY, false, false, "a number >= 0");
+    o.weight_decay =
+        r.get_double(m["weight_decay"], "optimizer.weight_decay", 0, INFINITY, false, false, "a number >= 0");
   }
-  if (m["no_decay_bias_bn"]) o.no_decay_bias_bn = r.get_bool(m["no_decay_bias_bn"], "optimizer.no_decay_bias_bn");
+  if (m["no_decay_bias_bn"])
+    o.no_decay_bias_bn = r.get_bool(m["no_decay_bias_bn"], "optimizer.no_decay_bias_bn");
   if (m["momentum"]) {
     o.momentum = r.get_double(m["momentum"], "optimizer.momentum", 0, 1, false, true, "a number in [0, 1)");
   }
   if (m["nesterov"]) o.nesterov = r.get_bool(m["nesterov"], "optimizer.nesterov");
   if (o.name == "sgd" && o.nesterov && o.momentum == 0) {
-    r.fail(m["nesterov"], "optimizer.nesterov", "key 'optimizer.nesterov': Nesterov momentum needs momentum > 0");
+    r.fail(m["nesterov"], "optimizer.nesterov",
+           "key 'optimizer.nesterov': Nesterov momentum needs momentum > 0");
   }
   if (m["betas"]) {
     const YAML::Node& b = m["betas"];
     const std::string expected = "two numbers in [0, 1), e.g. [0.9, 0.999]";
     if (!b.IsSequence() || b.size() != 2) r.fail_value(b, "optimizer.betas", expected);
-    for (size_t i = 0; i < 2; ++i) o.betas[i] = r.get_double(b[i], "optimizer.betas", 0, 1, false, true, expected);
+    for (size_t i = 0; i < 2; ++i)
+      o.betas[i] = r.get_double(b[i], "optimizer.betas", 0, 1, false, true, expected);
   }
   if (m["eps"]) o.eps = r.get_double(m["eps"], "optimizer.eps", 0, INFINITY, true, false, "a number > 0");
   return o;
@@ -357,9 +379,11 @@ ScheduleConfig parse_schedule(const Reader& r, const YAML::Node& map, double lr)
     }
   }
   if (s.name == "multistep" && s.milestones.empty()) {
-    r.fail(map, "schedule", "schedule 'multistep' needs key 'schedule.milestones' (a list of epochs, e.g. [30, 60])");
+    r.fail(map, "schedule",
+           "schedule 'multistep' needs key 'schedule.milestones' (a list of epochs, e.g. [30, 60])");
   }
-  if (map["gamma"]) s.gamma = r.get_double(map["gamma"], "schedule.gamma", 0, 1, true, false, "a number in (0, 1]");
+  if (map["gamma"])
+    s.gamma = r.get_double(map["gamma"], "schedule.gamma", 0, 1, true, false, "a number in (0, 1]");
   if (map["min_lr"]) {
     s.min_lr = r.get_double(map["min_lr"], "schedule.min_lr", 0, lr, false, false,
                             "a number in [0, optimizer.lr = " + format_double(lr) + "]");
@@ -370,14 +394,18 @@ ScheduleConfig parse_schedule(const Reader& r, const YAML::Node& map, double lr)
 Config parse_config(const Reader& r, const YAML::Node& root, const std::string& path) {
   Config c;
   c.source = path;
-  if (!root.IsDefined() || root.IsNull()) r.fail(root, "", "the config is empty; it needs at least model: {name: ...}");
+  if (!root.IsDefined() || root.IsNull())
+    r.fail(root, "", "the config is empty; it needs at least model: {name: ...}");
   if (!root.IsMap()) r.fail(root, "", "expected a mapping of keys at the top level, got " + describe(root));
   r.check_keys(root, "", kTopKeys);
 
   const YAML::Node& model = root["model"];
-  if (!model) r.fail(root, "model", "missing key 'model' (a mapping with the model's registry name, e.g. {name: mnist_cnn})");
+  if (!model)
+    r.fail(root, "model",
+           "missing key 'model' (a mapping with the model's registry name, e.g. {name: mnist_cnn})");
   if (!model.IsMap()) r.fail_value(model, "model", "a mapping with at least 'name', e.g. {name: mnist_cnn}");
-  if (!model["name"]) r.fail(model, "model.name", "missing key 'model.name' (the model's registry name, e.g. mnist_cnn)");
+  if (!model["name"])
+    r.fail(model, "model.name", "missing key 'model.name' (the model's registry name, e.g. mnist_cnn)");
   c.model.name = r.get_string(model["name"], "model.name");
   c.model.node = YAML::Clone(model);
 
@@ -386,15 +414,20 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   const std::string non_negative = "a non-negative integer";
   if (root["epochs"]) c.epochs = r.get_int(root["epochs"], "epochs", 1, positive);
   if (root["batch_size"]) c.batch_size = r.get_int(root["batch_size"], "batch_size", 1, positive);
-  if (root["eval_batch_size"]) c.eval_batch_size = r.get_int(root["eval_batch_size"], "eval_batch_size", 1, positive);
-  if (root["threads"]) c.threads = r.get_int(root["threads"], "threads", 0, non_negative + " (0 = this process's share of the cores)");
+  if (root["eval_batch_size"])
+    c.eval_batch_size = r.get_int(root["eval_batch_size"], "eval_batch_size", 1, positive);
+  if (root["threads"])
+    c.threads =
+        r.get_int(root["threads"], "threads", 0, non_negative + " (0 = this process's share of the cores)");
   if (root["seed"]) c.seed = r.get_u64(root["seed"], "seed");
   if (root["label_smoothing"]) {
-    c.label_smoothing = r.get_double(root["label_smoothing"], "label_smoothing", 0, 1, false, true, "a number in [0, 1)");
+    c.label_smoothing =
+        r.get_double(root["label_smoothing"], "label_smoothing", 0, 1, false, true, "a number in [0, 1)");
   }
   if (root["log_every"]) c.log_every = r.get_int(root["log_every"], "log_every", 1, positive);
   if (root["max_steps_per_epoch"]) {
-    c.max_steps_per_epoch = r.get_int(root["max_steps_per_epoch"], "max_steps_per_epoch", 0, non_negative + " (0 = all)");
+    c.max_steps_per_epoch =
+        r.get_int(root["max_steps_per_epoch"], "max_steps_per_epoch", 0, non_negative + " (0 = all)");
   }
   c.optimizer = parse_optimizer(r, root["optimizer"]);
   c.schedule = parse_schedule(r, root["schedule"], c.optimizer.lr);
@@ -412,7 +445,8 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::error_code ec;
   DPT_CHECK(std::filesystem::exists(path, ec)) << "config file '" << path << "' not found";
-  DPT_CHECK(std::filesystem::is_regular_file(path, ec)) << "config file '" << path << "' is not a regular file";
+  DPT_CHECK(std::filesystem::is_regular_file(path, ec))
+      << "config file '" << path << "' is not a regular file";
   std::ifstream file(path);
   DPT_CHECK(file) << "config file '" << path << "' cannot be read";
   std::stringstream text;
@@ -437,7 +471,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 std::string config_to_yaml(const Config& c) {
   YAML::Emitter out;
-  auto number = [&](const char* key, double v) { out << YAML::Key << key << YAML::Value << format_double(v); };
+  auto number = [&](const char* key, double v) {
+    out << YAML::Key << key << YAML::Value << format_double(v);
+  };
   out << YAML::BeginMap;
   out << YAML::Key << "model" << YAML::Value << c.model.node;
 

@@ -29,9 +29,9 @@ struct DatasetConfig {
 };
 
 struct OptimizerConfig {
-  std::string name = "sgd";  // sgd | adamw
-  double lr = 0.1;           // default 0.1 for sgd, 0.001 for adamw
-  double weight_decay = 0;   // default 0 for sgd, 0.01 for adamw (decoupled)
+  std::string name = "sgd";      // sgd | adamw
+  double lr = 0.1;               // default 0.1 for sgd, 0.001 for adamw
+  double weight_decay = 0;       // default 0 for sgd, 0.01 for adamw (decoupled)
   bool no_decay_bias_bn = true;  // no weight decay on biases and batch-norm parameters
   // sgd
   double momentum = 0.9;
@@ -59,9 +59,9 @@ struct Config {
   ModelConfig model;
   DatasetConfig dataset;
   int64_t epochs = 1;
-  int64_t batch_size = 128;         // per process
-  int64_t eval_batch_size = 1000;   // per process
-  int64_t threads = 0;              // compute threads per process; 0 = its share of the cores
+  int64_t batch_size = 128;        // per process
+  int64_t eval_batch_size = 1000;  // per process
+  int64_t threads = 0;             // compute threads per process; 0 = its share of the cores
   uint64_t seed = 0;
   double label_smoothing = 0;       // in [0, 1)
   int64_t log_every = 50;           // steps
@@ -69,7 +69,7 @@ struct Config {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   OutputConfig output;
-  std::string source;               // the file it was read from
+  std::string source;  // the file it was read from
 };
 
 // Reads `path`, applies each override "a.b=value" (the value parsed as YAML, so lists and
