@@ -1,0 +1,147 @@
+// oneDNN batch normalisation on plain NCHW tensors. On nchw oneDNN has only a plain C++
+// kernel (ncsp_bnorm): N=128, 32 channels, 28x28, 2 threads, forward 2.5 ms, backward
+// 4.4 ms; its JIT kernel on nChw16c takes 0.23 and 0.26 ms, and the reorders about
+// 0.13 ms each. So nChw16c with reorders, from 8 channels up.
+#include "backend/cpu/batchnorm.h"
+
+#include <cstring>
+
+#include "backend/cpu/onednn.h"
+
+namespace dpt::cpu {
+namespace {
+
+using namespace onednn;
+using dnnl::normalization_flags;
+using dnnl::prop_kind;
+
+struct Geometry {
+  memory::desc plain, work, channel;  // work: the layout normalised in
+  normalization_flags flags;
+};
+
+Geometry geometry_of(const Shape& x, const BatchNormParams& p) {
+  memory::dims dims = dims_of(x);
+  normalization_flags flags = normalization_flags::use_scale | normalization_flags::use_shift;
+  if (p.use_global_stats) flags = flags | normalization_flags::use_global_stats;
+  if (p.relu) flags = flags | normalization_flags::fuse_norm_relu;
+  return {plain_desc(dims, Tag::nchw), plain_desc(dims, x[1] >= 8 ? Tag::nChw16c : Tag::nchw),
+          plain_desc({x[1]}, Tag::x), flags};
+}
+
+std::string key_of(const char* op, const Shape& x, const BatchNormParams& p, bool training) {
+  float eps = p.eps;
+  int32_t eps_bits;
+  std::memcpy(&eps_bits, &eps, sizeof eps_bits);
+  return cache_key(op, {x[0], x[1], x[2], x[3], eps_bits, p.use_global_stats, p.relu, training});
+}
+
+dnnl::batch_normalization_forward::primitive_desc forward_pd(const Geometry& g, float eps, prop_kind prop) {
+  return dnnl::batch_normalization_forward::primitive_desc(
+      dnnl::batch_normalization_forward::desc(prop, g.work, eps, g.flags), Context::cpu().engine());
+}
+
+struct ForwardEntry {
+  dnnl::batch_normalization_forward bn;
+  Bridge src, dst;
+  memory::desc workspace;
+};
+
+struct BackwardEntry {
+  dnnl::batch_normalization_backward bn;
+  Bridge src, diff_dst, diff_src;
+  memory::desc workspace;
+};
+
+// Training (forward_training) whenever batch statistics are computed or a backward
+// needs the ReLU mask; inference otherwise.
+std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormParams& p, bool training) {
+  return Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x, p, training), [&] {
+    Geometry g = geometry_of(x, p);
+    auto pd = forward_pd(g, p.eps, training ? prop_kind::forward_training : prop_kind::forward_inference);
+    return std::make_shared<ForwardEntry>(ForwardEntry{dnnl::batch_normalization_forward(pd),
+                                                       bridge_make(g.plain, pd.src_desc(), Direction::in),
+                                                       bridge_make(g.plain, pd.dst_desc(), Direction::out),
+                                                       pd.workspace_desc()});
+  });
+}
+
+memory channel_memory(const Tensor& t) {
+  return memory(plain_desc({t.numel()}, Tag::x), Context::cpu().engine(), t.raw_data());
+}
+
+}  // namespace
+
+size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p) {
+  if (!p.relu) return 0;
+  return forward_entry(x_shape, p, true)->workspace.get_size();
+}
+
+void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                        const Tensor& var, const BatchNormParams& p, const Tensor& out, const Tensor& workspace) {
+  bool training = !p.use_global_stats || workspace.defined();
+  auto entry = forward_entry(x.shape(), p, training);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
+                                       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)},
+                                       {DNNL_ARG_SCALE, channel_memory(weight)},
+                                       {DNNL_ARG_SHIFT, channel_memory(bias)},
+                                       {DNNL_ARG_MEAN, channel_memory(mean)},
+                                       {DNNL_ARG_VARIANCE, channel_memory(var)}};
+  if (training && entry->workspace.get_size() > 0) {
+    DPT_CHECK(workspace.defined() &&
+              workspace.numel() * dtype_size(workspace.dtype()) >= entry->workspace.get_size())
+        << "batch_norm2d: fused ReLU in training needs a workspace of " << entry->workspace.get_size() << " bytes";
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), workspace.raw_data());
+  }
+  execute(entry->bn, args);
+  bridge_out(entry->dst, args[DNNL_ARG_DST], out.raw_data());
+}
+
+void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
+                         const Tensor& mean, const Tensor& var, const BatchNormParams& p, const Tensor& workspace,
+                         const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+  auto entry = Context::cpu().cached<BackwardEntry>(key_of("bn_bwd", x.shape(), p, true), [&] {
+    Geometry g = geometry_of(x.shape(), p);
+    auto hint = forward_pd(g, p.eps, prop_kind::forward_training);
+    dnnl::batch_normalization_backward::primitive_desc pd(
+        dnnl::batch_normalization_backward::desc(prop_kind::backward, g.work, g.work, p.eps, g.flags),
+        Context::cpu().engine(), hint);
+    return std::make_shared<BackwardEntry>(BackwardEntry{
+        dnnl::batch_normalization_backward(pd), bridge_make(g.plain, pd.src_desc(), Direction::in),
+        bridge_make(g.plain, pd.diff_dst_desc(), Direction::in), bridge_make(g.plain, pd.diff_src_desc(), Direction::out),
+        pd.workspace_desc()});
+  });
+  memory diff_src = bridge_out_memory(entry->diff_src, grad_x.raw_data(), Scratch::diff_src);
+  // oneDNN 2.6 wants SHIFT at backward too (execution fails without it), though unused.
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
+      {DNNL_ARG_DIFF_DST, bridge_in(entry->diff_dst, grad_out.raw_data(), Scratch::diff_dst)},
+      {DNNL_ARG_SCALE, channel_memory(weight)},
+      {DNNL_ARG_SHIFT, channel_memory(bias)},
+      {DNNL_ARG_MEAN, channel_memory(mean)},
+      {DNNL_ARG_VARIANCE, channel_memory(var)},
+      {DNNL_ARG_DIFF_SRC, diff_src},
+      {DNNL_ARG_DIFF_SCALE, channel_memory(grad_weight)},
+      {DNNL_ARG_DIFF_SHIFT, channel_memory(grad_bias)}};
+  if (entry->workspace.get_size() > 0) {
+    DPT_CHECK(workspace.defined()) << "batch_norm2d backward: fused ReLU without the forward's workspace";
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), workspace.raw_data());
+  }
+  execute(entry->bn, args);
+  bridge_out(entry->diff_src, diff_src, grad_x.raw_data());
+}
+
+void batch_norm_update_running(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
+                               const Tensor& var, float momentum, int64_t count) {
+  float* rm = running_mean.data<float>();
+  float* rv = running_var.data<float>();
+  const float* m = mean.data<float>();
+  const float* v = var.data<float>();
+  double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+  for (int64_t c = 0; c < mean.numel(); ++c) {
+    rm[c] = (1.0f - momentum) * rm[c] + momentum * m[c];
+    rv[c] = (1.0f - momentum) * rv[c] + momentum * static_cast<float>(v[c] * unbias);
+  }
+}
+
+}  // namespace dpt::cpu

@@ -1,0 +1,42 @@
+// Batch normalisation over N, H, W per channel on CPU with oneDNN, forward and backward,
+// optionally with a ReLU fused after it (oneDNN's fuse_norm_relu).
+#pragma once
+
+#include <cstddef>
+
+#include "core/tensor.h"
+
+namespace dpt::cpu {
+
+struct BatchNormParams {
+  float eps = 1e-5f;
+  bool use_global_stats = false;  // normalise with given mean/var (eval) instead of batch stats
+  bool relu = false;              // out = max(0, bn(x))
+};
+
+// Bytes of the workspace a forward must leave for batch_norm_backward (the ReLU mask;
+// 0 without relu).
+size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p);
+
+// Requires: contiguous f32: x [N, C, H, W], out like x, weight, bias, mean, var [C];
+// workspace undefined (no backward will follow) or of batch_norm_workspace_bytes.
+// Ensures: out = weight (x - mean) / sqrt(var + eps) + bias (then ReLU). Without
+// use_global_stats, mean and var are outputs: the batch mean and biased variance; with
+// it, they are inputs.
+void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                        const Tensor& var, const BatchNormParams& p, const Tensor& out, const Tensor& workspace);
+
+// Requires: the tensors the forward used (mean, var as it left them; its workspace when
+// relu), grad_out like x; outputs contiguous: grad_x like x, grad_weight, grad_bias [C].
+// Ensures: all three overwritten with the gradients.
+void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
+                         const Tensor& mean, const Tensor& var, const BatchNormParams& p, const Tensor& workspace,
+                         const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias);
+
+// Requires: running_mean, running_var, mean, var contiguous [C]; count = N H W > 1.
+// Ensures: running = (1 - momentum) running + momentum batch, with the variance made
+// unbiased (var count / (count - 1)) first, as PyTorch does.
+void batch_norm_update_running(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
+                               const Tensor& var, float momentum, int64_t count);
+
+}  // namespace dpt::cpu

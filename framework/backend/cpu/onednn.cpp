@@ -1,0 +1,131 @@
+// The oneDNN CPU context, layout bridges and per-thread scratch buffers (see onednn.h).
+#include "backend/cpu/onednn.h"
+
+#include <array>
+#include <cstdlib>
+
+namespace dpt::cpu::onednn {
+
+Context::Context() : engine_(dnnl::engine::kind::cpu, 0) {}
+
+Context& Context::cpu() {
+  static Context context;
+  return context;
+}
+
+dnnl::stream& Context::stream() {
+  thread_local dnnl::stream stream(engine_);
+  return stream;
+}
+
+std::string cache_key(const char* op, std::initializer_list<int64_t> values) {
+  std::string key(op);
+  key += ':';
+  for (int64_t v : values) {
+    key += std::to_string(v);
+    key += ',';
+  }
+  return key;
+}
+
+memory::dims dims_of(const Shape& shape) { return memory::dims(shape.begin(), shape.end()); }
+
+memory::desc plain_desc(const memory::dims& dims, Tag tag) {
+  return memory::desc(dims, memory::data_type::f32, tag);
+}
+
+memory::desc plain_desc(const Shape& shape) {
+  static constexpr Tag tags[] = {Tag::undef, Tag::a, Tag::ab, Tag::abc, Tag::abcd, Tag::abcde};
+  DPT_CHECK(!shape.empty() && shape.size() <= 5) << "oneDNN kernels take 1-D to 5-D tensors, got "
+                                                 << shape_str(shape);
+  return plain_desc(dims_of(shape), tags[shape.size()]);
+}
+
+namespace {
+
+// One growable 64-byte aligned buffer.
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ~ScratchBuffer() { std::free(data_); }
+
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      std::free(data_);
+      bytes_ = (bytes + 4095) / 4096 * 4096;
+      data_ = std::aligned_alloc(64, bytes_);
+      if (!data_) {
+        bytes_ = 0;
+        throw Error("out of host memory allocating a " + std::to_string(bytes) + "-byte oneDNN layout buffer");
+      }
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace
+
+void* scratch(Scratch slot, size_t bytes) {
+  thread_local std::array<ScratchBuffer, static_cast<size_t>(Scratch::count)> buffers;
+  return buffers[static_cast<size_t>(slot)].get(bytes);
+}
+
+Bridge bridge_make(const memory::desc& plain, const memory::desc& chosen, Direction direction) {
+  Bridge b{plain, chosen, {}, {}};
+  if (b.same()) return b;
+  const dnnl::engine& engine = Context::cpu().engine();
+  if (direction == Direction::in)
+    b.to_chosen = dnnl::reorder(dnnl::reorder::primitive_desc(engine, plain, engine, chosen));
+  else
+    b.to_plain = dnnl::reorder(dnnl::reorder::primitive_desc(engine, chosen, engine, plain));
+  return b;
+}
+
+memory bridge_in(const Bridge& b, const void* data, Scratch slot) {
+  const dnnl::engine& engine = Context::cpu().engine();
+  // oneDNN takes handles as void*; inputs are only read.
+  memory user(b.plain, engine, const_cast<void*>(data));
+  if (b.same()) return user;
+  memory chosen(b.chosen, engine, scratch(slot, b.chosen.get_size()));
+  execute(b.to_chosen, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, chosen}});
+  return chosen;
+}
+
+memory bridge_out_memory(const Bridge& b, void* data, Scratch slot) {
+  const dnnl::engine& engine = Context::cpu().engine();
+  if (b.same()) return memory(b.plain, engine, data);
+  return memory(b.chosen, engine, scratch(slot, b.chosen.get_size()));
+}
+
+void bridge_out(const Bridge& b, const memory& written, void* data) {
+  if (b.same()) return;
+  memory user(b.plain, Context::cpu().engine(), data);
+  execute(b.to_plain, {{DNNL_ARG_FROM, written}, {DNNL_ARG_TO, user}});
+}
+
+void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
+  dnnl::stream& stream = Context::cpu().stream();
+  try {
+    p.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(std::string("oneDNN primitive failed: ") + e.what());
+  }
+}
+
+void relu_mask_backward(const Tensor& grad_out, const Tensor& out, const Tensor& result) {
+  const float* g = grad_out.data<float>();
+  const float* o = out.data<float>();
+  float* r = result.data<float>();
+  int64_t n = result.numel();
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) r[i] = o[i] > 0.0f ? g[i] : 0.0f;
+}
+
+}  // namespace dpt::cpu::onednn

@@ -1,0 +1,111 @@
+// What every oneDNN-backed CPU kernel shares: the CPU device context (engine, stream and a
+// cache of primitives keyed by op, shapes and parameters, so a primitive is created once
+// per shape), the bridge between our plain NCHW tensors and the blocked layouts oneDNN's
+// fast kernels choose, and the backward of a fused ReLU post-op.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/tensor.h"
+
+namespace dpt::cpu::onednn {
+
+using dnnl::memory;
+using Tag = dnnl::memory::format_tag;
+
+// One per CPU device (there is one: cpu:0). Scratchpads stay in oneDNN's default
+// "library" mode: each primitive holds a per-thread global scratchpad, so nothing is
+// allocated per call (the user-managed mode measured the same and needs more code).
+class Context {
+ public:
+  // Ensures: the same object for the life of the process.
+  static Context& cpu();
+
+  const dnnl::engine& engine() const { return engine_; }
+  // Ensures: a stream on engine(), one per calling thread (streams are not shared).
+  dnnl::stream& stream();
+
+  // Returns the object cached under `key`, creating it with make() on first use. T must
+  // be the same type for every use of a key (keys start with the op name to ensure it).
+  template <class T>
+  std::shared_ptr<T> cached(const std::string& key, const std::function<std::shared_ptr<T>()>& make) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = cache_.find(key);
+      if (it != cache_.end()) return std::static_pointer_cast<T>(it->second);
+    }
+    std::shared_ptr<T> made;
+    try {
+      made = make();  // outside the lock: primitive creation JITs code
+    } catch (const dnnl::error& e) {
+      throw Error("oneDNN has no primitive for " + key + " (" + e.what() + ")");
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Variable shapes (a short last batch, a sweep over sizes) must not grow it forever.
+    if (cache_.size() >= kCapacity) cache_.clear();
+    auto [it, inserted] = cache_.emplace(key, made);
+    return std::static_pointer_cast<T>(it->second);
+  }
+
+ private:
+  Context();
+  static constexpr size_t kCapacity = 1024;
+  dnnl::engine engine_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<void>> cache_;
+};
+
+// "conv_fwd:128,32,14,14,..." — the op name, then every number the primitive depends on.
+std::string cache_key(const char* op, std::initializer_list<int64_t> values);
+
+memory::dims dims_of(const Shape& shape);
+// Plain row-major descriptor of f32 data with this shape (nchw, oihw, nc, x, ...).
+memory::desc plain_desc(const Shape& shape);
+memory::desc plain_desc(const memory::dims& dims, Tag tag);
+
+// Temporary buffers for layout copies, grown on demand and reused, one set per thread:
+// the steady state allocates nothing. A slot is valid until the next call with the same
+// slot on this thread, so a kernel uses distinct slots for buffers alive at once.
+enum class Scratch { src, weights, dst, diff_dst, diff_src, diff_weights, extra, count };
+void* scratch(Scratch slot, size_t bytes);
+
+// A primitive argument seen from both sides: the layout our tensor has (plain) and the
+// layout the primitive chose (often blocked, e.g. nChw16c, where oneDNN's JIT kernels are
+// about twice as fast as on nchw). The reorders between them are created once, with the
+// primitive, and are empty when the layouts agree.
+struct Bridge {
+  memory::desc plain;
+  memory::desc chosen;
+  dnnl::reorder to_chosen;  // set when used as an input and layouts differ
+  dnnl::reorder to_plain;   // set when used as an output and layouts differ
+
+  bool same() const { return plain == chosen; }
+};
+
+enum class Direction { in, out };
+Bridge bridge_make(const memory::desc& plain, const memory::desc& chosen, Direction direction);
+
+// Input: memory in the chosen layout holding the plain data at `data` (a reorder into
+// scratch `slot` when the layouts differ; `data` itself otherwise).
+memory bridge_in(const Bridge& b, const void* data, Scratch slot);
+// Output: memory in the chosen layout for the primitive to write; bridge_out then
+// leaves the result, plain, at `data`.
+memory bridge_out_memory(const Bridge& b, void* data, Scratch slot);
+void bridge_out(const Bridge& b, const memory& written, void* data);
+
+// Runs a primitive on this thread's stream and waits for it.
+void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args);
+
+// Backward of a fused ReLU: result = grad_out where out > 0, else 0. One pass.
+// Requires: all three contiguous f32 with the same numel (result may alias grad_out).
+void relu_mask_backward(const Tensor& grad_out, const Tensor& out, const Tensor& result);
+
+}  // namespace dpt::cpu::onednn

@@ -1,0 +1,79 @@
+// conv2d: checks at the door, the oneDNN kernels in backend/cpu/conv.cpp, and a backward
+// that masks by the fused ReLU first and skips the passes no input needs.
+#include "ops/conv.h"
+
+#include "autograd/node.h"
+#include "backend/cpu/conv.h"
+#include "backend/cpu/onednn.h"
+#include "ops/device_check.h"
+
+namespace dpt {
+namespace {
+
+int64_t conv_out_size(int64_t in, int64_t kernel, const Conv2dOptions& o) {
+  return (in + 2 * o.padding - o.dilation * (kernel - 1) - 1) / o.stride + 1;
+}
+
+Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
+  check_cpu_f32("conv2d", {&x, &w});
+  if (bias.defined()) check_cpu_f32("conv2d", {&bias});
+  const Shape& xs = x.shape();
+  const Shape& ws = w.shape();
+  DPT_CHECK(x.dim() == 4) << "conv2d: input must be 4-D [N, C, H, W], got " << shape_str(xs);
+  DPT_CHECK(w.dim() == 4) << "conv2d: weight must be 4-D [OC, C/groups, KH, KW], got " << shape_str(ws);
+  DPT_CHECK(o.stride >= 1 && o.dilation >= 1 && o.padding >= 0 && o.groups >= 1)
+      << "conv2d: needs stride >= 1, dilation >= 1, padding >= 0, groups >= 1; got stride " << o.stride
+      << ", dilation " << o.dilation << ", padding " << o.padding << ", groups " << o.groups;
+  DPT_CHECK(xs[1] == ws[1] * o.groups) << "conv2d: input " << shape_str(xs) << " has " << xs[1]
+                                       << " channels but weight " << shape_str(ws) << " expects "
+                                       << ws[1] * o.groups << " (groups " << o.groups << ")";
+  DPT_CHECK(ws[0] % o.groups == 0) << "conv2d: weight " << shape_str(ws) << " has " << ws[0]
+                                   << " output channels, not divisible by groups " << o.groups;
+  if (bias.defined()) {
+    DPT_CHECK(bias.shape() == Shape{ws[0]}) << "conv2d: bias " << shape_str(bias.shape()) << " does not match weight "
+                                            << shape_str(ws) << ": expected [" << ws[0] << "]";
+  }
+  int64_t oh = conv_out_size(xs[2], ws[2], o), ow = conv_out_size(xs[3], ws[3], o);
+  DPT_CHECK(xs[0] > 0 && ws[0] > 0 && ws[2] > 0 && ws[3] > 0 && oh > 0 && ow > 0)
+      << "conv2d: input " << shape_str(xs) << " with padding " << o.padding << " is smaller than weight "
+      << shape_str(ws) << " with dilation " << o.dilation << " (or a size is 0)";
+  return {xs[0], ws[0], oh, ow};
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Conv2dOptions& options,
+              bool fuse_relu) {
+  Shape out_shape = conv2d_check(x_in, w_in, bias_in, options);
+  Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
+  cpu::ConvParams params{options.stride, options.padding, options.dilation, options.groups};
+  Tensor out = Tensor::empty(out_shape);
+  cpu::conv2d_forward(x, w, bias, params, fuse_relu, out);
+
+  bool need_x = x_in.requires_grad(), need_w = w_in.requires_grad();
+  bool need_b = bias_in.defined() && bias_in.requires_grad();
+  // Save only what the wanted gradients read: w for dL/dx, x for dL/dw and dL/dbias.
+  autograd::record(
+      "conv2d", out, {x_in, w_in, bias_in},
+      [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
+       out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(), params, need_x, need_w,
+       need_b](const Tensor& grad_out) {
+        check_cpu_f32("conv2d backward", {&grad_out});
+        Tensor g = grad_out.contiguous();
+        if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
+          Tensor masked = Tensor::empty(g.shape());
+          cpu::onednn::relu_mask_backward(g, out, masked);
+          g = masked;
+        }
+        std::vector<Tensor> grads(3);
+        if (need_x) grads[0] = Tensor::empty(x_shape);
+        if (need_w) grads[1] = Tensor::empty(w_shape);
+        if (need_b) grads[2] = Tensor::empty({w_shape[0]});
+        cpu::conv2d_backward(x_shape, w_shape, x, w, g, params, grads[0], grads[1], grads[2]);
+        return grads;
+      });
+  return out;
+}
+
+}  // namespace dpt

@@ -1,0 +1,79 @@
+// batch_norm2d: checks, the oneDNN kernels in backend/cpu/batchnorm.cpp, the running
+// statistics update, and a backward that reuses the forward's statistics and ReLU mask.
+#include "ops/norm.h"
+
+#include "autograd/node.h"
+#include "backend/cpu/batchnorm.h"
+#include "ops/device_check.h"
+
+namespace dpt {
+namespace {
+
+void check_channel_tensor(const char* what, const Tensor& t, const Shape& x_shape, bool contiguous) {
+  check_cpu_f32("batch_norm2d", {&t});
+  DPT_CHECK(t.shape() == Shape{x_shape[1]}) << "batch_norm2d: " << what << " " << shape_str(t.shape())
+                                            << " does not match input " << shape_str(x_shape) << ": expected ["
+                                            << x_shape[1] << "]";
+  DPT_CHECK(!contiguous || t.is_contiguous()) << "batch_norm2d: " << what << " must be contiguous (updated in place)";
+}
+
+}  // namespace
+
+Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Tensor& running_mean,
+                    const Tensor& running_var, bool training, const BatchNormOptions& options, bool fuse_relu) {
+  check_cpu_f32("batch_norm2d", {&x_in});
+  const Shape& xs = x_in.shape();
+  DPT_CHECK(x_in.dim() == 4) << "batch_norm2d: input must be 4-D [N, C, H, W], got " << shape_str(xs);
+  DPT_CHECK(weight_in.defined() && bias_in.defined()) << "batch_norm2d: weight and bias are required";
+  check_channel_tensor("weight", weight_in, xs, false);
+  check_channel_tensor("bias", bias_in, xs, false);
+  bool track = running_mean.defined() || running_var.defined();
+  DPT_CHECK(!track || (running_mean.defined() && running_var.defined()))
+      << "batch_norm2d: give both running_mean and running_var, or neither";
+  DPT_CHECK(training || track) << "batch_norm2d: eval mode needs running_mean and running_var";
+  if (track) {
+    check_channel_tensor("running_mean", running_mean, xs, true);
+    check_channel_tensor("running_var", running_var, xs, true);
+  }
+  int64_t count = xs[0] * xs[2] * xs[3];
+  DPT_CHECK(!training || count > 1) << "batch_norm2d: training needs more than one value per channel, input "
+                                    << shape_str(xs);
+
+  Tensor x = x_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
+  cpu::BatchNormParams params{options.eps, !training, fuse_relu};
+  Tensor mean, var;
+  if (training) {
+    mean = Tensor::empty({xs[1]});
+    var = Tensor::empty({xs[1]});
+  } else {  // a snapshot: the backward must see the statistics the forward used
+    mean = running_mean.clone();
+    var = running_var.clone();
+  }
+  bool record = autograd::needs_recording({x_in, weight_in, bias_in});
+  Tensor workspace;
+  if (record && fuse_relu) {
+    size_t bytes = cpu::batch_norm_workspace_bytes(xs, params);
+    if (bytes > 0) workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
+  }
+  Tensor out = Tensor::empty(xs);
+  cpu::batch_norm_forward(x, weight, bias, mean, var, params, out, workspace);
+  if (training && track) cpu::batch_norm_update_running(running_mean, running_var, mean, var, options.momentum, count);
+
+  bool need_x = x_in.requires_grad(), need_w = weight_in.requires_grad(), need_b = bias_in.requires_grad();
+  autograd::record("batch_norm2d", out, {x_in, weight_in, bias_in},
+                   [x = x.detach(), weight = weight.detach(), bias = bias.detach(), mean, var, params, workspace,
+                    need_x, need_w, need_b](const Tensor& grad_out) {
+                     check_cpu_f32("batch_norm2d backward", {&grad_out});
+                     Tensor g = grad_out.contiguous();
+                     // oneDNN computes all three at once; the unwanted ones are dropped.
+                     Tensor grad_x = Tensor::empty(x.shape());
+                     Tensor grad_w = Tensor::empty(weight.shape()), grad_b = Tensor::empty(bias.shape());
+                     cpu::batch_norm_backward(x, g, weight, bias, mean, var, params, workspace, grad_x, grad_w,
+                                              grad_b);
+                     return std::vector<Tensor>{need_x ? grad_x : Tensor(), need_w ? grad_w : Tensor(),
+                                                need_b ? grad_b : Tensor()};
+                   });
+  return out;
+}
+
+}  // namespace dpt

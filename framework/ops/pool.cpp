@@ -1,0 +1,70 @@
+// Pooling ops: checks, then the kernels in backend/cpu/pool.cpp. Max pooling's forward
+// keeps oneDNN's workspace (the argmax) only when a backward can follow.
+#include "ops/pool.h"
+
+#include "autograd/node.h"
+#include "backend/cpu/pool.h"
+#include "ops/device_check.h"
+
+namespace dpt {
+namespace {
+
+Tensor pool2d(cpu::PoolKind kind, const char* name, const Tensor& x_in, int64_t kernel, int64_t stride,
+              int64_t padding) {
+  check_cpu_f32(name, {&x_in});
+  DPT_CHECK(x_in.dim() == 4) << name << ": input must be 4-D [N, C, H, W], got " << shape_str(x_in.shape());
+  DPT_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && padding <= kernel / 2)
+      << name << ": needs kernel >= 1, stride >= 1 and 0 <= padding <= kernel / 2; got kernel " << kernel
+      << ", stride " << stride << ", padding " << padding;
+  const Shape& xs = x_in.shape();
+  int64_t oh = (xs[2] + 2 * padding - kernel) / stride + 1, ow = (xs[3] + 2 * padding - kernel) / stride + 1;
+  DPT_CHECK(xs[2] + 2 * padding >= kernel && xs[3] + 2 * padding >= kernel)
+      << name << ": input " << shape_str(xs) << " with padding " << padding << " is smaller than the " << kernel
+      << "x" << kernel << " window";
+  Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty({xs[0], xs[1], oh, ow});
+  if (out.numel() == 0) return out;
+  cpu::PoolParams params{kernel, stride, padding};
+  Tensor workspace;  // opaque bytes for the backward, sized by the kernel; none for average pooling
+  if (autograd::needs_recording({x_in})) {
+    size_t bytes = cpu::pool2d_workspace_bytes(kind, xs, out.shape(), params);
+    if (bytes > 0) workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
+  }
+  cpu::pool2d_forward(kind, x, params, out, workspace);
+  autograd::record(name, out, {x_in}, [kind, x_shape = xs, params, workspace](const Tensor& grad_out) {
+    check_cpu_f32("pool2d backward", {&grad_out});
+    Tensor g = grad_out.contiguous();
+    Tensor grad_x = Tensor::empty(x_shape);
+    cpu::pool2d_backward(kind, x_shape, g, params, workspace, grad_x);
+    return std::vector<Tensor>{grad_x};
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  return pool2d(cpu::PoolKind::max, "max_pool2d", x, kernel, stride, padding);
+}
+
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  return pool2d(cpu::PoolKind::avg, "avg_pool2d", x, kernel, stride, padding);
+}
+
+Tensor global_avg_pool2d(const Tensor& x_in) {
+  check_cpu_f32("global_avg_pool2d", {&x_in});
+  DPT_CHECK(x_in.dim() == 4 && x_in.size(2) > 0 && x_in.size(3) > 0)
+      << "global_avg_pool2d: input must be 4-D [N, C, H, W] with H, W >= 1, got " << shape_str(x_in.shape());
+  Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty({x.size(0), x.size(1)});
+  cpu::global_avg_pool2d_forward(x, out);
+  autograd::record("global_avg_pool2d", out, {x_in}, [x_shape = x.shape()](const Tensor& grad_out) {
+    check_cpu_f32("global_avg_pool2d backward", {&grad_out});
+    Tensor grad_x = Tensor::empty(x_shape);
+    cpu::global_avg_pool2d_backward(grad_out.contiguous(), grad_x);
+    return std::vector<Tensor>{grad_x};
+  });
+  return out;
+}
+
+}  // namespace dpt
