@@ -35,14 +35,6 @@ void expect_error_containing(Fn fn, const std::string& needle) {
   }
 }
 
-std::vector<float> random_floats(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-10.0f, 10.0f);
-  std::vector<float> values(n);
-  for (float& v : values) v = dist(rng);
-  return values;
-}
-
 }  // namespace
 
 #ifndef DPT_WITH_CUDA
@@ -63,6 +55,18 @@ TEST(CudaDevice, GpuTests) {
 #else  // DPT_WITH_CUDA
 
 using namespace dpt::cuda;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-10.0f, 10.0f);
+  std::vector<float> values(n);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+}  // namespace
 
 // Runs everywhere: without a device the count is 0 (no throw) and a CUDA tensor is a clear
 // error; with one, a device index past the last is the same kind of error.
