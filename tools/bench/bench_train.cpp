@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/rng.h"
 #include "core/threading.h"
 #include "models/registry.h"
 #include "ops/loss.h"

@@ -1,0 +1,120 @@
+// The train binary end to end: a short run on synthetic data writes its metrics files,
+// and every kind of bad input ends with one clear line on stderr and exit code 2.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string out, err;
+};
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* build = std::getenv("DPT_BUILD_DIR");
+    train_ = fs::path(build ? build : ".") / "train";
+    ASSERT_TRUE(fs::exists(train_)) << train_ << " not built (DPT_BUILD_DIR)";
+    dir_ = fs::temp_directory_path() / ("dpt_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+
+  Result train(const std::string& args) {
+    std::string cmd = train_.string() + " " + args + " >" + (dir_ / "out").string() + " 2>" + (dir_ / "err").string();
+    int status = std::system(cmd.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(dir_ / "out"), read_all(dir_ / "err")};
+  }
+
+  // Expects exit code 2 and exactly one line on stderr containing `needle`.
+  void expect_clear_error(const std::string& args, const std::string& needle) {
+    Result r = train(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(needle));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+
+  std::string synthetic_config(const std::string& extra = "") {
+    return "model: {name: mlp, hidden: [32]}\n"
+           "dataset: {name: synthetic, shape: [1, 8, 8], classes: 4, size: 512}\n"
+           "epochs: 2\nbatch_size: 32\nthreads: 1\n"
+           "optimizer: {name: sgd, lr: 0.1, momentum: 0.9}\n"
+           "output: {dir: " + (dir_ / "run").string() + "}\n" + extra;
+  }
+
+  fs::path train_;
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(TrainCli, ShortRunWritesMetricsAndSummary) {
+  Result r = train(write("ok.yaml", synthetic_config()).string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string metrics = read_all(dir_ / "run" / "metrics.jsonl");
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 2);
+  for (const char* key : {"\"epoch\": 2", "\"train_loss\"", "\"test_loss\"", "\"test_acc\"", "\"images_per_sec\"",
+                          "\"epoch_time_s\""})
+    EXPECT_THAT(metrics, HasSubstr(key));
+  std::string summary = read_all(dir_ / "run" / "summary.json");
+  for (const char* key : {"\"final_test_acc\"", "\"best_test_acc\"", "\"total_time_s\"", "\"images_per_sec\"",
+                          "\"world_size\": 1", "\"model\": \"mlp\"", "\"params\": 2212"})
+    EXPECT_THAT(summary, HasSubstr(key));
+}
+
+TEST_F(TrainCli, SetOverridesAKey) {
+  Result r = train(write("ok.yaml", synthetic_config()).string() + " --set epochs=1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string metrics = read_all(dir_ / "run" / "metrics.jsonl");
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 1);
+}
+
+TEST_F(TrainCli, BadConfigsAreOneLineAndExitCode2) {
+  expect_clear_error((dir_ / "missing.yaml").string(), "missing.yaml");
+  expect_clear_error(write("syntax.yaml", "model: {name: mlp\nepochs: [3\n").string(), "syntax.yaml");
+  expect_clear_error(write("unknown.yaml", synthetic_config("epochz: 3\n")).string(), "epochz");
+  expect_clear_error(write("type.yaml", synthetic_config() + "seed: banana\n").string(), "seed");
+  expect_clear_error(write("lr.yaml", synthetic_config()).string() + " --set optimizer.lr=-1", "lr");
+  expect_clear_error(write("batch.yaml", synthetic_config()).string() + " --set batch_size=0", "batch_size");
+  expect_clear_error(write("model.yaml", synthetic_config()).string() + " --set model.name=nope", "unknown model 'nope'");
+  expect_clear_error("", "no config file");
+}
+
+TEST_F(TrainCli, BadDataIsOneLineAndExitCode2) {
+  std::string base = "model: {name: mlp}\nepochs: 1\noutput: {dir: " + (dir_ / "run").string() + "}\n";
+  expect_clear_error(
+      write("nodata.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "nowhere").string() + "}\n").string(),
+      "nowhere");
+  // A data directory whose training images are cut short.
+  fs::create_directories(dir_ / "bad");
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                        "t10k-labels-idx1-ubyte"})
+    std::ofstream(dir_ / "bad" / f) << std::string("\x00\x00\x08\x03\x00\x00\x00\x10", 8);
+  expect_clear_error(write("bad.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "bad").string() + "}\n").string(),
+                     "bad");
+}
