@@ -88,10 +88,13 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
                                        {DNNL_ARG_MEAN, channel_memory(mean)},
                                        {DNNL_ARG_VARIANCE, channel_memory(var)}};
   if (training && entry->workspace.get_size() > 0) {
-    DPT_CHECK(workspace.defined() &&
-              workspace.numel() * dtype_size(workspace.dtype()) >= entry->workspace.get_size())
-        << "batch_norm2d: fused ReLU in training needs a workspace of " << entry->workspace.get_size() << " bytes";
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), workspace.raw_data());
+    // Batch statistics with a fused ReLU always write the mask; with no backward to
+    // follow it goes to scratch.
+    size_t bytes = entry->workspace.get_size();
+    DPT_CHECK(!workspace.defined() || workspace.numel() * dtype_size(workspace.dtype()) >= bytes)
+        << "batch_norm2d: workspace too small, need " << bytes << " bytes";
+    void* data = workspace.defined() ? workspace.raw_data() : scratch(Scratch::extra, bytes);
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), data);
   }
   execute(entry->bn, args);
   bridge_out(entry->dst, args[DNNL_ARG_DST], out.raw_data());
