@@ -1,16 +1,22 @@
-// train: the entry point. config -> data -> model -> optimizer -> epochs of train and
-// evaluate -> metrics.jsonl and summary.json. Any dpt::Error ends the run with one line
-// on stderr and exit code 2.
+// train: the entry point. config -> MPI -> data -> model (DDP when several ranks) ->
+// optimizer -> epochs of train and evaluate -> metrics.jsonl and summary.json (rank 0).
+// Any dpt::Error ends the run with one line on stderr and exit code 2; on several ranks
+// it ends every rank (MPI_Abort), so no rank waits forever on one that died.
 //
-//   build/train configs/default.yaml [--set key=value ...]
+//   mpirun -np 2 build/train configs/default.yaml [--set key=value ...]
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
+#include <thread>
+
 #include "autograd/node.h"
 #include "core/threading.h"
 #include "datasets/loader.h"
+#include "datasets/sampler.h"
+#include "distributed/ddp.h"
+#include "distributed/dist.h"
 #include "datasets/mnist.h"
 #include "datasets/synthetic.h"
 #include "io/config.h"
@@ -69,10 +75,19 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
 };
 
+// Sums values over all ranks (a no-op on one).
+std::vector<float> sum_over_ranks(std::vector<float> values) {
+  Tensor t = Tensor::from_vector(values, {static_cast<int64_t>(values.size())});
+  if (dist::info().world_size > 1) dist::world()->all_reduce(t, dist::ReduceOp::sum)->wait();
+  return t.to_vector();
+}
+
+// Each rank evaluates its shard of the test set; the totals are summed over ranks.
 EvalResult evaluate(nn::Module& model, data::Loader& loader) {
   autograd::NoGrad no_grad;
   model.eval();
-  loader.start_epoch(0);
+  const dist::InitInfo& world = dist::info();
+  loader.start_epoch(data::eval_shard(loader.dataset().size(), world.rank, world.world_size));
   data::Batch batch;
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
@@ -84,41 +99,69 @@ EvalResult evaluate(nn::Module& model, data::Loader& loader) {
     seen += n;
   }
   model.train();
-  return {loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen)};
+  std::vector<float> totals =
+      sum_over_ranks({static_cast<float>(loss_sum), static_cast<float>(correct), static_cast<float>(seen)});
+  return {totals[0] / totals[2], totals[1] / totals[2]};
+}
+
+// Threads per rank: the config's, else the CPUs this rank may use — all of them when
+// the launcher bound it to its share, else an even share of the machine.
+int compute_threads(int64_t configured) {
+  if (configured > 0) return static_cast<int>(configured);
+  int available = threads_available();
+  int machine = static_cast<int>(std::thread::hardware_concurrency());
+  if (available < machine) return available;
+  return std::max(1, available / dist::info().local_size);
 }
 
 int run(const io::Config& config) {
-  threads_set(static_cast<int>(config.threads));
+  const dist::InitInfo& world = dist::info();
+  const bool main_rank = world.rank == 0;
+  threads_set(compute_threads(config.threads));
   Data data = load_data(config.dataset, config.seed);
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
-  std::printf("model %s: %lld parameters, %d threads\n", config.model.name.c_str(),
-              static_cast<long long>(model->parameter_count()), threads_get());
+  if (main_rank)
+    std::printf("model %s: %lld parameters; %d rank(s) x %d threads, global batch %lld\n", config.model.name.c_str(),
+                static_cast<long long>(model->parameter_count()), world.world_size, threads_get(),
+                static_cast<long long>(config.batch_size * world.world_size));
+  if (world.world_size > 1) {
+    const io::DistributedConfig& d = config.distributed;
+    model = std::make_shared<dist::DistributedDataParallel>(
+        model, dist::world(),
+        dist::DdpOptions{.bucket_cap_mb = d.bucket_cap_mb, .find_unused_parameters = d.find_unused_parameters,
+                         .sync_bn = d.sync_bn});
+  }
 
   data::Loader train_loader(data.train, {.batch_size = config.batch_size, .shuffle = true, .drop_last = true,
                                          .seed = config.seed});
   data::Loader test_loader(data.test, {.batch_size = config.eval_batch_size, .shuffle = false, .drop_last = false,
                                        .seed = config.seed});
-  int64_t steps = train_loader.batches_per_epoch();
+  int64_t shard_size = (data.train.size() + world.world_size - 1) / world.world_size;
+  int64_t steps = train_loader.batch_count(shard_size);
   if (config.max_steps_per_epoch > 0) steps = std::min(steps, config.max_steps_per_epoch);
   DPT_CHECK(steps > 0) << "batch_size " << config.batch_size << " is larger than the training set ("
                        << data.train.size() << " samples)";
   auto optimizer = make_optimizer(config.optimizer, *model);
-  optim::LrSchedule schedule(static_cast<float>(config.optimizer.lr), schedule_options(config.schedule), steps,
-                             config.epochs);
+  float lr = static_cast<float>(config.optimizer.lr) * (config.lr_scaling == "linear" ? world.world_size : 1);
+  optim::LrSchedule schedule(lr, schedule_options(config.schedule), steps, config.epochs);
 
-  std::filesystem::create_directories(config.output.dir);
   std::string metrics_path = config.output.dir + "/metrics.jsonl";
-  std::filesystem::remove(metrics_path);
-  io::write_file(config.output.dir + "/config.yaml", io::config_to_yaml(config));
+  if (main_rank) {
+    std::filesystem::create_directories(config.output.dir);
+    std::filesystem::remove(metrics_path);
+    io::write_file(config.output.dir + "/config.yaml", io::config_to_yaml(config));
+  }
 
   io::Progress progress(config.epochs, config.log_every);
+  const int64_t global_batch = config.batch_size * world.world_size;
   double best_acc = 0, final_acc = 0, train_time = 0;
   int64_t train_images = 0;
   auto run_start = Clock::now();
   for (int64_t epoch = 0; epoch < config.epochs; ++epoch) {
     auto epoch_start = Clock::now();
-    train_loader.start_epoch(epoch);
+    train_loader.start_epoch(
+        data::train_shard(data.train.size(), config.seed, epoch, world.rank, world.world_size, true));
     data::Batch batch;
     double loss_sum = 0;
     int64_t step = 0;
@@ -130,25 +173,29 @@ int run(const io::Config& config) {
       loss_sum += loss.item();
       ++step;
       double elapsed = seconds_since(epoch_start);
-      double rate = static_cast<double>(step * config.batch_size) / elapsed;
-      double eta = elapsed / static_cast<double>(step) * static_cast<double>(steps * (config.epochs - epoch) - step);
-      progress.update(epoch + 1, step, steps, loss_sum / static_cast<double>(step), rate, eta);
+      if (main_rank) {
+        double rate = static_cast<double>(step * global_batch) / elapsed;
+        double eta = elapsed / static_cast<double>(step) * static_cast<double>(steps * (config.epochs - epoch) - step);
+        progress.update(epoch + 1, step, steps, loss_sum / static_cast<double>(step), rate, eta);
+      }
     }
-    progress.finish_line();
+    if (main_rank) progress.finish_line();
     double epoch_train_time = seconds_since(epoch_start);
     train_time += epoch_train_time;
-    train_images += step * config.batch_size;
+    train_images += step * global_batch;
+    double train_loss = sum_over_ranks({static_cast<float>(loss_sum / static_cast<double>(step))})[0] /
+                        static_cast<double>(world.world_size);
     EvalResult eval = evaluate(*model, test_loader);
     final_acc = eval.accuracy;
     best_acc = std::max(best_acc, eval.accuracy);
-    double images_per_sec = static_cast<double>(step * config.batch_size) / epoch_train_time;
+    double images_per_sec = static_cast<double>(step * global_batch) / epoch_train_time;
+    if (!main_rank) continue;
     std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
-                static_cast<long long>(epoch + 1), loss_sum / static_cast<double>(step), eval.loss, eval.accuracy,
-                images_per_sec);
+                static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
     std::fflush(stdout);
     io::append_line(metrics_path, io::JsonObject()
                                       .add("epoch", epoch + 1)
-                                      .add("train_loss", loss_sum / static_cast<double>(step))
+                                      .add("train_loss", train_loss)
                                       .add("test_loss", eval.loss)
                                       .add("test_acc", eval.accuracy)
                                       .add("images_per_sec", images_per_sec)
@@ -156,12 +203,13 @@ int run(const io::Config& config) {
                                       .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1)))
                                       .str());
   }
+  if (!main_rank) return 0;
   io::write_file(config.output.dir + "/summary.json", io::JsonObject()
                                                           .add("final_test_acc", final_acc)
                                                           .add("best_test_acc", best_acc)
                                                           .add("total_time_s", seconds_since(run_start))
                                                           .add("images_per_sec", train_images / train_time)
-                                                          .add("world_size", 1)
+                                                          .add("world_size", world.world_size)
                                                           .add("model", config.model.name)
                                                           .add("params", model->parameter_count())
                                                           .str() +
@@ -196,15 +244,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: no config file (usage: train CONFIG.yaml [--set key=value ...])\n");
     return 2;
   }
+  int code = 0;
+  std::string message;
   try {
-    return run(io::load_config(config_path, overrides));
+    dist::init();
+    code = run(io::load_config(config_path, overrides));
   } catch (const Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    code = 2;
+    message = e.what();
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    code = 1;
+    message = e.what();
   }
+  std::fflush(stdout);
+  if (code != 0 && dist::initialized() && dist::info().world_size > 1) dist::abort_all("error: " + message, code);
+  if (code != 0) std::fprintf(stderr, "error: %s\n", message.c_str());
+  dist::finalize();
+  return code;
 }

@@ -12,6 +12,8 @@ namespace {
 
 thread_local bool t_grad_enabled = true;
 thread_local uint64_t t_next_sequence_nr = 0;  // only the order within one graph matters
+thread_local bool t_in_backward = false;
+thread_local std::vector<std::function<void()>> t_final_callbacks;
 
 }  // namespace
 
@@ -71,7 +73,38 @@ void add_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook) {
   leaf.impl()->post_accumulate_hooks.push_back(std::move(hook));
 }
 
+void queue_callback(std::function<void()> callback) {
+  DPT_CHECK(t_in_backward) << "queue_callback: no backward pass is running on this thread";
+  t_final_callbacks.push_back(std::move(callback));
+}
+
+namespace {
+
+void run_graph(const Tensor& root, const Tensor& grad_output);
+
+}  // namespace
+
 void backward(const Tensor& root, const Tensor& grad_output) {
+  DPT_CHECK(!t_in_backward) << "backward(): called from inside a backward pass";
+  t_in_backward = true;
+  t_final_callbacks.clear();
+  try {
+    run_graph(root, grad_output);
+  } catch (...) {
+    t_in_backward = false;
+    t_final_callbacks.clear();
+    throw;
+  }
+  t_in_backward = false;
+  // Swapped out first: a callback may start another backward pass.
+  std::vector<std::function<void()>> callbacks;
+  callbacks.swap(t_final_callbacks);
+  for (auto& callback : callbacks) callback();
+}
+
+namespace {
+
+void run_graph(const Tensor& root, const Tensor& grad_output) {
   DPT_CHECK(root.requires_grad()) << "backward(): the tensor does not require grad (no parameter led to it)";
   Tensor seed = grad_output;
   if (!seed.defined()) {
@@ -134,6 +167,8 @@ void backward(const Tensor& root, const Tensor& grad_output) {
     }
   }
 }
+
+}  // namespace
 
 }  // namespace dpt::autograd
 

@@ -54,4 +54,8 @@ void add_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook);
 // Runs backward from `root`; grad_output undefined means ones (root must be a scalar).
 void backward(const Tensor& root, const Tensor& grad_output);
 
+// Runs `callback` once when the backward pass now running on this thread has finished
+// every node (DDP waits for its last all-reduces there). Requires a backward in progress.
+void queue_callback(std::function<void()> callback);
+
 }  // namespace dpt::autograd

@@ -21,13 +21,14 @@ using Keys = std::vector<std::string>;
 
 const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size", "eval_batch_size",
                        "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
-                       "optimizer", "schedule", "output"};
+                       "optimizer", "schedule", "output",          "distributed", "lr_scaling"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size"}},
     {"optimizer", {"name", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bias_bn", "betas", "eps"}},
     {"schedule", {"name", "warmup_epochs", "milestones", "gamma", "min_lr"}},
     {"output", {"dir"}},
+    {"distributed", {"bucket_cap_mb", "sync_bn", "find_unused_parameters", "backend"}},
 };
 // The keys that apply to each choice of `name`.
 const std::map<std::string, Keys> kDatasetKeys = {
@@ -48,6 +49,8 @@ const std::map<std::string, Keys> kScheduleKeys = {
 const Keys kDatasetNames = {"fashion_mnist", "mnist", "synthetic"};
 const Keys kOptimizerNames = {"sgd", "adamw"};
 const Keys kScheduleNames = {"constant", "multistep", "cosine"};
+const Keys kLrScalingNames = {"none", "linear"};
+const Keys kBackendNames = {"auto", "mpi", "nccl"};
 
 std::string join(const Keys& keys) {
   std::string out;
@@ -432,6 +435,19 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   c.optimizer = parse_optimizer(r, root["optimizer"]);
   c.schedule = parse_schedule(r, root["schedule"], c.optimizer.lr);
 
+  if (root["lr_scaling"]) c.lr_scaling = r.get_choice(root["lr_scaling"], "lr_scaling", "lr scaling", kLrScalingNames);
+  if (const YAML::Node& d = root["distributed"]) {
+    r.check_keys(d, "distributed", kSectionKeys.at("distributed"));
+    if (d["bucket_cap_mb"])
+      c.distributed.bucket_cap_mb = r.get_double(d["bucket_cap_mb"], "distributed.bucket_cap_mb", 0, 1e6, false,
+                                                 false, "a number of MB >= 0 (0 = one bucket per parameter)");
+    if (d["sync_bn"]) c.distributed.sync_bn = r.get_bool(d["sync_bn"], "distributed.sync_bn");
+    if (d["find_unused_parameters"])
+      c.distributed.find_unused_parameters =
+          r.get_bool(d["find_unused_parameters"], "distributed.find_unused_parameters");
+    if (d["backend"]) c.distributed.backend = r.get_choice(d["backend"], "distributed.backend", "backend", kBackendNames);
+  }
+
   c.output.dir = "runs/" + std::filesystem::path(path).stem().string();
   if (const YAML::Node& output = root["output"]) {
     r.check_keys(output, "output", kSectionKeys.at("output"));
@@ -522,6 +538,15 @@ std::string config_to_yaml(const Config& c) {
     number("gamma", s.gamma);
   }
   if (s.name == "cosine") number("min_lr", s.min_lr);
+  out << YAML::EndMap;
+
+  out << YAML::Key << "lr_scaling" << YAML::Value << c.lr_scaling;
+  const DistributedConfig& d = c.distributed;
+  out << YAML::Key << "distributed" << YAML::Value << YAML::BeginMap;
+  number("bucket_cap_mb", d.bucket_cap_mb);
+  out << YAML::Key << "sync_bn" << YAML::Value << d.sync_bn;
+  out << YAML::Key << "find_unused_parameters" << YAML::Value << d.find_unused_parameters;
+  out << YAML::Key << "backend" << YAML::Value << d.backend;
   out << YAML::EndMap;
 
   out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;

@@ -51,6 +51,13 @@ struct ScheduleConfig {
   double min_lr = 0;
 };
 
+struct DistributedConfig {
+  double bucket_cap_mb = 25;            // gradient bucket size; 0 = one bucket per parameter
+  bool sync_bn = false;                 // synchronised batch-norm statistics across ranks
+  bool find_unused_parameters = false;  // allow parameters that get no gradient
+  std::string backend = "auto";         // auto | mpi | nccl (auto: NCCL for CUDA tensors, else MPI)
+};
+
 struct OutputConfig {
   std::string dir;  // default runs/<config file stem>
 };
@@ -66,8 +73,12 @@ struct Config {
   double label_smoothing = 0;       // in [0, 1)
   int64_t log_every = 50;           // steps
   int64_t max_steps_per_epoch = 0;  // 0 = the whole epoch
+  // How the learning rate follows the world size: none, or linear (lr x world size,
+  // Goyal et al. 2017; pair it with schedule.warmup_epochs).
+  std::string lr_scaling = "none";
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
+  DistributedConfig distributed;
   OutputConfig output;
   std::string source;  // the file it was read from
 };

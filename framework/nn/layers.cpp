@@ -74,13 +74,16 @@ BatchNorm2d::BatchNorm2d(int64_t channels, BatchNormOptions options) : options_(
   running_var_ = register_buffer("running_var", Tensor::full({channels}, 1.0f));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
-  return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, is_training(), options_, false);
+Tensor BatchNorm2d::forward_impl(const Tensor& x, bool relu) {
+  if (is_training() && sum_across_ranks_) {
+    Tensor y = sync_batch_norm2d(x, weight_, bias_, running_mean_, running_var_, options_, sum_across_ranks_);
+    return relu ? dpt::relu(y) : y;
+  }
+  return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, is_training(), options_, relu);
 }
 
-Tensor BatchNorm2d::forward_relu(const Tensor& x) {
-  return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, is_training(), options_, true);
-}
+Tensor BatchNorm2d::forward(const Tensor& x) { return forward_impl(x, false); }
+Tensor BatchNorm2d::forward_relu(const Tensor& x) { return forward_impl(x, true); }
 
 std::string BatchNorm2d::describe() const { return "BatchNorm2d(" + std::to_string(weight_.size(0)) + ")"; }
 

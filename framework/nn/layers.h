@@ -6,6 +6,7 @@
 #include "nn/module.h"
 #include "ops/conv.h"
 #include "ops/norm.h"
+#include "ops/sync_batch_norm.h"
 
 namespace dpt::nn {
 
@@ -52,10 +53,16 @@ class BatchNorm2d : public Module, public ReluFusable {
   Tensor forward(const Tensor& x) override;
   Tensor forward_relu(const Tensor& x) override;
   std::string describe() const override;
+  // With a sum across ranks set, training uses synchronised batch statistics (DDP's
+  // sync_bn); evaluation still uses the running statistics.
+  void set_sum_across_ranks(SumAcrossRanks sum) { sum_across_ranks_ = std::move(sum); }
 
  private:
+  Tensor forward_impl(const Tensor& x, bool relu);
+
   Tensor weight_, bias_, running_mean_, running_var_;
   BatchNormOptions options_;
+  SumAcrossRanks sum_across_ranks_;
 };
 
 class ReLU : public Module {

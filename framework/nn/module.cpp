@@ -69,6 +69,13 @@ void Module::load_state_dict(const NamedTensors& state) {
   DPT_CHECK(given.empty()) << "load_state_dict: unexpected entry '" << given.begin()->first << "'";
 }
 
+std::vector<Module*> Module::modules() {
+  std::vector<Module*> out{this};
+  for (auto& [name, child] : children_)
+    for (Module* m : child->modules()) out.push_back(m);
+  return out;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

@@ -32,6 +32,9 @@ class Module {
   // Copies values in; every name must exist with the same shape, else an Error naming it.
   void load_state_dict(const NamedTensors& state);
 
+  // This module and every descendant, depth first in registration order.
+  std::vector<Module*> modules();
+
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }

@@ -1,0 +1,97 @@
+#include "distributed/ddp.h"
+
+#include <sstream>
+
+#include "autograd/node.h"
+#include "distributed/dist.h"
+#include "nn/layers.h"
+
+namespace dpt::dist {
+namespace {
+
+std::vector<std::string> signature_lines(const nn::NamedTensors& params) {
+  std::vector<std::string> lines;
+  for (const auto& [name, t] : params) lines.push_back("'" + name + "' " + shape_str(t.shape()));
+  return lines;
+}
+
+// Every rank's lines, gathered as characters padded to the longest text.
+std::vector<std::vector<std::string>> gather_lines(const std::vector<std::string>& lines, ProcessGroup& group) {
+  std::string text;
+  for (const auto& line : lines) text += line + "\n";
+  Tensor length = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1});
+  group.all_reduce(length, ReduceOp::max)->wait();
+  int64_t width = length.data<int64_t>()[0];
+  std::vector<int64_t> mine(width, 0);
+  for (size_t i = 0; i < text.size(); ++i) mine[i] = static_cast<unsigned char>(text[i]);
+  Tensor all = Tensor::empty({width * group.size()}, DType::i64);
+  group.all_gather(all, Tensor::from_vector(mine, {width}))->wait();
+  std::vector<std::vector<std::string>> out(group.size());
+  const int64_t* p = all.data<int64_t>();
+  for (int r = 0; r < group.size(); ++r) {
+    std::string line;
+    for (int64_t i = 0; i < width; ++i) {
+      char c = static_cast<char>(p[r * width + i]);
+      if (c == '\n') {
+        out[r].push_back(line);
+        line.clear();
+      } else if (c != 0) {
+        line += c;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void check_same_parameters(const nn::NamedTensors& params, const ProcessGroup& group_in) {
+  auto& group = const_cast<ProcessGroup&>(group_in);
+  auto all = gather_lines(signature_lines(params), group);
+  for (int r = 1; r < group.size(); ++r) {
+    const auto &a = all[0], &b = all[r];
+    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+      if (i < a.size() && i < b.size() && a[i] == b[i]) continue;
+      std::ostringstream msg;
+      msg << "DDP on " << group.name() << ": ranks 0 and " << r << " (world ranks " << group.world_ranks()[0]
+          << " and " << group.world_ranks()[r] << ") hold different parameters: parameter " << i << " is "
+          << (i < a.size() ? a[i] : "missing (" + std::to_string(a.size()) + " parameters)") << " on rank 0 and "
+          << (i < b.size() ? b[i] : "missing (" + std::to_string(b.size()) + " parameters)") << " on rank " << r;
+      throw Error(msg.str());
+    }
+  }
+}
+
+DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr group, DdpOptions options)
+    : module_(std::move(module)), group_(group ? std::move(group) : world()), options_(options) {
+  register_module("module", module_);
+  nn::NamedTensors params = module_->named_parameters();
+  check_same_parameters(params, *group_);
+  {
+    autograd::NoGrad no_grad;
+    std::vector<WorkPtr> works;
+    for (auto& [name, t] : module_->state_dict()) works.push_back(group_->broadcast(t, 0));
+    for (auto& w : works) w->wait();
+  }
+  if (options_.sync_bn) {
+    GroupPtr g = group_;
+    for (nn::Module* m : module_->modules())
+      if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m))
+        bn->set_sum_across_ranks([g](const Tensor& t) { g->all_reduce(t, ReduceOp::sum)->wait(); });
+  }
+  reducer_ = std::make_unique<Reducer>(
+      params, group_,
+      ReducerOptions{.bucket_cap_mb = options_.bucket_cap_mb, .find_unused_parameters = options_.find_unused_parameters});
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  if (is_training() && options_.broadcast_buffers && !options_.sync_bn) {
+    std::vector<WorkPtr> works;
+    for (auto& [name, t] : module_->named_buffers()) works.push_back(group_->broadcast(t, 0));
+    for (auto& w : works) w->wait();
+  }
+  if (is_training() && autograd::grad_enabled()) reducer_->prepare_for_backward(sync_);
+  return module_->forward(x);
+}
+
+}  // namespace dpt::dist

@@ -1,0 +1,56 @@
+// DistributedDataParallel: one model replica per rank, kept identical. Construction
+// checks that every rank built the same parameters and broadcasts rank 0's values; each
+// backward all-reduces (averages) the gradients in buckets that overlap the backward
+// pass, so after loss.backward() every rank holds the same averaged .grad.
+#pragma once
+
+#include <memory>
+
+#include "distributed/reducer.h"
+#include "nn/module.h"
+
+namespace dpt::dist {
+
+struct DdpOptions {
+  double bucket_cap_mb = 25.0;          // 0: one bucket per parameter
+  bool find_unused_parameters = false;  // else a parameter without gradient is an error naming it
+  bool sync_bn = false;                 // synchronised batch-norm statistics
+  bool broadcast_buffers = true;        // without sync_bn: rank 0's buffers before each forward
+};
+
+class DistributedDataParallel : public nn::Module {
+ public:
+  // Collective over `group` (the world when null). Throws Error on every rank when the
+  // ranks' parameters differ in count, names or shapes, naming the first difference.
+  DistributedDataParallel(nn::ModulePtr module, GroupPtr group = nullptr, DdpOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override { return "DistributedDataParallel(" + module_->describe() + ")"; }
+  nn::Module& module() { return *module_; }
+  const Reducer& reducer() const { return *reducer_; }
+
+  // While alive, backward passes accumulate gradients locally with no communication (for
+  // gradient accumulation over micro-batches); the next synchronised backward
+  // all-reduces the sum.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp) { ddp_.sync_ = false; }
+    ~NoSync() { ddp_.sync_ = true; }
+
+   private:
+    DistributedDataParallel& ddp_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+ private:
+  nn::ModulePtr module_;
+  GroupPtr group_;
+  DdpOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+  bool sync_ = true;
+};
+
+// Throws Error on every rank of `group` unless all ranks hold parameters with the same
+// names and shapes, in the same order.
+void check_same_parameters(const nn::NamedTensors& params, const ProcessGroup& group);
+
+}  // namespace dpt::dist

@@ -1,0 +1,150 @@
+#include "distributed/reducer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "autograd/node.h"
+
+namespace dpt::dist {
+namespace {
+
+double now_ns() {
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count());
+}
+
+}  // namespace
+
+Reducer::Reducer(nn::NamedTensors params, GroupPtr group, ReducerOptions options)
+    : params_(std::move(params)), group_(std::move(group)), options_(options), ready_(params_.size(), false) {
+  std::vector<size_t> reverse(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) reverse[i] = params_.size() - 1 - i;
+  build_buckets(reverse);
+  self_ = std::make_shared<Reducer*>(this);
+  for (size_t i = 0; i < params_.size(); ++i)
+    autograd::add_post_accumulate_hook(params_[i].second, [slot = self_, i](const Tensor&) {
+      if (*slot) (*slot)->on_gradient_ready(i);
+    });
+}
+
+Reducer::~Reducer() { *self_ = nullptr; }
+
+void Reducer::build_buckets(const std::vector<size_t>& order) {
+  // Keep the gradients accumulated so far: they move into the new buckets.
+  std::vector<Tensor> old_grads(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].second.grad().defined()) old_grads[i] = params_[i].second.grad().clone();
+
+  buckets_.clear();
+  bucket_info_.clear();
+  bucket_of_.assign(params_.size(), 0);
+  constexpr double mb = 1024.0 * 1024.0;
+  Bucket current;
+  int64_t bytes = 0;
+  auto close = [&] {
+    if (current.params.empty()) return;
+    buckets_.push_back(std::move(current));
+    current = Bucket();
+    bytes = 0;
+  };
+  for (size_t index : order) {
+    current.params.push_back(index);
+    bytes += params_[index].second.numel() * 4;
+    // The first bucket is small so its all-reduce starts early; never above the cap.
+    double cap = (buckets_.empty() ? std::min(options_.first_bucket_mb, options_.bucket_cap_mb)
+                                   : options_.bucket_cap_mb) * mb;
+    if (options_.bucket_cap_mb == 0 || static_cast<double>(bytes) >= cap) close();
+  }
+  close();
+
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    int64_t numel = 0;
+    for (size_t i : bucket.params) numel += params_[i].second.numel();
+    bucket.flat = Tensor::zeros({numel});
+    BucketInfo info;
+    int64_t offset = 0;
+    for (size_t i : bucket.params) {
+      const Tensor& p = params_[i].second;
+      Tensor view = bucket.flat.as_strided(p.shape(), shape_contiguous_strides(p.shape()), offset);
+      if (old_grads[i].defined()) view.copy_from(old_grads[i]);
+      p.set_grad(view);
+      bucket_of_[i] = b;
+      offset += p.numel();
+      info.params.push_back(params_[i].first);
+    }
+    info.bytes = numel * 4;
+    bucket_info_.push_back(std::move(info));
+  }
+}
+
+void Reducer::prepare_for_backward(bool synchronize) {
+  DPT_CHECK(!callback_queued_) << "DDP: forward called while the previous backward is still synchronising";
+  expecting_backward_ = synchronize;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (Bucket& bucket : buckets_) {
+    bucket.pending = static_cast<int>(bucket.params.size());
+    bucket.work.reset();
+  }
+  next_bucket_ = 0;
+  launch_ms_.clear();
+  start_ns_ = now_ns();
+}
+
+void Reducer::on_gradient_ready(size_t index) {
+  if (!expecting_backward_) return;  // no_sync: gradients only accumulate locally
+  DPT_CHECK(!ready_[index]) << "DDP: parameter '" << params_[index].first
+                            << "' received two gradients in one backward pass";
+  if (!callback_queued_) {
+    callback_queued_ = true;
+    autograd::queue_callback([this] { finish_backward(); });
+  }
+  ready_[index] = true;
+  if (!rebuilt_) arrival_order_.push_back(index);
+  --buckets_[bucket_of_[index]].pending;
+  launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& bucket = buckets_[next_bucket_++];
+    bucket.work = group_->all_reduce(bucket.flat, ReduceOp::avg);
+    launch_ms_.push_back((now_ns() - start_ns_) / 1e6);
+  }
+}
+
+void Reducer::finish_backward() {
+  callback_queued_ = false;
+  expecting_backward_ = false;
+  backward_end_ms_ = (now_ns() - start_ns_) / 1e6;
+  if (next_bucket_ < buckets_.size()) {
+    std::string unused;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!ready_[i]) {
+        unused += (unused.empty() ? "'" : ", '") + params_[i].first + "'";
+        --buckets_[bucket_of_[i]].pending;  // its gradient slot counts as zero
+        ready_[i] = true;
+      }
+    if (!options_.find_unused_parameters)
+      DPT_FAIL() << "DDP on " << group_->name() << ": parameters got no gradient in this backward: " << unused
+                 << " (set distributed.find_unused_parameters: true if they are unused on purpose)";
+    launch_ready_buckets();
+  }
+  for (Bucket& bucket : buckets_) bucket.work->wait();
+
+  if (!rebuilt_) {
+    // Rebuild once in rank 0's arrival order, so the first buckets are the first ready.
+    rebuilt_ = true;
+    std::vector<int64_t> order(arrival_order_.begin(), arrival_order_.end());
+    for (size_t i = params_.size(); i-- > 0;)
+      if (std::find(arrival_order_.begin(), arrival_order_.end(), i) == arrival_order_.end())
+        order.push_back(static_cast<int64_t>(i));
+    Tensor t = Tensor::from_vector(order, {static_cast<int64_t>(order.size())});
+    group_->broadcast(t, 0)->wait();
+    const int64_t* o = t.data<int64_t>();
+    build_buckets(std::vector<size_t>(o, o + t.numel()));
+  }
+}
+
+}  // namespace dpt::dist

@@ -1,0 +1,76 @@
+// The Reducer: DDP's gradient buckets. Each parameter's .grad is a view into one flat
+// bucket buffer; when the last gradient of a bucket has been accumulated (the autograd
+// post-accumulate hook), the bucket's all-reduce starts at once, while backward goes on.
+// Buckets launch in index order on every rank, so collectives match across ranks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "nn/module.h"
+
+namespace dpt::dist {
+
+struct ReducerOptions {
+  double first_bucket_mb = 1.0;  // small, so the first all-reduce starts early
+  double bucket_cap_mb = 25.0;   // 0: one bucket per parameter
+  bool find_unused_parameters = false;
+};
+
+struct BucketInfo {
+  std::vector<std::string> params;  // in bucket order
+  int64_t bytes = 0;
+};
+
+class Reducer {
+ public:
+  // Buckets are first filled in reverse registration order; after the first synchronised
+  // backward they are rebuilt once in the order gradients actually arrived (rank 0's).
+  Reducer(nn::NamedTensors params, GroupPtr group, ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Called before each forward whose backward must be synchronised (or not, under no_sync).
+  void prepare_for_backward(bool synchronize);
+  const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
+  // Milliseconds since prepare_for_backward at which each bucket's all-reduce was launched
+  // in the last backward, and when the backward pass itself ended (for overlap checks).
+  const std::vector<double>& launch_times_ms() const { return launch_ms_; }
+  double backward_end_ms() const { return backward_end_ms_; }
+
+ private:
+  struct Bucket {
+    Tensor flat;
+    std::vector<size_t> params;  // indices into params_
+    int pending = 0;
+    WorkPtr work;
+  };
+
+  void build_buckets(const std::vector<size_t>& order);
+  void on_gradient_ready(size_t index);
+  void launch_ready_buckets();
+  void finish_backward();
+
+  nn::NamedTensors params_;
+  GroupPtr group_;
+  // The hooks stay on the parameters after the Reducer is gone; they reach it through
+  // this slot, which the destructor empties.
+  std::shared_ptr<Reducer*> self_;
+  ReducerOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<BucketInfo> bucket_info_;
+  std::vector<size_t> bucket_of_;  // parameter -> bucket
+  std::vector<bool> ready_;
+  std::vector<size_t> arrival_order_;
+  size_t next_bucket_ = 0;
+  bool expecting_backward_ = false;
+  bool callback_queued_ = false;
+  bool rebuilt_ = false;
+  double start_ns_ = 0;
+  std::vector<double> launch_ms_;
+  double backward_end_ms_ = 0;
+};
+
+}  // namespace dpt::dist

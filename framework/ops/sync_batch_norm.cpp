@@ -1,0 +1,122 @@
+#include "ops/sync_batch_norm.h"
+
+#include <cmath>
+#include <vector>
+
+#include "autograd/node.h"
+#include "ops/device_check.h"
+
+namespace dpt {
+namespace {
+
+// Per-channel sums over N, H, W of f(x[n, c, hw]) for a contiguous NCHW tensor, in double.
+template <class F>
+std::vector<double> channel_sums(const Tensor& x, F f) {
+  int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+  const float* p = x.data<float>();
+  std::vector<double> out(c, 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = p + (i * c + ch) * hw;
+      for (int64_t j = 0; j < hw; ++j) s += f(row[j], ch, i * c * hw + ch * hw + j);
+    }
+    out[ch] = s;
+  }
+  return out;
+}
+
+// Sums `values` across ranks through an f32 tensor (the collectives carry f32).
+std::vector<double> sum_across(const std::vector<double>& values, const SumAcrossRanks& sum) {
+  std::vector<float> f(values.begin(), values.end());
+  Tensor t = Tensor::from_vector(f, {static_cast<int64_t>(f.size())});
+  sum(t);
+  std::vector<float> back = t.to_vector();
+  return std::vector<double>(back.begin(), back.end());
+}
+
+}  // namespace
+
+Tensor sync_batch_norm2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                         const Tensor& running_var, const BatchNormOptions& options, const SumAcrossRanks& sum) {
+  check_cpu_f32("sync_batch_norm2d", {&x_in, &weight, &bias});
+  DPT_CHECK(x_in.dim() == 4 && weight.numel() == x_in.size(1) && bias.numel() == x_in.size(1))
+      << "sync_batch_norm2d: expected x [N, C, H, W] with weight and bias [C], got " << shape_str(x_in.shape())
+      << ", " << shape_str(weight.shape());
+  Tensor x = x_in.contiguous();
+  int64_t c = x.size(1), hw = x.size(2) * x.size(3);
+  // Count, then mean, then variance around the global mean: two passes, no cancellation.
+  std::vector<double> count_sum = channel_sums(x, [](float v, int64_t, int64_t) { return static_cast<double>(v); });
+  count_sum.push_back(static_cast<double>(x.size(0) * hw));
+  count_sum = sum_across(count_sum, sum);
+  double count = count_sum[c];
+  DPT_CHECK(count > 1) << "sync_batch_norm2d: needs more than one value per channel over all ranks";
+  std::vector<double> mean(count_sum.begin(), count_sum.begin() + c);
+  for (double& m : mean) m /= count;
+  std::vector<double> var = sum_across(
+      channel_sums(x, [&](float v, int64_t ch, int64_t) { return (v - mean[ch]) * (v - mean[ch]); }), sum);
+  for (double& v : var) v /= count;
+
+  std::vector<float> invstd(c);
+  for (int64_t ch = 0; ch < c; ++ch) invstd[ch] = static_cast<float>(1.0 / std::sqrt(var[ch] + options.eps));
+  if (running_mean.defined()) {
+    float* rm = running_mean.data<float>();
+    float* rv = running_var.data<float>();
+    for (int64_t ch = 0; ch < c; ++ch) {
+      rm[ch] = (1 - options.momentum) * rm[ch] + options.momentum * static_cast<float>(mean[ch]);
+      rv[ch] = (1 - options.momentum) * rv[ch] + options.momentum * static_cast<float>(var[ch] * count / (count - 1));
+    }
+  }
+
+  Tensor xhat = Tensor::empty(x.shape());
+  Tensor out = Tensor::empty(x.shape());
+  {
+    const float* xp = x.data<float>();
+    const float* w = weight.data<float>();
+    const float* b = bias.data<float>();
+    float* xh = xhat.data<float>();
+    float* o = out.data<float>();
+    int64_t total = x.numel();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < total; ++i) {
+      int64_t ch = (i / hw) % c;
+      xh[i] = (xp[i] - static_cast<float>(mean[ch])) * invstd[ch];
+      o[i] = xh[i] * w[ch] + b[ch];
+    }
+  }
+
+  autograd::record("sync_batch_norm2d", out, {x_in, weight, bias},
+                   [xhat, weight = weight.detach(), invstd, count, sum, c, hw](const Tensor& g_in) {
+                     Tensor g = g_in.contiguous();
+                     const float* gp = g.data<float>();
+                     std::vector<double> local_dy =
+                         channel_sums(g, [](float v, int64_t, int64_t) { return static_cast<double>(v); });
+                     const float* xh = xhat.data<float>();
+                     std::vector<double> local_dy_xhat = channel_sums(
+                         g, [&](float v, int64_t, int64_t i) { return static_cast<double>(v) * xh[i]; });
+                     // Parameter gradients are this rank's share (DDP averages them);
+                     // the input gradient needs the sums over every rank.
+                     std::vector<double> both = local_dy;
+                     both.insert(both.end(), local_dy_xhat.begin(), local_dy_xhat.end());
+                     both = sum_across(both, sum);
+                     Tensor gx = Tensor::empty(g.shape()), gw = Tensor::empty({c}), gb = Tensor::empty({c});
+                     for (int64_t ch = 0; ch < c; ++ch) {
+                       gw.data<float>()[ch] = static_cast<float>(local_dy_xhat[ch]);
+                       gb.data<float>()[ch] = static_cast<float>(local_dy[ch]);
+                     }
+                     const float* w = weight.data<float>();
+                     float* gxp = gx.data<float>();
+                     int64_t total = g.numel();
+#pragma omp parallel for schedule(static)
+                     for (int64_t i = 0; i < total; ++i) {
+                       int64_t ch = (i / hw) % c;
+                       double mean_dy = both[ch] / count, mean_dy_xhat = both[c + ch] / count;
+                       gxp[i] = static_cast<float>(w[ch] * invstd[ch] * (gp[i] - mean_dy - xh[i] * mean_dy_xhat));
+                     }
+                     return std::vector<Tensor>{gx, gw, gb};
+                   });
+  return out;
+}
+
+}  // namespace dpt

@@ -1,0 +1,24 @@
+// Synchronised batch normalisation: batch statistics over the whole global batch, every
+// rank's share, instead of over the local one. The op only needs a way to sum a small
+// tensor across ranks, so it stays free of the distributed layer.
+#pragma once
+
+#include <functional>
+
+#include "core/tensor.h"
+#include "ops/norm.h"
+
+namespace dpt {
+
+// Sums a contiguous f32 CPU tensor over all ranks, in place, before returning.
+using SumAcrossRanks = std::function<void(const Tensor&)>;
+
+// Training-mode batch_norm2d whose mean and (biased) variance are those of the
+// concatenation of every rank's x; running stats get the unbiased global variance. Its
+// backward sums the two per-channel gradient reductions across ranks as well, so with
+// DDP averaging the parameter gradients, N ranks at batch B/N match one rank at batch B.
+// Requires: the same C on every rank, and every rank calling it in the same order.
+Tensor sync_batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                         const Tensor& running_var, const BatchNormOptions& options, const SumAcrossRanks& sum);
+
+}  // namespace dpt
