@@ -12,6 +12,7 @@
 #include "distributed/dist.h"
 #include "nn/layers.h"
 #include "nn/sequential.h"
+#include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "optim/sgd.h"
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/conv.h"
+#include "core/threading.h"
 #include "gradcheck.h"
 #include "kernel_check.h"
 #include "ops/conv.h"
@@ -183,6 +184,19 @@ TEST(Conv2d, NonContiguousInputIsAccepted) {
   std::vector<float> a = conv2d(view, w, Tensor()).to_vector(), b = conv2d(view.contiguous(), w, Tensor()).to_vector();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_FLOAT_EQ(a[i], b[i]);
+}
+
+TEST(Conv2d, SameResultAfterThreadCountChanges) {
+  // Primitives are cached per thread count (oneDNN splits work at creation).
+  Tensor x = random_tensor({4, 32, 10, 10}, 1), w = random_tensor({32, 32, 3, 3}, 2), b = random_tensor({32}, 3);
+  int before = threads_get();
+  threads_set(1);
+  std::vector<float> one = conv2d(x, w, b, {.padding = 1}).to_vector();
+  threads_set(2);
+  std::vector<float> two = conv2d(x, w, b, {.padding = 1}).to_vector();
+  threads_set(before);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(one[i], two[i], 1e-4);
 }
 
 TEST(Conv2d, GradientCheck) {

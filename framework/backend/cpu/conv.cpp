@@ -6,7 +6,10 @@
 //     per activation reorder;
 //   1->32, 28x28: nchw fwd 1.6, bwd-weights 3.4; any fwd 0.22 + 0.12 reorder of dst,
 //     bwd-weights 0.18 + 0.12 reorder of diff_dst.
-// So blocked-plus-reorders wins by about 2x end to end, and is what this file does.
+// End to end through the op (bench_kernels: bias, fused ReLU, reorders, allocation):
+//   1->32 fwd 0.45 ms, bwd 1.3 (weights only); 32->64 fwd 2.3, bwd 5.0 — against
+//   6.7, 2.8, 7.6 and 8.7 ms with nchw src/dst (gemm; worse still with the ReLU post-op).
+// So blocked-plus-reorders wins by 2-3x, and is what this file does.
 #include "backend/cpu/conv.h"
 
 #include "backend/cpu/onednn.h"

@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdlib>
 
+#include "core/threading.h"
+
 namespace dpt::cpu::onednn {
 
 Context::Context() : engine_(dnnl::engine::kind::cpu, 0) {}
@@ -20,7 +22,8 @@ dnnl::stream& Context::stream() {
 
 std::string cache_key(const char* op, std::initializer_list<int64_t> values) {
   std::string key(op);
-  key += ':';
+  // oneDNN splits the work when a primitive is created: a new thread count needs new ones.
+  key += ":t" + std::to_string(threads_get()) + ':';
   for (int64_t v : values) {
     key += std::to_string(v);
     key += ',';

@@ -63,7 +63,8 @@ class Context {
   std::unordered_map<std::string, std::shared_ptr<void>> cache_;
 };
 
-// "conv_fwd:128,32,14,14,..." — the op name, then every number the primitive depends on.
+// "conv_fwd:t2:128,32,14,14,..." — the op name, the thread count, then every number the
+// primitive depends on.
 std::string cache_key(const char* op, std::initializer_list<int64_t> values);
 
 memory::dims dims_of(const Shape& shape);
