@@ -34,7 +34,8 @@ inline void expect_close(const Tensor& got, const std::vector<double>& ref, cons
   for (size_t i = 0; i < v.size(); ++i) {
     double tol = atol + rtol * std::abs(ref[i]);
     bool ok = std::abs(v[i] - ref[i]) <= tol;  // false for NaN
-    if (!ok && reported++ < 5) ADD_FAILURE() << what << ": element " << i << " is " << v[i] << ", expected " << ref[i];
+    if (!ok && reported++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " is " << v[i] << ", expected " << ref[i];
   }
   EXPECT_EQ(reported, 0) << what << ": " << reported << " of " << v.size() << " elements out of tolerance";
 }

@@ -31,9 +31,9 @@ struct Case {
 
 std::string case_str(const Case& k) {
   return "N" + std::to_string(k.n) + " C" + std::to_string(k.c) + " " + std::to_string(k.h) + "x" +
-         std::to_string(k.w) + " OC" + std::to_string(k.oc) + " k" + std::to_string(k.kh) + "x" + std::to_string(k.kw) +
-         " s" + std::to_string(k.o.stride) + " p" + std::to_string(k.o.padding) + " d" +
-         std::to_string(k.o.dilation) + " g" + std::to_string(k.o.groups) + (k.bias ? " bias" : "");
+         std::to_string(k.w) + " OC" + std::to_string(k.oc) + " k" + std::to_string(k.kh) + "x" +
+         std::to_string(k.kw) + " s" + std::to_string(k.o.stride) + " p" + std::to_string(k.o.padding) +
+         " d" + std::to_string(k.o.dilation) + " g" + std::to_string(k.o.groups) + (k.bias ? " bias" : "");
 }
 
 int64_t out_size(int64_t in, int64_t k, const Conv2dOptions& o) {
@@ -100,15 +100,15 @@ Reference reference(const Case& k, const Tensor& x, const Tensor& w, const Tenso
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
-      {3, 5, 7, 9, 4, 3, 3, {.padding = 1}, true},                              // odd sizes
-      {2, 4, 9, 8, 6, 3, 3, {.stride = 2}, false},                              // stride 2, no padding
+      {3, 5, 7, 9, 4, 3, 3, {.padding = 1}, true},                                // odd sizes
+      {2, 4, 9, 8, 6, 3, 3, {.stride = 2}, false},                                // stride 2, no padding
       {2, 4, 11, 10, 6, 3, 3, {.padding = 2, .dilation = 2, .groups = 2}, true},  // dilation, groups
       {2, 8, 9, 9, 8, 3, 3, {.stride = 2, .padding = 1, .groups = 8}, true},      // depthwise
-      {2, 6, 7, 6, 5, 1, 1, {.stride = 2}, true},                               // 1x1, stride 2
-      {2, 3, 8, 11, 4, 3, 5, {.padding = 1}, true},                             // non-square kernel
-      {2, 32, 14, 14, 64, 3, 3, {.padding = 1}, true},                          // nChw16c path, as mnist_cnn
-      {3, 17, 9, 7, 33, 3, 3, {.stride = 2, .padding = 1}, false},              // channels padded to 16s
-      {4, 1, 12, 12, 16, 3, 3, {.padding = 1}, true},                           // one input channel
+      {2, 6, 7, 6, 5, 1, 1, {.stride = 2}, true},                                 // 1x1, stride 2
+      {2, 3, 8, 11, 4, 3, 5, {.padding = 1}, true},                               // non-square kernel
+      {2, 32, 14, 14, 64, 3, 3, {.padding = 1}, true},              // nChw16c path, as mnist_cnn
+      {3, 17, 9, 7, 33, 3, 3, {.stride = 2, .padding = 1}, false},  // channels padded to 16s
+      {4, 1, 12, 12, 16, 3, 3, {.padding = 1}, true},               // one input channel
   };
   return all;
 }
@@ -181,14 +181,16 @@ TEST(Conv2d, NonContiguousInputIsAccepted) {
   // A transposed view of H and W: same values as a contiguous copy of it.
   Tensor view = base.as_strided({2, 3, 5, 6}, {90, 30, 1, 5}, 0);
   Tensor w = random_tensor({4, 3, 3, 3}, 2);
-  std::vector<float> a = conv2d(view, w, Tensor()).to_vector(), b = conv2d(view.contiguous(), w, Tensor()).to_vector();
+  std::vector<float> a = conv2d(view, w, Tensor()).to_vector(),
+                     b = conv2d(view.contiguous(), w, Tensor()).to_vector();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_FLOAT_EQ(a[i], b[i]);
 }
 
 TEST(Conv2d, SameResultAfterThreadCountChanges) {
   // Primitives are cached per thread count (oneDNN splits work at creation).
-  Tensor x = random_tensor({4, 32, 10, 10}, 1), w = random_tensor({32, 32, 3, 3}, 2), b = random_tensor({32}, 3);
+  Tensor x = random_tensor({4, 32, 10, 10}, 1), w = random_tensor({32, 32, 3, 3}, 2),
+         b = random_tensor({32}, 3);
   int before = threads_get();
   threads_set(1);
   std::vector<float> one = conv2d(x, w, b, {.padding = 1}).to_vector();
@@ -209,7 +211,9 @@ TEST(Conv2d, GradientCheck) {
       },
       {x, w, b});
   expect_gradients_match(
-      [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 2, .dilation = 2}); },
+      [](const std::vector<Tensor>& t) {
+        return conv2d(t[0], t[1], Tensor(), {.padding = 2, .dilation = 2});
+      },
       {random_tensor({1, 3, 6, 6}, 4).set_requires_grad(true),
        random_tensor({2, 3, 3, 3}, 5).set_requires_grad(true)});
 }
@@ -220,7 +224,8 @@ TEST(Conv2d, GradientCheckFusedReluAwayFromZero) {
   auto x = random_tensor({2, 3, 5, 5}, 1, 0.5f, 1.0f).set_requires_grad(true);
   Tensor w = Tensor::empty({4, 3, 3, 3});
   {
-    Tensor pos = random_tensor({2, 3, 3, 3}, 2, 0.5f, 1.0f), neg = random_tensor({2, 3, 3, 3}, 3, -1.0f, -0.5f);
+    Tensor pos = random_tensor({2, 3, 3, 3}, 2, 0.5f, 1.0f),
+           neg = random_tensor({2, 3, 3, 3}, 3, -1.0f, -0.5f);
     std::vector<float> v = pos.to_vector(), n = neg.to_vector();
     v.insert(v.end(), n.begin(), n.end());
     w = Tensor::from_vector(v, {4, 3, 3, 3});
@@ -237,7 +242,8 @@ TEST(Conv2d, ShapeErrorsNameOpAndShapes) {
     conv2d(x, Tensor::zeros({16, 4, 3, 3}), Tensor());
     FAIL() << "expected an Error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "conv2d: input [8, 3, 32, 32] has 3 channels but weight [16, 4, 3, 3] expects 4 (groups 1)");
+    EXPECT_STREQ(e.what(),
+                 "conv2d: input [8, 3, 32, 32] has 3 channels but weight [16, 4, 3, 3] expects 4 (groups 1)");
   }
   try {
     conv2d(x, Tensor::zeros({16, 3, 3, 3}), Tensor::zeros({8}));

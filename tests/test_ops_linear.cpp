@@ -102,9 +102,9 @@ TEST(Linear, GradientCheck) {
   auto b = random_tensor({4}, 3).set_requires_grad(true);
   expect_gradients_match([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, {x, w, b});
   expect_gradients_match([](const std::vector<Tensor>& t) { return linear(t[0], t[1], Tensor()); }, {x, w});
-  expect_gradients_match([](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); },
-                         {random_tensor({3, 6}, 4).set_requires_grad(true),
-                          random_tensor({6, 4}, 5).set_requires_grad(true)});
+  expect_gradients_match(
+      [](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); },
+      {random_tensor({3, 6}, 4).set_requires_grad(true), random_tensor({6, 4}, 5).set_requires_grad(true)});
 }
 
 TEST(Linear, GradientCheckFusedReluAwayFromZero) {
@@ -115,7 +115,8 @@ TEST(Linear, GradientCheckFusedReluAwayFromZero) {
   wv.insert(wv.end(), neg.begin(), neg.end());
   auto w = Tensor::from_vector(wv, {6, 6}).set_requires_grad(true);
   auto b = random_tensor({6}, 4, -0.1f, 0.1f).set_requires_grad(true);
-  expect_gradients_match([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2], true); }, {x, w, b});
+  expect_gradients_match([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2], true); },
+                         {x, w, b});
 }
 
 TEST(Linear, ShapeErrors) {

@@ -26,8 +26,9 @@ struct Reference {
 };
 
 // Training (batch statistics) when `running_mean` is empty, else eval with those stats.
-Reference reference(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& grad_out, double eps, bool relu,
-                    const std::vector<double>& running_mean = {}, const std::vector<double>& running_var = {}) {
+Reference reference(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& grad_out, double eps,
+                    bool relu, const std::vector<double>& running_mean = {},
+                    const std::vector<double>& running_var = {}) {
   const Shape& s = x.shape();
   int64_t n = s[0], c = s[1], hw = s[2] * s[3];
   double count = static_cast<double>(n * hw);
@@ -178,7 +179,8 @@ TEST(BatchNorm, EvalUsesRunningStatsAndLeavesThem) {
       EXPECT_EQ(to_double(running_var), rv);
       // Without a tape the eval forward takes oneDNN's inference path: same numbers.
       autograd::NoGrad no_grad;
-      expect_close(batch_norm2d(x, w, b, running_mean, running_var, false, {}, relu), r.out, "inference path");
+      expect_close(batch_norm2d(x, w, b, running_mean, running_var, false, {}, relu), r.out,
+                   "inference path");
     }
   }
 }
@@ -216,7 +218,7 @@ TEST(BatchNorm, ShapeErrors) {
     EXPECT_STREQ(e.what(), "batch_norm2d: weight [4] does not match input [2, 3, 4, 4]: expected [3]");
   }
   EXPECT_THROW(batch_norm2d(x, Tensor::zeros({3}), Tensor::zeros({3}), Tensor(), Tensor(), false), Error);
-  EXPECT_THROW(batch_norm2d(Tensor::zeros({1, 3, 1, 1}), Tensor::zeros({3}), Tensor::zeros({3}), Tensor(), Tensor(),
-                            true),
+  EXPECT_THROW(batch_norm2d(Tensor::zeros({1, 3, 1, 1}), Tensor::zeros({3}), Tensor::zeros({3}), Tensor(),
+                            Tensor(), true),
                Error);  // one value per channel
 }

@@ -24,14 +24,15 @@ Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const C
   DPT_CHECK(o.stride >= 1 && o.dilation >= 1 && o.padding >= 0 && o.groups >= 1)
       << "conv2d: needs stride >= 1, dilation >= 1, padding >= 0, groups >= 1; got stride " << o.stride
       << ", dilation " << o.dilation << ", padding " << o.padding << ", groups " << o.groups;
-  DPT_CHECK(xs[1] == ws[1] * o.groups) << "conv2d: input " << shape_str(xs) << " has " << xs[1]
-                                       << " channels but weight " << shape_str(ws) << " expects "
-                                       << ws[1] * o.groups << " (groups " << o.groups << ")";
+  DPT_CHECK(xs[1] == ws[1] * o.groups)
+      << "conv2d: input " << shape_str(xs) << " has " << xs[1] << " channels but weight " << shape_str(ws)
+      << " expects " << ws[1] * o.groups << " (groups " << o.groups << ")";
   DPT_CHECK(ws[0] % o.groups == 0) << "conv2d: weight " << shape_str(ws) << " has " << ws[0]
                                    << " output channels, not divisible by groups " << o.groups;
   if (bias.defined()) {
-    DPT_CHECK(bias.shape() == Shape{ws[0]}) << "conv2d: bias " << shape_str(bias.shape()) << " does not match weight "
-                                            << shape_str(ws) << ": expected [" << ws[0] << "]";
+    DPT_CHECK(bias.shape() == Shape{ws[0]})
+        << "conv2d: bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(ws)
+        << ": expected [" << ws[0] << "]";
   }
   int64_t oh = conv_out_size(xs[2], ws[2], o), ow = conv_out_size(xs[3], ws[3], o);
   DPT_CHECK(xs[0] > 0 && ws[0] > 0 && ws[2] > 0 && ws[3] > 0 && oh > 0 && ow > 0)
@@ -54,25 +55,24 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
   bool need_x = x_in.requires_grad(), need_w = w_in.requires_grad();
   bool need_b = bias_in.defined() && bias_in.requires_grad();
   // Save only what the wanted gradients read: w for dL/dx, x for dL/dw and dL/dbias.
-  autograd::record(
-      "conv2d", out, {x_in, w_in, bias_in},
-      [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
-       out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(), params, need_x, need_w,
-       need_b](const Tensor& grad_out) {
-        check_cpu_f32("conv2d backward", {&grad_out});
-        Tensor g = grad_out.contiguous();
-        if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
-          Tensor masked = Tensor::empty(g.shape());
-          cpu::onednn::relu_mask_backward(g, out, masked);
-          g = masked;
-        }
-        std::vector<Tensor> grads(3);
-        if (need_x) grads[0] = Tensor::empty(x_shape);
-        if (need_w) grads[1] = Tensor::empty(w_shape);
-        if (need_b) grads[2] = Tensor::empty({w_shape[0]});
-        cpu::conv2d_backward(x_shape, w_shape, x, w, g, params, grads[0], grads[1], grads[2]);
-        return grads;
-      });
+  autograd::record("conv2d", out, {x_in, w_in, bias_in},
+                   [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
+                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
+                    params, need_x, need_w, need_b](const Tensor& grad_out) {
+                     check_cpu_f32("conv2d backward", {&grad_out});
+                     Tensor g = grad_out.contiguous();
+                     if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
+                       Tensor masked = Tensor::empty(g.shape());
+                       cpu::onednn::relu_mask_backward(g, out, masked);
+                       g = masked;
+                     }
+                     std::vector<Tensor> grads(3);
+                     if (need_x) grads[0] = Tensor::empty(x_shape);
+                     if (need_w) grads[1] = Tensor::empty(w_shape);
+                     if (need_b) grads[2] = Tensor::empty({w_shape[0]});
+                     cpu::conv2d_backward(x_shape, w_shape, x, w, g, params, grads[0], grads[1], grads[2]);
+                     return grads;
+                   });
   return out;
 }
 

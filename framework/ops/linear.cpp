@@ -14,13 +14,13 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
   if (bias_in.defined()) check_cpu_f32("linear", {&bias_in});
   DPT_CHECK(x_in.dim() == 2) << "linear: input must be 2-D [N, in], got " << shape_str(x_in.shape());
   DPT_CHECK(w_in.dim() == 2) << "linear: weight must be 2-D [out, in], got " << shape_str(w_in.shape());
-  DPT_CHECK(x_in.size(1) == w_in.size(1)) << "linear: input " << shape_str(x_in.shape()) << " has "
-                                          << x_in.size(1) << " features but weight " << shape_str(w_in.shape())
-                                          << " expects " << w_in.size(1);
+  DPT_CHECK(x_in.size(1) == w_in.size(1))
+      << "linear: input " << shape_str(x_in.shape()) << " has " << x_in.size(1) << " features but weight "
+      << shape_str(w_in.shape()) << " expects " << w_in.size(1);
   if (bias_in.defined()) {
     DPT_CHECK(bias_in.shape() == Shape{w_in.size(0)})
-        << "linear: bias " << shape_str(bias_in.shape()) << " does not match weight " << shape_str(w_in.shape())
-        << ": expected [" << w_in.size(0) << "]";
+        << "linear: bias " << shape_str(bias_in.shape()) << " does not match weight "
+        << shape_str(w_in.shape()) << ": expected [" << w_in.size(0) << "]";
   }
   Tensor x = x_in.contiguous(), w = w_in.contiguous();
   Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
@@ -31,8 +31,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
   bool need_b = bias_in.defined() && bias_in.requires_grad();
   autograd::record("linear", out, {x_in, w_in, bias_in},
                    [x = need_w ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
-                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(), need_x,
-                    need_w, need_b](const Tensor& grad_out) {
+                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
+                    need_x, need_w, need_b](const Tensor& grad_out) {
                      check_cpu_f32("linear backward", {&grad_out});
                      Tensor g = grad_out.contiguous();
                      if (out.defined()) {  // fused ReLU
@@ -68,8 +68,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (out.numel() > 0) cpu::matmul(a, false, b, false, Tensor(), false, out);
   bool need_a = a_in.requires_grad(), need_b = b_in.requires_grad();
   autograd::record("matmul", out, {a_in, b_in},
-                   [a = need_b ? a.detach() : Tensor(), b = need_a ? b.detach() : Tensor(), a_shape = a.shape(),
-                    b_shape = b.shape(), need_a, need_b](const Tensor& grad_out) {
+                   [a = need_b ? a.detach() : Tensor(), b = need_a ? b.detach() : Tensor(),
+                    a_shape = a.shape(), b_shape = b.shape(), need_a, need_b](const Tensor& grad_out) {
                      check_cpu_f32("matmul backward", {&grad_out});
                      Tensor g = grad_out.contiguous();
                      std::vector<Tensor> grads(2);

@@ -11,16 +11,18 @@ namespace {
 
 void check_channel_tensor(const char* what, const Tensor& t, const Shape& x_shape, bool contiguous) {
   check_cpu_f32("batch_norm2d", {&t});
-  DPT_CHECK(t.shape() == Shape{x_shape[1]}) << "batch_norm2d: " << what << " " << shape_str(t.shape())
-                                            << " does not match input " << shape_str(x_shape) << ": expected ["
-                                            << x_shape[1] << "]";
-  DPT_CHECK(!contiguous || t.is_contiguous()) << "batch_norm2d: " << what << " must be contiguous (updated in place)";
+  DPT_CHECK(t.shape() == Shape{x_shape[1]})
+      << "batch_norm2d: " << what << " " << shape_str(t.shape()) << " does not match input "
+      << shape_str(x_shape) << ": expected [" << x_shape[1] << "]";
+  DPT_CHECK(!contiguous || t.is_contiguous())
+      << "batch_norm2d: " << what << " must be contiguous (updated in place)";
 }
 
 }  // namespace
 
-Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Tensor& running_mean,
-                    const Tensor& running_var, bool training, const BatchNormOptions& options, bool fuse_relu) {
+Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                    const Tensor& running_mean, const Tensor& running_var, bool training,
+                    const BatchNormOptions& options, bool fuse_relu) {
   check_cpu_f32("batch_norm2d", {&x_in});
   const Shape& xs = x_in.shape();
   DPT_CHECK(x_in.dim() == 4) << "batch_norm2d: input must be 4-D [N, C, H, W], got " << shape_str(xs);
@@ -57,19 +59,20 @@ Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
   }
   Tensor out = Tensor::empty(xs);
   cpu::batch_norm_forward(x, weight, bias, mean, var, params, out, workspace);
-  if (training && track) cpu::batch_norm_update_running(running_mean, running_var, mean, var, options.momentum, count);
+  if (training && track)
+    cpu::batch_norm_update_running(running_mean, running_var, mean, var, options.momentum, count);
 
   bool need_x = x_in.requires_grad(), need_w = weight_in.requires_grad(), need_b = bias_in.requires_grad();
   autograd::record("batch_norm2d", out, {x_in, weight_in, bias_in},
-                   [x = x.detach(), weight = weight.detach(), bias = bias.detach(), mean, var, params, workspace,
-                    need_x, need_w, need_b](const Tensor& grad_out) {
+                   [x = x.detach(), weight = weight.detach(), bias = bias.detach(), mean, var, params,
+                    workspace, need_x, need_w, need_b](const Tensor& grad_out) {
                      check_cpu_f32("batch_norm2d backward", {&grad_out});
                      Tensor g = grad_out.contiguous();
                      // oneDNN computes all three at once; the unwanted ones are dropped.
                      Tensor grad_x = Tensor::empty(x.shape());
                      Tensor grad_w = Tensor::empty(weight.shape()), grad_b = Tensor::empty(bias.shape());
-                     cpu::batch_norm_backward(x, g, weight, bias, mean, var, params, workspace, grad_x, grad_w,
-                                              grad_b);
+                     cpu::batch_norm_backward(x, g, weight, bias, mean, var, params, workspace, grad_x,
+                                              grad_w, grad_b);
                      return std::vector<Tensor>{need_x ? grad_x : Tensor(), need_w ? grad_w : Tensor(),
                                                 need_b ? grad_b : Tensor()};
                    });

@@ -19,8 +19,8 @@ Tensor pool2d(cpu::PoolKind kind, const char* name, const Tensor& x_in, int64_t 
   const Shape& xs = x_in.shape();
   int64_t oh = (xs[2] + 2 * padding - kernel) / stride + 1, ow = (xs[3] + 2 * padding - kernel) / stride + 1;
   DPT_CHECK(xs[2] + 2 * padding >= kernel && xs[3] + 2 * padding >= kernel)
-      << name << ": input " << shape_str(xs) << " with padding " << padding << " is smaller than the " << kernel
-      << "x" << kernel << " window";
+      << name << ": input " << shape_str(xs) << " with padding " << padding << " is smaller than the "
+      << kernel << "x" << kernel << " window";
   Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty({xs[0], xs[1], oh, ow});
   if (out.numel() == 0) return out;

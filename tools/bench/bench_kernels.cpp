@@ -84,12 +84,12 @@ int main(int argc, char** argv) {
 
   auto conv_flops = [&](int64_t ic, int64_t oc, int64_t hw) { return 2.0 * n * oc * hw * hw * ic * 9; };
   std::vector<Layer> layers = {
-      {"conv 1->32 3x3 p1 28x28 +relu", [&] { return conv2d(x1, w1, b1, {.padding = 1}, true); }, conv_flops(1, 32, 28),
-       conv_flops(1, 32, 28)},  // weights only: the input is data
+      {"conv 1->32 3x3 p1 28x28 +relu", [&] { return conv2d(x1, w1, b1, {.padding = 1}, true); },
+       conv_flops(1, 32, 28), conv_flops(1, 32, 28)},  // weights only: the input is data
       {"maxpool 2 [128,32,28,28]", [&] { return max_pool2d(a1, 2, 2); }, 4.0 * n * 32 * (28 * 28 + 14 * 14),
        4.0 * n * 32 * (28 * 28 + 14 * 14), true},
-      {"conv 32->64 3x3 p1 14x14 +relu", [&] { return conv2d(x2, w2, b2, {.padding = 1}, true); }, conv_flops(32, 64, 14),
-       2 * conv_flops(32, 64, 14)},
+      {"conv 32->64 3x3 p1 14x14 +relu", [&] { return conv2d(x2, w2, b2, {.padding = 1}, true); },
+       conv_flops(32, 64, 14), 2 * conv_flops(32, 64, 14)},
       {"maxpool 2 [128,64,14,14]", [&] { return max_pool2d(a2, 2, 2); }, 4.0 * n * 64 * (14 * 14 + 7 * 7),
        4.0 * n * 64 * (14 * 14 + 7 * 7), true},
       {"linear 3136->128 +relu", [&] { return linear(x3, w3, b3, true); }, 2.0 * n * 3136 * 128,
@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
   };
   double total = 0;
   for (Layer& layer : layers) run(layer, reps, total);
-  std::printf("%-34s %.3f ms forward+backward for these layers (PyTorch 1.13 step: 127 ms)\n", "total", total);
+  std::printf("%-34s %.3f ms forward+backward for these layers (PyTorch 1.13 step: 127 ms)\n", "total",
+              total);
   return 0;
 }

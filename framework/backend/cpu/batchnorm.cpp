@@ -59,10 +59,9 @@ std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormParam
   return Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x, p, training), [&] {
     Geometry g = geometry_of(x, p);
     auto pd = forward_pd(g, p.eps, training ? prop_kind::forward_training : prop_kind::forward_inference);
-    return std::make_shared<ForwardEntry>(ForwardEntry{dnnl::batch_normalization_forward(pd),
-                                                       bridge_make(g.plain, pd.src_desc(), Direction::in),
-                                                       bridge_make(g.plain, pd.dst_desc(), Direction::out),
-                                                       pd.workspace_desc()});
+    return std::make_shared<ForwardEntry>(ForwardEntry{
+        dnnl::batch_normalization_forward(pd), bridge_make(g.plain, pd.src_desc(), Direction::in),
+        bridge_make(g.plain, pd.dst_desc(), Direction::out), pd.workspace_desc()});
   });
 }
 
@@ -78,15 +77,17 @@ size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p
 }
 
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                        const Tensor& var, const BatchNormParams& p, const Tensor& out, const Tensor& workspace) {
+                        const Tensor& var, const BatchNormParams& p, const Tensor& out,
+                        const Tensor& workspace) {
   bool training = !p.use_global_stats || workspace.defined();
   auto entry = forward_entry(x.shape(), p, training);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
-                                       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)},
-                                       {DNNL_ARG_SCALE, channel_memory(weight)},
-                                       {DNNL_ARG_SHIFT, channel_memory(bias)},
-                                       {DNNL_ARG_MEAN, channel_memory(mean)},
-                                       {DNNL_ARG_VARIANCE, channel_memory(var)}};
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
+      {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)},
+      {DNNL_ARG_SCALE, channel_memory(weight)},
+      {DNNL_ARG_SHIFT, channel_memory(bias)},
+      {DNNL_ARG_MEAN, channel_memory(mean)},
+      {DNNL_ARG_VARIANCE, channel_memory(var)}};
   if (training && entry->workspace.get_size() > 0) {
     // Batch statistics with a fused ReLU always write the mask; with no backward to
     // follow it goes to scratch.
@@ -101,8 +102,9 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 
 void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
-                         const Tensor& mean, const Tensor& var, const BatchNormParams& p, const Tensor& workspace,
-                         const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+                         const Tensor& mean, const Tensor& var, const BatchNormParams& p,
+                         const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias) {
   auto entry = Context::cpu().cached<BackwardEntry>(key_of("bn_bwd", x.shape(), p, true), [&] {
     Geometry g = geometry_of(x.shape(), p);
     auto hint = forward_pd(g, p.eps, prop_kind::forward_training);
@@ -111,8 +113,8 @@ void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& 
         Context::cpu().engine(), hint);
     return std::make_shared<BackwardEntry>(BackwardEntry{
         dnnl::batch_normalization_backward(pd), bridge_make(g.plain, pd.src_desc(), Direction::in),
-        bridge_make(g.plain, pd.diff_dst_desc(), Direction::in), bridge_make(g.plain, pd.diff_src_desc(), Direction::out),
-        pd.workspace_desc()});
+        bridge_make(g.plain, pd.diff_dst_desc(), Direction::in),
+        bridge_make(g.plain, pd.diff_src_desc(), Direction::out), pd.workspace_desc()});
   });
   memory diff_src = bridge_out_memory(entry->diff_src, grad_x.raw_data(), Scratch::diff_src);
   // oneDNN 2.6 wants SHIFT at backward too (execution fails without it), though unused.

@@ -24,14 +24,16 @@ size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p
 // use_global_stats, mean and var are outputs: the batch mean and biased variance; with
 // it, they are inputs.
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                        const Tensor& var, const BatchNormParams& p, const Tensor& out, const Tensor& workspace);
+                        const Tensor& var, const BatchNormParams& p, const Tensor& out,
+                        const Tensor& workspace);
 
 // Requires: the tensors the forward used (mean, var as it left them; its workspace when
 // relu), grad_out like x; outputs contiguous: grad_x like x, grad_weight, grad_bias [C].
 // Ensures: all three overwritten with the gradients.
 void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
-                         const Tensor& mean, const Tensor& var, const BatchNormParams& p, const Tensor& workspace,
-                         const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias);
+                         const Tensor& mean, const Tensor& var, const BatchNormParams& p,
+                         const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias);
 
 // Requires: running_mean, running_var, mean, var contiguous [C]; count = N H W > 1.
 // Ensures: running = (1 - momentum) running + momentum batch, with the variance made

@@ -50,20 +50,24 @@ Geometry geometry_of(const Shape& x, const Shape& w, const Shape& out, const Con
   return g;
 }
 
-memory::desc any_desc(const memory::dims& dims) { return memory::desc(dims, memory::data_type::f32, Tag::any); }
+memory::desc any_desc(const memory::dims& dims) {
+  return memory::desc(dims, memory::data_type::f32, Tag::any);
+}
 
-std::string key_of(const char* op, const Shape& x, const Shape& w, const ConvParams& p, bool bias, bool relu) {
+std::string key_of(const char* op, const Shape& x, const Shape& w, const ConvParams& p, bool bias,
+                   bool relu) {
   return cache_key(op, {x[0], x[1], x[2], x[3], w[0], w[2], w[3], p.stride, p.padding, p.dilation, p.groups,
                         bias ? 1 : 0, relu ? 1 : 0});
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool bias, bool relu) {
   memory::desc src = any_desc(g.src), weights = any_desc(g.weights), dst = any_desc(g.dst);
-  auto desc = bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src,
-                                                     weights, g.plain_bias, dst, g.strides, g.dilates, g.pad_l,
-                                                     g.pad_r)
-                   : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src,
-                                                     weights, dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+  auto desc =
+      bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src,
+                                             weights, g.plain_bias, dst, g.strides, g.dilates, g.pad_l,
+                                             g.pad_r)
+           : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src,
+                                             weights, dst, g.strides, g.dilates, g.pad_l, g.pad_r);
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops ops;
@@ -94,8 +98,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                     const Tensor& out) {
   bool has_bias = bias.defined();
   Geometry g = geometry_of(x.shape(), w.shape(), out.shape(), p);
-  auto entry = Context::cpu().cached<ForwardEntry>(
-      key_of("conv_fwd", x.shape(), w.shape(), p, has_bias, relu), [&] {
+  auto entry =
+      Context::cpu().cached<ForwardEntry>(key_of("conv_fwd", x.shape(), w.shape(), p, has_bias, relu), [&] {
         auto pd = forward_pd(g, has_bias, relu);
         return std::make_shared<ForwardEntry>(ForwardEntry{
             dnnl::convolution_forward(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
@@ -127,10 +131,11 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
                                                             any_desc(g.weights), any_desc(g.dst), g.strides,
                                                             g.dilates, g.pad_l, g.pad_r);
           dnnl::convolution_backward_data::primitive_desc pd(desc, engine, hint);
-          return std::make_shared<BackwardDataEntry>(BackwardDataEntry{
-              dnnl::convolution_backward_data(pd), bridge_make(g.plain_dst, pd.diff_dst_desc(), Direction::in),
-              bridge_make(g.plain_weights, pd.weights_desc(), Direction::in),
-              bridge_make(g.plain_src, pd.diff_src_desc(), Direction::out)});
+          return std::make_shared<BackwardDataEntry>(
+              BackwardDataEntry{dnnl::convolution_backward_data(pd),
+                                bridge_make(g.plain_dst, pd.diff_dst_desc(), Direction::in),
+                                bridge_make(g.plain_weights, pd.weights_desc(), Direction::in),
+                                bridge_make(g.plain_src, pd.diff_src_desc(), Direction::out)});
         });
     diff_dst_blocked = bridge_in(entry->diff_dst, grad_out.raw_data(), Scratch::diff_dst);
     diff_dst_layout = entry->diff_dst.chosen;
@@ -162,8 +167,8 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
                           ? diff_dst_blocked
                           : bridge_in(entry->diff_dst, grad_out.raw_data(), Scratch::diff_dst);
     // Bias wanted without weights: oneDNN computes both, so the weights go to scratch.
-    void* diff_w_data = grad_w.defined() ? grad_w.raw_data()
-                                         : scratch(Scratch::extra, entry->diff_weights.plain.get_size());
+    void* diff_w_data =
+        grad_w.defined() ? grad_w.raw_data() : scratch(Scratch::extra, entry->diff_weights.plain.get_size());
     memory diff_w = bridge_out_memory(entry->diff_weights, diff_w_data, Scratch::diff_weights);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
                                          {DNNL_ARG_DIFF_DST, diff_dst},

@@ -23,8 +23,8 @@ memory::desc operand_desc(const Tensor& t, bool transpose) {
 
 }  // namespace
 
-void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias, bool relu,
-            const Tensor& out) {
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias,
+            bool relu, const Tensor& out) {
   bool has_bias = bias.defined();
   int64_t m = out.size(0), n = out.size(1);
   int64_t k = transpose_a ? a.size(0) : a.size(1);
@@ -40,7 +40,8 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
         }
         auto desc = has_bias ? dnnl::matmul::desc(a_desc, b_desc, bias_desc, c_desc)
                              : dnnl::matmul::desc(a_desc, b_desc, c_desc);
-        return std::make_shared<dnnl::matmul>(dnnl::matmul::primitive_desc(desc, attr, Context::cpu().engine()));
+        return std::make_shared<dnnl::matmul>(
+            dnnl::matmul::primitive_desc(desc, attr, Context::cpu().engine()));
       });
   const dnnl::engine& engine = Context::cpu().engine();
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(a_desc, engine, a.raw_data())},

@@ -39,8 +39,8 @@ memory::desc plain_desc(const memory::dims& dims, Tag tag) {
 
 memory::desc plain_desc(const Shape& shape) {
   static constexpr Tag tags[] = {Tag::undef, Tag::a, Tag::ab, Tag::abc, Tag::abcd, Tag::abcde};
-  DPT_CHECK(!shape.empty() && shape.size() <= 5) << "oneDNN kernels take 1-D to 5-D tensors, got "
-                                                 << shape_str(shape);
+  DPT_CHECK(!shape.empty() && shape.size() <= 5)
+      << "oneDNN kernels take 1-D to 5-D tensors, got " << shape_str(shape);
   return plain_desc(dims_of(shape), tags[shape.size()]);
 }
 
@@ -61,7 +61,8 @@ class ScratchBuffer {
       data_ = std::aligned_alloc(64, bytes_);
       if (!data_) {
         bytes_ = 0;
-        throw Error("out of host memory allocating a " + std::to_string(bytes) + "-byte oneDNN layout buffer");
+        throw Error("out of host memory allocating a " + std::to_string(bytes) +
+                    "-byte oneDNN layout buffer");
       }
     }
     return data_;

@@ -4,9 +4,8 @@
 // fast kernels choose, and the backward of a fused ReLU post-op.
 #pragma once
 
-#include <dnnl.hpp>
-
 #include <cstdint>
+#include <dnnl.hpp>
 #include <functional>
 #include <initializer_list>
 #include <memory>

@@ -61,8 +61,8 @@ struct BackwardEntry {
   memory::desc workspace;
 };
 
-std::shared_ptr<ForwardEntry> forward_entry(PoolKind kind, const Shape& x, const Shape& out, const PoolParams& p,
-                                            bool training) {
+std::shared_ptr<ForwardEntry> forward_entry(PoolKind kind, const Shape& x, const Shape& out,
+                                            const PoolParams& p, bool training) {
   Geometry g = geometry_of(kind, x, out, p);
   return Context::cpu().cached<ForwardEntry>(
       key_of(training ? "pool_fwd_training" : "pool_fwd_inference", kind, x, p), [&] {
@@ -75,15 +75,18 @@ std::shared_ptr<ForwardEntry> forward_entry(PoolKind kind, const Shape& x, const
 
 }  // namespace
 
-size_t pool2d_workspace_bytes(PoolKind kind, const Shape& x_shape, const Shape& out_shape, const PoolParams& p) {
+size_t pool2d_workspace_bytes(PoolKind kind, const Shape& x_shape, const Shape& out_shape,
+                              const PoolParams& p) {
   return forward_entry(kind, x_shape, out_shape, p, true)->workspace.get_size();
 }
 
-void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out, const Tensor& workspace) {
+void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
+                    const Tensor& workspace) {
   bool training = workspace.defined();  // average pooling needs no workspace: inference serves
   auto entry = forward_entry(kind, x.shape(), out.shape(), p, training);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
-                                       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)}};
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
+      {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)}};
   size_t workspace_bytes = entry->workspace.get_size();
   if (training && workspace_bytes > 0) {
     DPT_CHECK(workspace.numel() * dtype_size(workspace.dtype()) >= workspace_bytes)
@@ -103,9 +106,9 @@ void pool2d_backward(PoolKind kind, const Shape& x_shape, const Tensor& grad_out
     dnnl::pooling_backward::primitive_desc pd(
         dnnl::pooling_backward::desc(g.alg, g.work_src, g.work_dst, g.strides, g.kernel, g.pad_l, g.pad_r),
         Context::cpu().engine(), hint);
-    return std::make_shared<BackwardEntry>(BackwardEntry{
-        dnnl::pooling_backward(pd), bridge_make(g.plain_dst, pd.diff_dst_desc(), Direction::in),
-        bridge_make(g.plain_src, pd.diff_src_desc(), Direction::out), hint.workspace_desc()});
+    return std::make_shared<BackwardEntry>(
+        BackwardEntry{dnnl::pooling_backward(pd), bridge_make(g.plain_dst, pd.diff_dst_desc(), Direction::in),
+                      bridge_make(g.plain_src, pd.diff_src_desc(), Direction::out), hint.workspace_desc()});
   });
   memory diff_src = bridge_out_memory(entry->diff_src, grad_x.raw_data(), Scratch::diff_src);
   std::unordered_map<int, memory> args{

@@ -22,13 +22,15 @@ struct PoolParams {
 
 // Bytes of the workspace a training forward leaves for pool2d_backward (max pooling's
 // argmax; 0 for average pooling).
-size_t pool2d_workspace_bytes(PoolKind kind, const Shape& x_shape, const Shape& out_shape, const PoolParams& p);
+size_t pool2d_workspace_bytes(PoolKind kind, const Shape& x_shape, const Shape& out_shape,
+                              const PoolParams& p);
 
 // Requires: x [N, C, H, W] contiguous f32; out [N, C, OH, OW] with
 // OH = (H + 2 padding - kernel) / stride + 1; workspace undefined (inference, or a kind
 // that needs none) or a buffer of at least pool2d_workspace_bytes (any dtype, opaque).
 // Ensures: out written entirely; a defined workspace filled for pool2d_backward.
-void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out, const Tensor& workspace);
+void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
+                    const Tensor& workspace);
 
 // Requires: grad_out [N, C, OH, OW] contiguous; for max, the workspace its forward
 // filled; grad_x [N, C, H, W] (x_shape).
