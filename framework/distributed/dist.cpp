@@ -1,0 +1,283 @@
+// Process start-up, the default group and group creation. Threading design: each group's
+// collectives run only on that group's communication thread (comm_thread.h); groups are
+// made on the calling thread from a second communicator of the parent that no
+// communication thread touches, so making one needs no ordering against collectives in
+// flight (legal under MPI_THREAD_MULTIPLE; under SERIALIZED every MPI call takes a mutex).
+#include "distributed/dist.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <set>
+
+#include "core/error.h"
+#include "distributed/mpi_check.h"
+#include "distributed/mpi_process_group.h"
+
+namespace dpt::dist {
+namespace {
+
+struct State {
+  std::mutex mutex;
+  bool initialized = false, finalized = false;
+  bool own_mpi = false;  // we called MPI_Init_thread, so we call MPI_Finalize
+  bool at_exit_registered = false;
+  InitInfo info;
+  std::shared_ptr<MpiProcessGroup> world;
+  std::vector<std::weak_ptr<MpiProcessGroup>> groups;  // every live group, for finalize()
+};
+
+// The default process group and what MPI said at start-up: the one global state DESIGN.md
+// allows. Never destroyed, so nothing depends on the order of static destructors at exit.
+State& state() {
+  static State* s = new State;
+  return *s;
+}
+
+std::atomic<int> g_rank{0};  // for abort_all() and messages, which must not take the mutex
+
+void finalize_at_exit() {
+  try {
+    finalize();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] dist::finalize() at exit: %s\n", g_rank.load(), e.what());
+  }
+}
+
+int thread_level_requested() {
+  const char* level = std::getenv("DPT_MPI_THREAD_LEVEL");
+  if (!level || !*level || std::strcmp(level, "multiple") == 0) return MPI_THREAD_MULTIPLE;
+  if (std::strcmp(level, "serialized") == 0) return MPI_THREAD_SERIALIZED;
+  DPT_FAIL() << "DPT_MPI_THREAD_LEVEL must be 'multiple' or 'serialized', got '" << level << "'";
+}
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+  }
+  return "an unknown thread level";
+}
+
+std::shared_ptr<MpiProcessGroup> world_checked(const char* what) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  DPT_CHECK(s.initialized) << what << " requires dist::init()"
+                           << (s.finalized ? " (dist::finalize() has been called)" : "");
+  return s.world;
+}
+
+GroupPtr make_group(MPI_Comm comm, const std::string& label) {
+  std::vector<int> ranks = comm_world_ranks(comm);
+  auto group = std::make_shared<MpiProcessGroup>(comm, ranks, label + ranks_str(ranks));
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::erase_if(s.groups, [](const auto& g) { return g.expired(); });
+  s.groups.push_back(group);
+  return group;
+}
+
+// Throws the same Error on every rank of `group` when `value` is not the same everywhere.
+void check_same_everywhere(MpiProcessGroup& group, uint64_t value, const std::string& what) {
+  int64_t v = static_cast<int64_t>(value >> 1), both[2] = {v, -v};
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, both, 2, MPI_INT64_T, MPI_MIN, group.creation_comm()));
+  DPT_CHECK(both[0] == -both[1]) << what << ": the ranks passed different arguments; every rank of "
+                                 << group.name() << " must pass the same ones";
+}
+
+uint64_t hash_ints(const std::vector<int>& values) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (int v : values) h = (h ^ static_cast<uint32_t>(v)) * 1099511628211ull;
+  return (h ^ values.size()) * 1099511628211ull;
+}
+
+GroupPtr split_named(const GroupPtr& parent, int color, int key, const std::string& label) {
+  DPT_CHECK(parent) << label << ": the parent group is null (rank " << g_rank.load() << " is not a member)";
+  auto* mpi_parent = dynamic_cast<MpiProcessGroup*>(parent.get());
+  DPT_CHECK(mpi_parent) << label << ": " << parent->name() << " is not an MPI process group";
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(mpi_parent->creation_comm(), color < 0 ? MPI_UNDEFINED : color, key, &comm));
+  if (comm == MPI_COMM_NULL) return nullptr;
+  return make_group(comm, label);
+}
+
+}  // namespace
+
+const InitInfo& init() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.initialized) return s.info;
+  DPT_CHECK(!s.finalized)
+      << "dist::init() after dist::finalize(): MPI cannot be initialised twice in a process";
+  int already = 0, provided = MPI_THREAD_SINGLE;
+  MPI_CHECK(MPI_Initialized(&already));
+  if (!already) {
+    int rc = MPI_Init_thread(nullptr, nullptr, thread_level_requested(), &provided);
+    DPT_CHECK(rc == MPI_SUCCESS) << "MPI_Init_thread failed: " << detail::mpi_error_string(rc);
+    s.own_mpi = true;
+  } else {
+    MPI_CHECK(MPI_Query_thread(&provided));
+  }
+  DPT_CHECK(provided >= MPI_THREAD_SERIALIZED)
+      << "MPI grants " << thread_level_name(provided) << "; dpt's communication threads need "
+      << "MPI_THREAD_MULTIPLE (or at least MPI_THREAD_SERIALIZED)";
+  detail::mpi_serialized = provided < MPI_THREAD_MULTIPLE;
+
+  InitInfo info;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &info.rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &info.world_size));
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &info.local_rank));
+  MPI_CHECK(MPI_Comm_size(node, &info.local_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  g_rank = info.rank;
+
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  std::vector<int> ranks(info.world_size);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  s.world = std::make_shared<MpiProcessGroup>(comm, std::move(ranks), "world");
+  s.groups.push_back(s.world);
+  if (!s.at_exit_registered) {
+    // Registered after state() exists, so it runs before anything constructed earlier is
+    // destroyed; groups made later and held in statics are destroyed before it runs.
+    std::atexit(finalize_at_exit);
+    s.at_exit_registered = true;
+  }
+  s.info = info;
+  s.initialized = true;
+  return s.info;
+}
+
+bool initialized() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.initialized;
+}
+
+void finalize() {
+  State& s = state();
+  std::vector<std::shared_ptr<MpiProcessGroup>> groups;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.initialized) return;
+    s.initialized = false;
+    s.finalized = true;
+    for (auto& weak : s.groups) {
+      if (auto group = weak.lock()) groups.push_back(std::move(group));
+    }
+    s.groups.clear();
+    s.world.reset();
+  }
+  // Newest first: sub-groups before the groups they were made from.
+  for (auto it = groups.rbegin(); it != groups.rend(); ++it) (*it)->shutdown();
+  groups.clear();
+  int finalized = 0;
+  MPI_CHECK(MPI_Finalized(&finalized));
+  if (s.own_mpi && !finalized) MPI_CHECK(MPI_Finalize());
+}
+
+void abort_all(const std::string& message, int code) {
+  std::fprintf(stderr, "[rank %d] %s\n", g_rank.load(), message.c_str());
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+const InitInfo& info() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  DPT_CHECK(s.initialized || s.finalized) << "dist::info() requires dist::init()";
+  return s.info;
+}
+
+GroupPtr world() { return world_checked("dist::world()"); }
+
+GroupPtr new_group(const std::vector<int>& ranks) {
+  auto world = world_checked("dist::new_group()");
+  const std::string label = "new_group(" + ranks_str(ranks) + ")";
+  DPT_CHECK(!ranks.empty()) << label << ": a group needs at least one rank";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    DPT_CHECK(ranks[i] >= 0 && ranks[i] < world->size())
+        << label << ": rank " << ranks[i] << " is outside the world (0.." << world->size() - 1 << ")";
+    DPT_CHECK(i == 0 || ranks[i - 1] < ranks[i])
+        << label << ": ranks must be strictly increasing (sorted, no repeats)";
+  }
+  check_same_everywhere(*world, hash_ints(ranks), label);
+  const bool member = std::binary_search(ranks.begin(), ranks.end(), world->rank());
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(world->creation_comm(), member ? 0 : MPI_UNDEFINED, world->rank(), &comm));
+  if (comm == MPI_COMM_NULL) return nullptr;
+  return make_group(comm, "group");
+}
+
+GroupPtr split(const GroupPtr& parent, int color, int key) {
+  return split_named(parent, color, key, "split(color " + std::to_string(color) + ")");
+}
+
+ProcessGroup& require_member(const GroupPtr& group, const std::string& what) {
+  DPT_CHECK(group) << "rank " << g_rank.load() << " is not a member of " << what;
+  return *group;
+}
+
+DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> names)
+    : shape_(std::move(shape)), names_(std::move(names)) {
+  auto world = world_checked("DeviceMesh");
+  const std::string label = "DeviceMesh(shape " + ranks_str(shape_) + ")";
+  DPT_CHECK(!shape_.empty() && shape_.size() == names_.size())
+      << label << ": needs one name per axis, got " << names_.size() << " names";
+  int64_t ranks = 1;
+  std::set<std::string> seen;
+  for (size_t a = 0; a < shape_.size(); ++a) {
+    DPT_CHECK(shape_[a] > 0) << label << ": axis '" << names_[a] << "' has size " << shape_[a];
+    DPT_CHECK(!names_[a].empty() && seen.insert(names_[a]).second)
+        << label << ": axis names must be non-empty and distinct, got '" << names_[a] << "' twice or empty";
+    ranks *= shape_[a];
+  }
+  DPT_CHECK(ranks == world->size()) << label << " holds " << ranks << " ranks but the world has "
+                                    << world->size();
+  check_same_everywhere(*world, hash_ints(shape_), label);
+
+  coordinates_.resize(shape_.size());
+  std::vector<int> strides(shape_.size());
+  for (int a = static_cast<int>(shape_.size()) - 1, r = world->rank(), stride = 1; a >= 0; --a) {
+    coordinates_[a] = r % shape_[a];
+    r /= shape_[a];
+    strides[a] = stride;
+    stride *= shape_[a];
+  }
+  // Along axis a: the ranks that differ from this one only in coordinate a. Colour: this
+  // rank with coordinate a set to 0, the same for all of them.
+  for (size_t a = 0; a < shape_.size(); ++a) {
+    int color = world->rank() - coordinates_[a] * strides[a];
+    groups_.push_back(split_named(world, color, coordinates_[a], "mesh." + names_[a]));
+  }
+}
+
+GroupPtr DeviceMesh::group(const std::string& axis) const {
+  for (size_t a = 0; a < names_.size(); ++a) {
+    if (names_[a] == axis) return groups_[a];
+  }
+  std::string axes;
+  for (const auto& name : names_) {
+    if (!axes.empty()) axes += ", ";
+    axes += name;
+  }
+  DPT_FAIL() << "DeviceMesh has no axis '" << axis << "' (axes: " << axes << ")";
+}
+
+}  // namespace dpt::dist

@@ -1,0 +1,394 @@
+// MpiProcessGroup: checks each collective's arguments on the calling thread, then hands a
+// MpiOp (the Work) to the group's communication thread, which starts it as a nonblocking
+// MPI call and finishes it (avg's division, recv's count check) on completion.
+#include "distributed/mpi_process_group.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+#include "distributed/dist.h"
+#include "distributed/mpi_check.h"
+
+namespace dpt::dist {
+namespace {
+
+enum class OpKind { all_reduce, broadcast, all_gather, reduce_scatter, barrier, send, recv };
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::all_reduce:
+      return "all_reduce";
+    case OpKind::broadcast:
+      return "broadcast";
+    case OpKind::all_gather:
+      return "all_gather";
+    case OpKind::reduce_scatter:
+      return "reduce_scatter";
+    case OpKind::barrier:
+      return "barrier";
+    case OpKind::send:
+      return "send";
+    case OpKind::recv:
+      return "recv";
+  }
+  return "?";
+}
+
+MPI_Datatype mpi_type(DType dtype) { return dtype == DType::i64 ? MPI_INT64_T : MPI_FLOAT; }
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      return MPI_SUM;
+    case ReduceOp::min:
+      return MPI_MIN;
+    case ReduceOp::max:
+      return MPI_MAX;
+  }
+  return MPI_SUM;
+}
+
+template <class T>
+void divide(const Tensor& t, int divisor) {
+  T* p = t.data<T>();
+  const T d = static_cast<T>(divisor);
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] /= d;
+}
+
+// One collective: what to run, on which buffers; the tensors stay alive until it completes.
+class MpiOp final : public CommTask {
+ public:
+  OpKind kind = OpKind::barrier;
+  ReduceOp reduce = ReduceOp::sum;
+  MPI_Comm comm = MPI_COMM_NULL;
+  const std::string* group_name = nullptr;  // the group outlives its pending work
+  int group_size = 1, rank = 0;
+  int peer = 0, tag = 0;  // broadcast's root; send's dst; recv's src
+  Tensor out, in;         // out: the in-place tensor of all_reduce, broadcast, send, recv
+  DType dtype = DType::f32;
+  int64_t n = 0;                    // elements: of `out`, of all_gather's out, of reduce_scatter's in
+  std::vector<int> counts, displs;  // all_gather, reduce_scatter: per-rank chunks
+  bool in_place = false;            // all_gather's `in` is its own chunk of `out`
+
+  std::string describe() const override {
+    std::ostringstream s;
+    s << op_kind_name(kind);
+    if (kind == OpKind::all_reduce || kind == OpKind::reduce_scatter)
+      s << "(" << reduce_op_name(reduce) << ")";
+    if (kind != OpKind::barrier) s << " of " << n << " " << dtype_name(dtype);
+    if (kind == OpKind::broadcast) s << " from rank " << peer;
+    if (kind == OpKind::send) s << " to rank " << peer << " (tag " << tag << ")";
+    if (kind == OpKind::recv) s << " from rank " << peer << " (tag " << tag << ")";
+    s << " on " << *group_name;
+    return s.str();
+  }
+
+ protected:
+  MPI_Request start() override {
+    MPI_Request r = MPI_REQUEST_NULL;
+    const MPI_Datatype type = mpi_type(dtype);
+    const int count = static_cast<int>(n);
+    if (n == 0 && kind != OpKind::barrier) return r;  // nothing to move, on any rank
+    switch (kind) {
+      case OpKind::all_reduce:
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, out.raw_data(), count, type, mpi_op(reduce), comm, &r));
+        break;
+      case OpKind::broadcast:
+        MPI_CHECK(MPI_Ibcast(out.raw_data(), count, type, peer, comm, &r));
+        break;
+      case OpKind::all_gather:
+        MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : in.raw_data(), counts[rank], type, out.raw_data(),
+                                  counts.data(), displs.data(), type, comm, &r));
+        break;
+      case OpKind::reduce_scatter:
+        MPI_CHECK(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(), type, mpi_op(reduce),
+                                      comm, &r));
+        break;
+      case OpKind::barrier:
+        MPI_CHECK(MPI_Ibarrier(comm, &r));
+        break;
+      case OpKind::send:
+        MPI_CHECK(MPI_Isend(out.raw_data(), count, type, peer, tag, comm, &r));
+        break;
+      case OpKind::recv:
+        MPI_CHECK(MPI_Irecv(out.raw_data(), count, type, peer, tag, comm, &r));
+        break;
+    }
+    return r;
+  }
+
+  void finish(const MPI_Status& status) override {
+    if (reduce == ReduceOp::avg && group_size > 1 &&
+        (kind == OpKind::all_reduce || kind == OpKind::reduce_scatter)) {
+      if (dtype == DType::f32) divide<float>(out, group_size);
+      if (dtype == DType::i64) divide<int64_t>(out, group_size);
+    }
+    if (kind == OpKind::recv && n > 0) {
+      int got = 0;
+      MPI_CHECK(MPI_Get_count(&status, mpi_type(dtype), &got));
+      DPT_CHECK(got == n) << "expected " << n << " elements, the message had " << got;
+    }
+    out = Tensor();
+    in = Tensor();
+  }
+};
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  const size_t na = a.numel() * dtype_size(a.dtype()), nb = b.numel() * dtype_size(b.dtype());
+  return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+
+std::chrono::milliseconds timeout_from_environment() {
+  const char* text = std::getenv("DPT_DIST_TIMEOUT_S");
+  if (!text || !*text) return std::chrono::milliseconds(0);
+  char* end = nullptr;
+  double seconds = std::strtod(text, &end);
+  DPT_CHECK(end && *end == '\0' && seconds >= 0)
+      << "DPT_DIST_TIMEOUT_S must be a number of seconds >= 0, got '" << text << "'";
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+int comm_rank(MPI_Comm comm) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+
+}  // namespace
+
+std::vector<int> comm_world_ranks(MPI_Comm comm) {
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPI_Group group, world;
+  MPI_CHECK(MPI_Comm_group(comm, &group));
+  MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> ranks(size), world_ranks(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  MPI_CHECK(MPI_Group_translate_ranks(group, size, ranks.data(), world, world_ranks.data()));
+  MPI_CHECK(MPI_Group_free(&group));
+  MPI_CHECK(MPI_Group_free(&world));
+  return world_ranks;
+}
+
+std::string ranks_str(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(ranks[i]);
+  }
+  s += ']';
+  return s;
+}
+
+MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, std::string name)
+    : ProcessGroup(comm_rank(comm), std::move(world_ranks), std::move(name)),
+      comm_(comm),
+      timeout_(timeout_from_environment()) {
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_dup(comm_, &creation_));
+  MPI_CHECK(MPI_Comm_set_errhandler(creation_, MPI_ERRORS_RETURN));
+  int* tag_ub = nullptr;
+  int found = 0;
+  MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
+  if (found && tag_ub) tag_ub_ = *tag_ub;
+}
+
+MpiProcessGroup::~MpiProcessGroup() {
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dpt: destroying process group %s: %s\n", name().c_str(), e.what());
+  }
+}
+
+void MpiProcessGroup::shutdown() {
+  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  if (shut_down_.exchange(true)) return;
+  if (!thread_.stop(timeout_)) {
+    abort_all("process group " + name() + ": " + std::to_string(thread_.pending()) +
+                  " collective(s) still not complete when the group was shut down (dist::finalize() or "
+                  "destruction); another rank did not call them",
+              1);
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;  // MPI has freed every communicator already
+  MPI_CHECK(MPI_Comm_free(&creation_));
+  MPI_CHECK(MPI_Comm_free(&comm_));
+}
+
+MPI_Comm MpiProcessGroup::creation_comm() const {
+  DPT_CHECK(!shut_down_) << "process group " << name() << " used after dist::finalize()";
+  return creation_;
+}
+
+WorkPtr MpiProcessGroup::post(std::shared_ptr<CommTask> task) {
+  DPT_CHECK(!shut_down_) << task->describe() << ": the group was used after dist::finalize()";
+  thread_.post(task, timeout_);
+  return task;
+}
+
+void MpiProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what) const {
+  DPT_CHECK(t.defined()) << op << " on " << name() << ": " << what << " is an undefined tensor";
+  DPT_CHECK(t.device().is_cpu()) << op << " on " << name() << ": " << what << " is on " << t.device().str()
+                                 << "; the MPI backend takes CPU tensors";
+  DPT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i64)
+      << op << " on " << name() << ": " << what << " has dtype " << dtype_name(t.dtype())
+      << "; the MPI backend supports f32 and i64";
+  DPT_CHECK(t.is_contiguous()) << op << " on " << name() << ": " << what << " (shape " << shape_str(t.shape())
+                               << ") must be contiguous";
+  DPT_CHECK(t.numel() <= INT_MAX) << op << " on " << name() << ": " << what << " has " << t.numel()
+                                  << " elements; MPI counts are int, at most " << INT_MAX;
+}
+
+void MpiProcessGroup::check_peer(const char* op, const char* what, int peer) const {
+  DPT_CHECK(peer >= 0 && peer < size())
+      << op << " on " << name() << ": " << what << " " << peer << " is not a rank of this group of " << size()
+      << " (0.." << size() - 1 << ")";
+}
+
+void MpiProcessGroup::check_tag(const char* op, int tag) const {
+  DPT_CHECK(tag >= 0 && tag <= tag_ub_)
+      << op << " on " << name() << ": tag " << tag << " is outside 0.." << tag_ub_ << " (MPI_TAG_UB)";
+}
+
+namespace {
+
+std::shared_ptr<MpiOp> make_op(OpKind kind, MPI_Comm comm, const ProcessGroup& group) {
+  auto op = std::make_shared<MpiOp>();
+  op->kind = kind;
+  op->comm = comm;
+  op->group_name = &group.name();
+  op->group_size = group.size();
+  op->rank = group.rank();
+  return op;
+}
+
+ByteSpan span_of(const Tensor& t) {
+  const char* begin = static_cast<const char*>(t.raw_data());
+  return {begin, begin + t.numel() * dtype_size(t.dtype())};
+}
+
+void set_chunks(MpiOp& op, int64_t n, int size) {
+  op.counts.resize(size);
+  op.displs.resize(size);
+  for (int r = 0; r < size; ++r) {
+    Chunk c = chunk_of(n, size, r);
+    op.counts[r] = static_cast<int>(c.end - c.begin);
+    op.displs[r] = static_cast<int>(c.begin);
+  }
+}
+
+}  // namespace
+
+WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+  check_tensor("all_reduce", t, "the tensor");
+  auto task = make_op(OpKind::all_reduce, comm_, *this);
+  task->reduce = op;
+  task->out = t;
+  task->writes = span_of(t);
+  task->dtype = t.dtype();
+  task->n = t.numel();
+  return post(std::move(task));
+}
+
+WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
+  check_tensor("broadcast", t, "the tensor");
+  check_peer("broadcast", "root", root);
+  auto task = make_op(OpKind::broadcast, comm_, *this);
+  task->peer = root;
+  task->out = t;
+  task->writes = span_of(t);
+  task->dtype = t.dtype();
+  task->n = t.numel();
+  return post(std::move(task));
+}
+
+WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
+  check_tensor("all_gather", out, "out");
+  check_tensor("all_gather", in, "in");
+  DPT_CHECK(in.dtype() == out.dtype()) << "all_gather on " << name() << ": out is " << dtype_name(out.dtype())
+                                       << " but in is " << dtype_name(in.dtype());
+  const int64_t n = out.numel();
+  const Chunk mine = chunk_of(n, size(), rank());
+  DPT_CHECK(in.numel() == mine.end - mine.begin)
+      << "all_gather on " << name() << ": out has " << n << " elements, so rank " << rank()
+      << "'s in must have " << mine.end - mine.begin << " (chunk_of), got " << in.numel();
+  auto task = make_op(OpKind::all_gather, comm_, *this);
+  const char* own_chunk = static_cast<const char*>(out.raw_data()) + mine.begin * dtype_size(out.dtype());
+  task->in_place = in.numel() > 0 && in.raw_data() == own_chunk;
+  DPT_CHECK(task->in_place || !overlaps(in, out))
+      << "all_gather on " << name() << ": in overlaps out other than as rank " << rank()
+      << "'s own chunk (elements " << mine.begin << ".." << mine.end << ")";
+  task->out = out;
+  task->in = in;
+  task->writes = span_of(out);
+  task->reads = span_of(in);
+  task->dtype = out.dtype();
+  task->n = n;
+  set_chunks(*task, n, size());
+  return post(std::move(task));
+}
+
+WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
+  check_tensor("reduce_scatter", out, "out");
+  check_tensor("reduce_scatter", in, "in");
+  DPT_CHECK(in.dtype() == out.dtype()) << "reduce_scatter on " << name() << ": out is "
+                                       << dtype_name(out.dtype()) << " but in is " << dtype_name(in.dtype());
+  const int64_t n = in.numel();
+  const Chunk mine = chunk_of(n, size(), rank());
+  DPT_CHECK(out.numel() == mine.end - mine.begin)
+      << "reduce_scatter on " << name() << ": in has " << n << " elements, so rank " << rank()
+      << "'s out must have " << mine.end - mine.begin << " (chunk_of), got " << out.numel();
+  DPT_CHECK(!overlaps(in, out)) << "reduce_scatter on " << name() << ": out overlaps in";
+  auto task = make_op(OpKind::reduce_scatter, comm_, *this);
+  task->reduce = op;
+  task->out = out;
+  task->in = in;
+  task->writes = span_of(out);
+  task->reads = span_of(in);
+  task->dtype = in.dtype();
+  task->n = n;
+  set_chunks(*task, n, size());
+  return post(std::move(task));
+}
+
+WorkPtr MpiProcessGroup::barrier() { return post(make_op(OpKind::barrier, comm_, *this)); }
+
+WorkPtr MpiProcessGroup::send(const Tensor& t, int dst, int tag) {
+  check_tensor("send", t, "the tensor");
+  check_peer("send", "dst", dst);
+  DPT_CHECK(dst != rank()) << "send on " << name() << ": dst " << dst << " is this rank";
+  check_tag("send", tag);
+  auto task = make_op(OpKind::send, comm_, *this);
+  task->peer = dst;
+  task->tag = tag;
+  task->out = t;
+  task->reads = span_of(t);
+  task->dtype = t.dtype();
+  task->n = t.numel();
+  return post(std::move(task));
+}
+
+WorkPtr MpiProcessGroup::recv(const Tensor& t, int src, int tag) {
+  check_tensor("recv", t, "the tensor");
+  check_peer("recv", "src", src);
+  DPT_CHECK(src != rank()) << "recv on " << name() << ": src " << src << " is this rank";
+  check_tag("recv", tag);
+  auto task = make_op(OpKind::recv, comm_, *this);
+  task->peer = src;
+  task->tag = tag;
+  task->out = t;
+  task->writes = span_of(t);
+  task->dtype = t.dtype();
+  task->n = t.numel();
+  return post(std::move(task));
+}
+
+}  // namespace dpt::dist

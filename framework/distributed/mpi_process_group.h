@@ -1,0 +1,80 @@
+// The MPI backend of ProcessGroup, for CPU tensors: each group owns a communicator for its
+// collectives, a second one from which sub-groups are made, and one communication thread
+// (comm_thread.h) that runs the collectives as nonblocking MPI calls in call order.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "distributed/comm_thread.h"
+#include "distributed/process_group.h"
+
+namespace dpt::dist {
+
+class MpiProcessGroup final : public ProcessGroup {
+ public:
+  // Collective over `comm`. requires: MPI initialised; `comm` a communicator nobody else
+  // uses; world_ranks[r] the MPI_COMM_WORLD rank of comm's rank r (comm_world_ranks()).
+  // ensures: the group owns `comm` (frees it in shutdown()); group rank == comm rank.
+  MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, std::string name);
+  ~MpiProcessGroup() override;  // shutdown()
+
+  // Each collective checks its arguments here, on the calling thread, and throws Error
+  // naming the group, the op and what was expected; errors MPI reports later are rethrown
+  // by Work::wait(). Collectives start in call order and complete in call order: when a
+  // Work's wait() returns, every earlier Work of this group is complete too. 0 elements is
+  // fine (no MPI call, still ordered). avg on i64 divides with truncation toward zero.
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr broadcast(const Tensor& t, int root) override;
+  WorkPtr all_gather(const Tensor& out, const Tensor& in) override;
+  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr barrier() override;
+  // Point to point; requires peer != rank(), 0 <= tag <= MPI_TAG_UB. recv checks that the
+  // message had exactly t.numel() elements.
+  WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
+  WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
+
+  // The communicator that sub-groups are split from. Only the calling thread uses it, never
+  // the communication thread, so making a group needs no ordering against collectives in
+  // flight on this group. requires: not shut down.
+  MPI_Comm creation_comm() const;
+  // Tuning, for benchmarks (PollPolicy in comm_thread.h).
+  void set_poll_policy(const PollPolicy& policy) { thread_.set_poll_policy(policy); }
+  // wait() throws Error after this long; 0 (the default unless the environment variable
+  // DPT_DIST_TIMEOUT_S is set) waits forever. A timed-out collective leaves MPI unusable:
+  // the caller should report and abort_all().
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Lets the queued collectives complete (abort_all() if they are not complete within the
+  // timeout, when one is set), stops the thread and frees the communicators; afterwards
+  // every collective throws Error. Idempotent; dist::finalize() calls it on every group.
+  void shutdown();
+
+ private:
+  WorkPtr post(std::shared_ptr<CommTask> task);
+  void check_tensor(const char* op, const Tensor& t, const char* what) const;
+  void check_peer(const char* op, const char* what, int peer) const;
+  void check_tag(const char* op, int tag) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;      // the communication thread's
+  MPI_Comm creation_ = MPI_COMM_NULL;  // the calling thread's: sub-group creation
+  std::chrono::milliseconds timeout_{0};
+  int tag_ub_ = 32767;  // MPI_TAG_UB
+  std::mutex shutdown_mutex_;
+  std::atomic<bool> shut_down_{false};
+  CommThread thread_;
+};
+
+// MPI_COMM_WORLD rank of each rank of `comm` (MPI_Group_translate_ranks).
+std::vector<int> comm_world_ranks(MPI_Comm comm);
+// "[0,2,3]"
+std::string ranks_str(const std::vector<int>& ranks);
+
+}  // namespace dpt::dist

@@ -1,0 +1,372 @@
+// Collectives of the world group under mpirun (np 1-4, and as a plain process), each
+// checked against a closed form of rank-dependent inputs (flashlight's AllReduceTest).
+// To add one: give rank r an input that is a simple function of (r, i), work out the
+// result in closed form, and check every element (values stay exact integers in f32).
+// Every rank runs every test; collectives come before the checks, so one rank's failed
+// EXPECT cannot leave the others waiting.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "distributed/dist.h"
+#include "distributed/mpi_process_group.h"
+
+using namespace dpt;
+using namespace dpt::dist;
+
+namespace {
+
+const std::vector<int64_t> kSizes = {0, 1, 7, (1 << 20) + 3};
+const std::vector<int64_t> kChunkedSizes = {0, 1, 2, 3, 5, 7, 10, 1000003};  // most do not divide by np
+constexpr int64_t kBig = int64_t(1) << 33;                                   // i64 values beyond 32 bits
+
+template <class T, class F>
+Tensor make(int64_t n, F value) {
+  Tensor t = Tensor::empty({n}, dtype_of<T>());
+  T* p = t.data<T>();
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(value(i));
+  return t;
+}
+
+// One failure per tensor at most: the first element that differs.
+template <class T, class F>
+void expect_values(const Tensor& t, F expected, const std::string& what) {
+  const T* p = t.data<T>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    T want = static_cast<T>(expected(i));
+    if (p[i] != want) {
+      ADD_FAILURE() << what << ": element " << i << " of " << t.numel() << " is " << p[i] << ", expected "
+                    << want;
+      return;
+    }
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+struct Case {
+  std::string what;
+  int64_t n;
+};
+
+}  // namespace
+
+TEST(MpiCollectives, InitInfo) {
+  const InitInfo& i = info();
+  GroupPtr w = world();
+  EXPECT_EQ(i.world_size, w->size());
+  EXPECT_EQ(i.rank, w->rank());
+  EXPECT_EQ(w->name(), "world");
+  EXPECT_EQ(i.local_size, i.world_size);  // one machine
+  EXPECT_EQ(i.local_rank, i.rank);
+  for (int r = 0; r < w->size(); ++r) EXPECT_EQ(w->world_ranks()[r], r);
+  EXPECT_TRUE(initialized());
+  EXPECT_EQ(&init(), &info());  // idempotent
+}
+
+TEST(MpiCollectives, AllReduceF32) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  const double s = n * (n + 1) / 2.0;  // sum over ranks of r + 1
+  for (int64_t size : kSizes) {
+    auto input = [&](int64_t i) { return (r + 1) + i % 101; };
+    Tensor sum = make<float>(size, input), avg = make<float>(size, input);
+    Tensor mn = make<float>(size, input), mx = make<float>(size, input);
+    auto works = {w->all_reduce(sum), w->all_reduce(avg, ReduceOp::avg), w->all_reduce(mn, ReduceOp::min),
+                  w->all_reduce(mx, ReduceOp::max)};
+    for (const auto& work : works) work->wait();
+    std::string at = " at n " + std::to_string(size);
+    expect_values<float>(
+        sum, [&](int64_t i) { return s + n * (i % 101); }, "sum" + at);
+    expect_values<float>(
+        avg, [&](int64_t i) { return static_cast<float>(s + n * (i % 101)) / n; }, "avg" + at);
+    expect_values<float>(
+        mn, [&](int64_t i) { return 1 + i % 101; }, "min" + at);
+    expect_values<float>(
+        mx, [&](int64_t i) { return n + i % 101; }, "max" + at);
+  }
+}
+
+TEST(MpiCollectives, AllReduceI64) {
+  GroupPtr w = world();
+  const int64_t n = w->size(), r = w->rank();
+  const int64_t s = n * (n + 1) / 2;
+  for (int64_t size : kSizes) {
+    auto input = [&](int64_t i) { return (r + 1) * kBig + i; };
+    Tensor sum = make<int64_t>(size, input), avg = make<int64_t>(size, input);
+    Tensor mn = make<int64_t>(size, input), mx = make<int64_t>(size, input);
+    auto works = {w->all_reduce(sum), w->all_reduce(avg, ReduceOp::avg), w->all_reduce(mn, ReduceOp::min),
+                  w->all_reduce(mx, ReduceOp::max)};
+    for (const auto& work : works) work->wait();
+    std::string at = " at n " + std::to_string(size);
+    expect_values<int64_t>(
+        sum, [&](int64_t i) { return s * kBig + n * i; }, "sum" + at);
+    expect_values<int64_t>(
+        avg, [&](int64_t i) { return (s * kBig + n * i) / n; }, "avg" + at);
+    expect_values<int64_t>(
+        mn, [&](int64_t i) { return kBig + i; }, "min" + at);
+    expect_values<int64_t>(
+        mx, [&](int64_t i) { return n * kBig + i; }, "max" + at);
+  }
+}
+
+TEST(MpiCollectives, BroadcastFromEveryRoot) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  for (int root = 0; root < n; ++root) {
+    for (int64_t size : kSizes) {
+      Tensor f = make<float>(size, [&](int64_t i) { return r * 1000 + i % 1000; });
+      Tensor l = make<int64_t>(size, [&](int64_t i) { return r * kBig + i; });
+      WorkPtr a = w->broadcast(f, root), b = w->broadcast(l, root);
+      b->wait();
+      EXPECT_TRUE(a->is_completed());  // completion in call order
+      std::string at = " from root " + std::to_string(root) + " at n " + std::to_string(size);
+      expect_values<float>(
+          f, [&](int64_t i) { return root * 1000 + i % 1000; }, "f32" + at);
+      expect_values<int64_t>(
+          l, [&](int64_t i) { return root * kBig + i; }, "i64" + at);
+    }
+  }
+}
+
+TEST(MpiCollectives, AllGatherUneven) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  for (int64_t size : kChunkedSizes) {
+    Chunk c = chunk_of(size, n, r);
+    Tensor out = make<float>(size, [](int64_t) { return -1; });
+    Tensor in = make<float>(c.end - c.begin, [&](int64_t j) { return 2 * (c.begin + j) + 1; });
+    Tensor out64 = make<int64_t>(size, [](int64_t) { return -1; });
+    Tensor in64 = make<int64_t>(c.end - c.begin, [&](int64_t j) { return (c.begin + j) * kBig + 7; });
+    // In place: `in` is this rank's own chunk of `out`.
+    Tensor out_in_place =
+        make<float>(size, [&](int64_t i) { return i >= c.begin && i < c.end ? 2 * i + 1 : -1; });
+    Tensor own = out_in_place.as_strided({c.end - c.begin}, {1}, c.begin);
+    WorkPtr a = w->all_gather(out, in), b = w->all_gather(out64, in64), d = w->all_gather(out_in_place, own);
+    d->wait();
+    b->wait();
+    a->wait();
+    std::string at = " at n " + std::to_string(size);
+    expect_values<float>(
+        out, [](int64_t i) { return 2 * i + 1; }, "f32" + at);
+    expect_values<int64_t>(
+        out64, [](int64_t i) { return i * kBig + 7; }, "i64" + at);
+    expect_values<float>(
+        out_in_place, [](int64_t i) { return 2 * i + 1; }, "in place" + at);
+  }
+}
+
+TEST(MpiCollectives, ReduceScatterUneven) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  const double s = n * (n + 1) / 2.0;
+  for (int64_t size : kChunkedSizes) {
+    Chunk c = chunk_of(size, n, r);
+    auto input = [&](int64_t i) { return (r + 1) + i % 7; };
+    Tensor in = make<float>(size, input);
+    std::vector<Tensor> outs;
+    std::vector<WorkPtr> works;
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
+      outs.push_back(make<float>(c.end - c.begin, [](int64_t) { return -1; }));
+      works.push_back(w->reduce_scatter(outs.back(), in, op));
+    }
+    Tensor in64 = make<int64_t>(size, [&](int64_t i) { return (r + 1) * kBig + i; });
+    Tensor out64 = make<int64_t>(c.end - c.begin, [](int64_t) { return -1; });
+    works.push_back(w->reduce_scatter(out64, in64));
+    for (const auto& work : works) work->wait();
+    std::string at = " at n " + std::to_string(size) + ", rank " + std::to_string(r);
+    auto g = [&](int64_t j) { return c.begin + j; };  // element j of the chunk is element g(j) of the whole
+    expect_values<float>(
+        outs[0], [&](int64_t j) { return s + n * (g(j) % 7); }, "sum" + at);
+    expect_values<float>(
+        outs[1], [&](int64_t j) { return static_cast<float>(s + n * (g(j) % 7)) / n; }, "avg" + at);
+    expect_values<float>(
+        outs[2], [&](int64_t j) { return 1 + g(j) % 7; }, "min" + at);
+    expect_values<float>(
+        outs[3], [&](int64_t j) { return n + g(j) % 7; }, "max" + at);
+    expect_values<int64_t>(
+        out64, [&](int64_t j) { return static_cast<int64_t>(s) * kBig + n * g(j); }, "i64 sum" + at);
+  }
+}
+
+TEST(MpiCollectives, BarrierWaitsForTheSlowestRank) {
+  GroupPtr w = world();
+  auto begin = std::chrono::steady_clock::now();
+  if (w->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  w->barrier()->wait();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_GE(ms, 150) << "the barrier returned before rank 0 reached it";
+  for (int i = 0; i < 20; ++i) w->barrier()->wait();
+}
+
+TEST(MpiCollectives, SendRecvRing) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  if (n == 1) GTEST_SKIP() << "needs two ranks";
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int64_t size : kSizes) {
+    // Large messages use rendezvous: a send completes only once its recv is posted, so
+    // this deadlocks unless the recv starts while the send is in flight.
+    Tensor mine = make<float>(size, [&](int64_t i) { return r * 10 + i % 10; });
+    Tensor got = make<float>(size, [](int64_t) { return -1; });
+    WorkPtr s = w->send(mine, next, 3), q = w->recv(got, prev, 3);
+    q->wait();
+    s->wait();
+    expect_values<float>(
+        got, [&](int64_t i) { return prev * 10 + i % 10; }, "ring at n " + std::to_string(size));
+  }
+  // Tags select the message: received in the other order than sent.
+  Tensor a = make<int64_t>(3, [&](int64_t i) { return r * kBig + i; }),
+         b = make<int64_t>(5, [&](int64_t) { return r; });
+  Tensor got_a = make<int64_t>(3, [](int64_t) { return -1; }),
+         got_b = make<int64_t>(5, [](int64_t) { return -1; });
+  WorkPtr sa = w->send(a, next, 1), sb = w->send(b, next, 2);
+  WorkPtr qb = w->recv(got_b, prev, 2), qa = w->recv(got_a, prev, 1);
+  qa->wait();
+  sb->wait();
+  sa->wait();
+  qb->wait();
+  expect_values<int64_t>(
+      got_a, [&](int64_t i) { return prev * kBig + i; }, "tag 1");
+  expect_values<int64_t>(
+      got_b, [&](int64_t) { return prev; }, "tag 2");
+}
+
+TEST(MpiCollectives, RecvOfAShorterMessageFailsAtWait) {
+  GroupPtr w = world();
+  if (w->size() == 1) GTEST_SKIP() << "needs two ranks";
+  if (w->rank() == 0) {
+    WorkPtr s = w->send(make<float>(5, [](int64_t i) { return i; }), 1, 7);
+    s->wait();
+  } else if (w->rank() == 1) {
+    Tensor got = Tensor::zeros({6});
+    WorkPtr q = w->recv(got, 0, 7);
+    std::string message = error_of([&] { q->wait(); });
+    EXPECT_NE(
+        message.find("recv of 6 f32 from rank 0 (tag 7) on world: expected 6 elements, the message had 5"),
+        std::string::npos)
+        << message;
+    EXPECT_EQ(error_of([&] { q->wait(); }), message);  // every wait() rethrows
+  }
+  w->barrier()->wait();
+}
+
+TEST(MpiCollectives, ManyInFlightWaitedInReverse) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  // Two chains on one tensor each, whose result shows the order the ops ran in, among
+  // independent all-reduces of various sizes.
+  Tensor chain_a = make<float>(5, [&](int64_t) { return r + 1; });  // max then sum: n * n
+  Tensor chain_b = make<int64_t>(4, [&](int64_t) { return r; });    // broadcast(0) then sum: 0
+  std::vector<Tensor> independent;
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < 40; ++k) {
+    if (k == 3) works.push_back(w->all_reduce(chain_a, ReduceOp::max));
+    if (k == 4) works.push_back(w->broadcast(chain_b, 0));
+    if (k == 20) works.push_back(w->all_reduce(chain_a, ReduceOp::sum));
+    if (k == 21) works.push_back(w->all_reduce(chain_b, ReduceOp::sum));
+    independent.push_back(make<float>(k * 997 % 5000, [&](int64_t i) { return (r + 1) * (k + 1) + i % 3; }));
+    works.push_back(w->all_reduce(independent.back()));
+  }
+  for (auto it = works.rbegin(); it != works.rend(); ++it) {
+    (*it)->wait();
+    if (it == works.rbegin()) {
+      for (const auto& work : works) EXPECT_TRUE(work->is_completed()) << "completion out of call order";
+    }
+  }
+  const double s = n * (n + 1) / 2.0;
+  for (int k = 0; k < 40; ++k) {
+    expect_values<float>(
+        independent[k], [&](int64_t i) { return s * (k + 1) + n * (i % 3); },
+        "independent " + std::to_string(k));
+  }
+  expect_values<float>(
+      chain_a, [&](int64_t) { return n * n; }, "max then sum");
+  expect_values<int64_t>(
+      chain_b, [&](int64_t) { return 0; }, "broadcast from 0 then sum");
+}
+
+TEST(MpiCollectives, ErrorsAtTheCall) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  auto has = [](const std::string& message, const std::string& part) {
+    return message.find(part) != std::string::npos;
+  };
+  Chunk c = chunk_of(10, n, r);
+  std::string m = error_of([&] { w->all_gather(Tensor::zeros({10}), Tensor::zeros({c.end - c.begin + 1})); });
+  EXPECT_TRUE(has(m, "all_gather on world: out has 10 elements, so rank " + std::to_string(r) +
+                         "'s in must have " + std::to_string(c.end - c.begin) + " (chunk_of), got " +
+                         std::to_string(c.end - c.begin + 1)))
+      << m;
+  m = error_of([&] { w->reduce_scatter(Tensor::zeros({c.end - c.begin + 2}), Tensor::zeros({10})); });
+  EXPECT_TRUE(has(m, "reduce_scatter on world: in has 10 elements, so rank " + std::to_string(r))) << m;
+  m = error_of([&] { w->all_gather(Tensor::zeros({10}, DType::i64), Tensor::zeros({c.end - c.begin})); });
+  EXPECT_TRUE(has(m, "all_gather on world: out is i64 but in is f32")) << m;
+  m = error_of([&] { w->all_reduce(Tensor::zeros({4}, DType::bf16)); });
+  EXPECT_TRUE(has(m, "all_reduce on world: the tensor has dtype bf16; the MPI backend supports f32 and i64"))
+      << m;
+  m = error_of([&] { w->all_reduce(Tensor::zeros({2, 3}).as_strided({3, 2}, {1, 3}, 0)); });
+  EXPECT_TRUE(has(m, "all_reduce on world: the tensor (shape [3, 2]) must be contiguous")) << m;
+  m = error_of([&] { w->all_reduce(Tensor()); });
+  EXPECT_TRUE(has(m, "all_reduce on world: the tensor is an undefined tensor")) << m;
+  m = error_of([&] { w->broadcast(Tensor::zeros({1}), n); });
+  EXPECT_TRUE(has(m, "broadcast on world: root " + std::to_string(n) + " is not a rank of this group of " +
+                         std::to_string(n)))
+      << m;
+  m = error_of([&] { w->send(Tensor::zeros({1}), r); });
+  EXPECT_TRUE(has(m, "send on world: dst " + std::to_string(r) + " is this rank")) << m;
+  m = error_of([&] { w->recv(Tensor::zeros({1}), -1); });
+  EXPECT_TRUE(has(m, "recv on world: src -1 is not a rank")) << m;
+  m = error_of([&] { w->send(Tensor::zeros({1}), (r + 1) % n, -2); });
+  if (n > 1) {
+    EXPECT_TRUE(has(m, "send on world: tag -2 is outside 0..")) << m;
+  }
+  Tensor storage = Tensor::zeros({16});
+  Chunk c8 = chunk_of(8, n, r);
+  Tensor out = storage.as_strided({8}, {1}, 0),
+         shifted = storage.as_strided({c8.end - c8.begin}, {1}, c8.begin + 1);
+  m = error_of([&] { w->all_gather(out, shifted); });
+  if (c8.end > c8.begin) {
+    EXPECT_TRUE(has(m, "all_gather on world: in overlaps out other than as rank")) << m;
+  }
+
+  // A size only one rank gets wrong is caught on that rank, before anything is sent.
+  if (n > 1 && r == 1) {
+    m = error_of([&] { w->all_gather(Tensor::zeros({10}), Tensor::zeros({4})); });
+    EXPECT_TRUE(has(m, "all_gather on world: out has 10 elements, so rank 1's in must have")) << m;
+  }
+  w->barrier()->wait();  // and the group is still usable
+}
+
+TEST(MpiCollectives, TimeoutNamesTheCollective) {
+  GroupPtr w = world();
+  if (w->size() == 1) GTEST_SKIP() << "needs two ranks";
+  auto* mpi = dynamic_cast<MpiProcessGroup*>(w.get());
+  ASSERT_NE(mpi, nullptr);
+  Tensor got = Tensor::zeros({3});
+  if (w->rank() == 0) {
+    mpi->set_timeout(std::chrono::milliseconds(200));
+    WorkPtr q = w->recv(got, 1, 99);  // rank 1 sends only after the barrier below
+    mpi->set_timeout(std::chrono::milliseconds(0));
+    std::string m = error_of([&] { q->wait(); });
+    EXPECT_NE(m.find("recv of 3 f32 from rank 1 (tag 99) on world: not complete after 0.2"),
+              std::string::npos)
+        << m;
+    w->barrier()->wait();
+    q->wait();  // now complete
+    expect_values<float>(
+        got, [](int64_t i) { return i; }, "late message");
+  } else {
+    w->barrier()->wait();
+    if (w->rank() == 1) w->send(make<float>(3, [](int64_t i) { return i; }), 0, 99)->wait();
+  }
+}
