@@ -224,12 +224,13 @@ void MpiProcessGroup::shutdown() {
 }
 
 MPI_Comm MpiProcessGroup::creation_comm() const {
-  DPT_CHECK(!shut_down_) << "process group " << name() << " used after dist::finalize()";
+  DPT_CHECK(!shut_down_) << "process group " << name() << " used after it was shut down (dist::finalize())";
   return creation_;
 }
 
 WorkPtr MpiProcessGroup::post(std::shared_ptr<CommTask> task) {
-  DPT_CHECK(!shut_down_) << task->describe() << ": the group was used after dist::finalize()";
+  DPT_CHECK(!shut_down_) << task->describe()
+                         << ": the group was used after it was shut down (dist::finalize())";
   thread_.post(task, timeout_);
   return task;
 }

@@ -1,0 +1,225 @@
+// Sub-groups under mpirun (np 2-4): new_group, split by colour, DeviceMesh axes; their
+// names, group-relative ranks and world ranks, collectives on them checked against closed
+// forms, nullptr for non-members, and the errors for bad arguments. Groups are made in the
+// same order on every rank, and every rank runs every test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <string>
+
+#include "distributed/dist.h"
+#include "distributed/mpi_process_group.h"
+
+using namespace dpt;
+using namespace dpt::dist;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool has(const std::string& message, const std::string& part) {
+  return message.find(part) != std::string::npos;
+}
+
+// Checks `g` holds exactly `members` (world ranks, in group-rank order) as seen from this
+// rank, then all-reduces (world rank + 1) over it and broadcasts from its last rank.
+void expect_group(const GroupPtr& g, const std::vector<int>& members, const std::string& name) {
+  const int me = info().rank;
+  auto at = std::find(members.begin(), members.end(), me);
+  if (at == members.end()) {
+    EXPECT_EQ(g, nullptr) << "rank " << me << " is not in " << name << " but got a group";
+    return;
+  }
+  ASSERT_NE(g, nullptr) << "rank " << me << " is in " << name << " but got nullptr";
+  EXPECT_EQ(g->name(), name);
+  EXPECT_EQ(g->world_ranks(), members);
+  EXPECT_EQ(g->size(), static_cast<int>(members.size()));
+  EXPECT_EQ(g->rank(), at - members.begin());
+  Tensor sum = Tensor::full({3}, static_cast<float>(me + 1));
+  Tensor from_last = Tensor::full({2}, static_cast<float>(me));
+  WorkPtr a = g->all_reduce(sum), b = g->broadcast(from_last, g->size() - 1);
+  b->wait();
+  a->wait();
+  const float expected = std::accumulate(members.begin(), members.end(), 0.0f) + members.size();
+  EXPECT_EQ(sum.to_vector(), std::vector<float>(3, expected)) << name;
+  EXPECT_EQ(from_last.to_vector(), std::vector<float>(2, static_cast<float>(members.back()))) << name;
+}
+
+std::vector<int> ranks_where(const std::function<bool(int)>& keep) {
+  std::vector<int> ranks;
+  for (int r = 0; r < info().world_size; ++r) {
+    if (keep(r)) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+}  // namespace
+
+TEST(MpiGroups, NewGroupEvensAndOdds) {
+  // np 4: {0,2} and {1,3}; np 3: {0,2} and {1}; np 2: {0} and {1}.
+  std::vector<int> evens = ranks_where([](int r) { return r % 2 == 0; });
+  std::vector<int> odds = ranks_where([](int r) { return r % 2 == 1; });
+  GroupPtr ge = new_group(evens);
+  GroupPtr go = odds.empty() ? nullptr : new_group(odds);
+  expect_group(ge, evens, "group" + ranks_str(evens));
+  if (!odds.empty()) expect_group(go, odds, "group" + ranks_str(odds));
+}
+
+TEST(MpiGroups, CollectivesOnTwoGroupsAndTheWorldAtOnce) {
+  // Each group has its own communication thread: work on all three overlaps.
+  const int me = info().rank, n = info().world_size;
+  GroupPtr evens = new_group(ranks_where([](int r) { return r % 2 == 0; }));
+  GroupPtr odds = n > 1 ? new_group(ranks_where([](int r) { return r % 2 == 1; })) : nullptr;
+  GroupPtr own = me % 2 == 0 ? evens : odds;
+  Tensor in_world = Tensor::full({1000}, 1.0f), in_group = Tensor::full({1000}, 2.0f);
+  WorkPtr a = world()->all_reduce(in_world);
+  WorkPtr b = own->all_reduce(in_group);
+  b->wait();
+  a->wait();
+  EXPECT_EQ(in_world.to_vector(), std::vector<float>(1000, static_cast<float>(n)));
+  EXPECT_EQ(in_group.to_vector(), std::vector<float>(1000, 2.0f * own->size()));
+}
+
+TEST(MpiGroups, NewGroupWhileTheWorldHasWorkInFlight) {
+  // Groups are made from a second communicator, so creation need not wait for this.
+  Tensor t = Tensor::full({1 << 16}, 1.0f);
+  WorkPtr w = world()->all_reduce(t);
+  GroupPtr first = new_group({0});
+  w->wait();
+  expect_group(first, {0}, "group[0]");
+  EXPECT_EQ(t.to_vector()[123], static_cast<float>(info().world_size));
+}
+
+TEST(MpiGroups, SplitByParityWithReversedKeys) {
+  const int me = info().rank;
+  GroupPtr g = split(world(), me % 2, -me);  // key -rank: group rank order is reversed
+  std::vector<int> members = ranks_where([&](int r) { return r % 2 == me % 2; });
+  std::reverse(members.begin(), members.end());
+  expect_group(g, members, "split(color " + std::to_string(me % 2) + ")" + ranks_str(members));
+}
+
+TEST(MpiGroups, SplitWithNegativeColourGivesNull) {
+  const int me = info().rank;
+  GroupPtr g = split(world(), me == 0 ? -1 : 5, 0);
+  std::vector<int> members = ranks_where([](int r) { return r != 0; });
+  if (me == 0) {
+    EXPECT_EQ(g, nullptr);
+  } else {
+    expect_group(g, members, "split(color 5)" + ranks_str(members));
+  }
+}
+
+TEST(MpiGroups, SplitOfASubGroup) {
+  const int me = info().rank, n = info().world_size;
+  GroupPtr all_but_last = new_group(ranks_where([&](int r) { return r < n - 1 || n == 1; }));
+  GroupPtr halves = all_but_last ? split(all_but_last, all_but_last->rank() % 2, 0) : nullptr;
+  if (!all_but_last) {
+    std::string m = error_of([&] { split(all_but_last, 0, 0); });
+    EXPECT_TRUE(has(m, "split(color 0): the parent group is null (rank " + std::to_string(me))) << m;
+    EXPECT_EQ(halves, nullptr);
+    return;
+  }
+  std::vector<int> members = ranks_where([&](int r) { return (r < n - 1 || n == 1) && r % 2 == me % 2; });
+  expect_group(halves, members, "split(color " + std::to_string(me % 2) + ")" + ranks_str(members));
+}
+
+TEST(MpiGroups, GroupRelativeRanksInPointToPoint) {
+  // In the odd ranks' group (np >= 4: world ranks 1 and 3), group rank 0 sends to group rank 1.
+  const int n = info().world_size;
+  if (n < 4) GTEST_SKIP() << "needs four ranks";
+  GroupPtr odds = new_group(ranks_where([](int r) { return r % 2 == 1; }));
+  if (!odds) return;
+  Tensor t = Tensor::full({5}, static_cast<float>(info().rank));
+  if (odds->rank() == 0) odds->send(t, 1, 4)->wait();
+  if (odds->rank() == 1) {
+    odds->recv(t, 0, 4)->wait();
+    EXPECT_EQ(t.to_vector(), std::vector<float>(5, static_cast<float>(odds->world_ranks()[0])));
+  }
+  std::string m = error_of([&] { odds->send(t, odds->size(), 0); });
+  EXPECT_TRUE(has(m, "send on group[1,3]: dst 2 is not a rank of this group of 2 (0..1)")) << m;
+}
+
+TEST(MpiGroups, MeshRowsAndColumns) {
+  const int me = info().rank, n = info().world_size;
+  std::vector<std::vector<int>> shapes = {{1, n}, {n, 1}};
+  if (n % 2 == 0 && n >= 4) shapes.push_back({2, n / 2});
+  for (const auto& shape : shapes) {
+    DeviceMesh mesh(shape, {"dp", "tp"});
+    const int cols = shape[1];
+    EXPECT_EQ(mesh.coordinates(), (std::vector<int>{me / cols, me % cols}));
+    // "tp": my row (same dp coordinate); "dp": my column (same tp coordinate).
+    std::vector<int> row = ranks_where([&](int r) { return r / cols == me / cols; });
+    std::vector<int> column = ranks_where([&](int r) { return r % cols == me % cols; });
+    expect_group(mesh.group("tp"), row, "mesh.tp" + ranks_str(row));
+    expect_group(mesh.group("dp"), column, "mesh.dp" + ranks_str(column));
+    std::string m = error_of([&] { mesh.group("pp"); });
+    EXPECT_TRUE(has(m, "DeviceMesh has no axis 'pp' (axes: dp, tp)")) << m;
+  }
+}
+
+TEST(MpiGroups, MeshErrors) {
+  const int n = info().world_size;
+  std::string m = error_of([&] { DeviceMesh({2, n}, {"dp", "tp"}); });
+  EXPECT_TRUE(has(m, "DeviceMesh(shape [2," + std::to_string(n) + "]) holds " + std::to_string(2 * n) +
+                         " ranks but the world has " + std::to_string(n)))
+      << m;
+  m = error_of([&] { DeviceMesh({n}, {"dp", "tp"}); });
+  EXPECT_TRUE(has(m, "needs one name per axis, got 2 names")) << m;
+  m = error_of([&] { DeviceMesh({n, 1}, {"dp", "dp"}); });
+  EXPECT_TRUE(has(m, "axis names must be non-empty and distinct")) << m;
+}
+
+TEST(MpiGroups, NewGroupErrorsOnEveryRank) {
+  const int n = info().world_size;
+  std::string m = error_of([&] { new_group({}); });
+  EXPECT_TRUE(has(m, "new_group([]): a group needs at least one rank")) << m;
+  m = error_of([&] { new_group({0, n}); });
+  EXPECT_TRUE(has(m, "new_group([0," + std::to_string(n) + "]): rank " + std::to_string(n) +
+                         " is outside the world (0.." + std::to_string(n - 1) + ")"))
+      << m;
+  m = error_of([&] { new_group({0, 0}); });
+  EXPECT_TRUE(has(m, "new_group([0,0]): ranks must be strictly increasing (sorted, no repeats)")) << m;
+  if (n > 1) {
+    m = error_of([&] { new_group({1, 0}); });
+    EXPECT_TRUE(has(m, "new_group([1,0]): ranks must be strictly increasing")) << m;
+    // Different lists on different ranks: found by one small all-reduce, the same on all.
+    m = error_of([&] { new_group({info().rank}); });
+    EXPECT_TRUE(has(m, "the ranks passed different arguments; every rank of world must pass the same ones"))
+        << m;
+  }
+  world()->barrier()->wait();  // and the world is still usable
+}
+
+TEST(MpiGroups, RequireMember) {
+  GroupPtr first = new_group({0});
+  const int me = info().rank;
+  if (me == 0) {
+    EXPECT_EQ(&require_member(first, "group[0]"), first.get());
+  } else {
+    std::string m = error_of([&] { require_member(first, "group[0]"); });
+    EXPECT_EQ(m, "rank " + std::to_string(me) + " is not a member of group[0]");
+  }
+}
+
+TEST(MpiGroups, ShutDownGroupThrowsOnUse) {
+  GroupPtr g = split(world(), 0, 0);
+  auto* mpi = dynamic_cast<MpiProcessGroup*>(g.get());
+  ASSERT_NE(mpi, nullptr);
+  Tensor t = Tensor::full({4}, 1.0f);
+  g->all_reduce(t);  // not waited for: shutdown() lets it complete
+  mpi->shutdown();
+  mpi->shutdown();  // idempotent
+  EXPECT_EQ(t.to_vector(), std::vector<float>(4, static_cast<float>(info().world_size)));
+  std::string m = error_of([&] { g->all_reduce(t); });
+  EXPECT_TRUE(has(m, "all_reduce(sum) of 4 f32 on split(color 0)")) << m;
+  EXPECT_TRUE(has(m, "used after")) << m;
+}
