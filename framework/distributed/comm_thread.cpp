@@ -119,6 +119,14 @@ void CommThread::run() {
   double sleep_us = policy_.min_sleep_us;
   for (;;) {
     if (in_flight_.empty()) {
+      if (queue_.empty() && !stopping_ && policy_.idle_yield_us > 0) {
+        auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(policy_.idle_yield_us);
+        while (queue_.empty() && !stopping_ && std::chrono::steady_clock::now() < until) {
+          lock.unlock();
+          sched_yield();
+          lock.lock();
+        }
+      }
       cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
       if (queue_.empty()) break;  // stopping, and every task is complete
     }

@@ -122,6 +122,10 @@ const InitInfo& init() {
   int already = 0, provided = MPI_THREAD_SINGLE;
   MPI_CHECK(MPI_Initialized(&already));
   if (!already) {
+    // Open MPI 4.1 runs an in-place MPI_Iallreduce as binomial reduce + broadcast, half the
+    // speed of MPI_Allreduce for large buffers; recursive halving reduce-scatter + all-gather
+    // (algorithm 3) matches it (tools/bench/bench_allreduce). The user's setting wins.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
     int rc = MPI_Init_thread(nullptr, nullptr, thread_level_requested(), &provided);
     DPT_CHECK(rc == MPI_SUCCESS) << "MPI_Init_thread failed: " << detail::mpi_error_string(rc);
     s.own_mpi = true;

@@ -1,0 +1,141 @@
+// All-reduce benchmark in the style of nccl-tests: for each size, the time of one f32 sum
+// all_reduce through dpt's ProcessGroup (call + wait) against raw MPI on the same buffer in
+// the same run, with algbw = bytes / time and busbw = algbw * 2(n-1)/n. Run:
+//   mpirun --oversubscribe -np 2 build/bench_allreduce [--min-bytes 4] [--max-bytes 268435456] [--budget-ms
+//   100]
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "distributed/dist.h"
+#include "distributed/mpi_process_group.h"
+
+using namespace dpt;
+using namespace dpt::dist;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Seconds per call of `op`, run `iters` times between barriers: the slowest rank's, on all.
+double time_per_call(int iters, const std::function<void()>& op) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double begin = now_s();
+  for (int i = 0; i < iters; ++i) op();
+  double mine = (now_s() - begin) / iters, slowest = 0;
+  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
+// The same on every rank: rank 0's choice of how many calls fill `budget_s`.
+int iterations_for(double seconds_per_call, double budget_s) {
+  int iters = static_cast<int>(std::clamp(budget_s / std::max(seconds_per_call, 1e-9), 3.0, 2000.0));
+  MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return iters;
+}
+
+int64_t arg_int(int argc, char** argv, const char* name, int64_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
+  }
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const InitInfo& me = init();
+  const int64_t min_bytes = arg_int(argc, argv, "--min-bytes", 4);
+  const int64_t max_bytes = arg_int(argc, argv, "--max-bytes", int64_t(256) << 20);
+  const double budget_s = arg_int(argc, argv, "--budget-ms", 100) / 1000.0;
+  const int n = me.world_size;
+  GroupPtr group = world();
+  auto* mpi_group = dynamic_cast<MpiProcessGroup*>(group.get());
+  PollPolicy spin_when_waited, sleep_only;
+  sleep_only.spin_when_waited = false;
+
+  Tensor buffer = Tensor::zeros({std::max<int64_t>(max_bytes / 4, 1)});
+  float* data = buffer.data<float>();
+
+  // The hand-off alone: a 0-element all_reduce makes no MPI call, so call + wait is the
+  // queue, the communication thread's wake-up and the waiter's wake-up.
+  Tensor empty = Tensor::zeros({0});
+  for (int i = 0; i < 100; ++i) group->all_reduce(empty)->wait();
+  double handoff = time_per_call(2000, [&] { group->all_reduce(empty)->wait(); });
+  mpi_group->set_poll_policy(sleep_only);
+  double handoff_sleep = time_per_call(2000, [&] { group->all_reduce(empty)->wait(); });
+  mpi_group->set_poll_policy(spin_when_waited);
+  double barrier_mpi = time_per_call(2000, [&] { MPI_Barrier(MPI_COMM_WORLD); });
+  double barrier_dpt = time_per_call(2000, [&] { group->barrier()->wait(); });
+
+  if (me.rank == 0) {
+    std::printf(
+        "# dpt all_reduce benchmark: %d ranks, f32 sum, in place; per call, slowest rank, best of 2 rounds\n",
+        n);
+    std::printf(
+        "# hand-off (0-element all_reduce, no MPI call): %.1f us waited with spin, %.1f us sleep-poll only\n",
+        handoff * 1e6, handoff_sleep * 1e6);
+    std::printf("# barrier: MPI_Barrier %.1f us, dpt barrier %.1f us\n", barrier_mpi * 1e6,
+                barrier_dpt * 1e6);
+    std::printf(
+        "# MPI: blocking MPI_Allreduce; I+W: MPI_Iallreduce + MPI_Wait on the caller; dpt: all_reduce + "
+        "wait\n");
+    std::printf(
+        "# (its thread polls without sleeping while the caller waits); sleep: dpt with back-off sleeps "
+        "only\n");
+    std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %10s %7s\n", "bytes", "count", "iters", "MPI us",
+                "I+W us", "dpt us", "algbw", "busbw", "dpt/MPI", "sleep us", "sl/MPI");
+    std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %10s %7s\n", "", "", "", "", "", "", "GB/s", "GB/s",
+                "", "", "");
+  }
+
+  for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+    const int count = static_cast<int>(bytes / 4);
+    Tensor t = buffer.as_strided({count}, {1}, 0);
+
+    // Right answer first: rank r holds r + 1.
+    std::fill(data, data + count, static_cast<float>(me.rank + 1));
+    group->all_reduce(t)->wait();
+    const float expected = n * (n + 1) / 2.0f;
+    if (data[0] != expected || data[count - 1] != expected) {
+      abort_all("bench_allreduce: wrong sum at " + std::to_string(bytes) + " bytes", 1);
+    }
+    std::fill(data, data + count, 0.0f);  // zeros stay zeros: no overflow, no denormals
+
+    auto mpi = [&] { MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
+    auto iw = [&] {
+      MPI_Request request;
+      MPI_Iallreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+    };
+    auto dpt = [&] { group->all_reduce(t)->wait(); };
+    mpi();
+    const int iters = iterations_for(time_per_call(1, mpi), budget_s);
+    double t_mpi = 1e9, t_iw = 1e9, t_dpt = 1e9, t_sleep = 1e9;
+    for (int round = 0; round < 2; ++round) {
+      t_mpi = std::min(t_mpi, time_per_call(iters, mpi));
+      t_iw = std::min(t_iw, time_per_call(iters, iw));
+      t_dpt = std::min(t_dpt, time_per_call(iters, dpt));
+      mpi_group->set_poll_policy(sleep_only);
+      t_sleep = std::min(t_sleep, time_per_call(iters, dpt));
+      mpi_group->set_poll_policy(spin_when_waited);
+    }
+    if (me.rank == 0) {
+      const double algbw = bytes / t_dpt / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
+      std::printf("%11lld %9d %6d %10.1f %10.1f %10.1f %9.3f %9.3f %7.2f %10.1f %7.2f\n",
+                  static_cast<long long>(bytes), count, iters, t_mpi * 1e6, t_iw * 1e6, t_dpt * 1e6, algbw,
+                  busbw, t_mpi / t_dpt, t_sleep * 1e6, t_mpi / t_sleep);
+      std::fflush(stdout);
+    }
+  }
+  finalize();
+  return 0;
+}
