@@ -1,8 +1,5 @@
-// Process start-up, the default group and group creation. Threading design: each group's
-// collectives run only on that group's communication thread (comm_thread.h); groups are
-// made on the calling thread from a second communicator of the parent that no
-// communication thread touches, so making one needs no ordering against collectives in
-// flight (legal under MPI_THREAD_MULTIPLE; under SERIALIZED every MPI call takes a mutex).
+// Process start-up, the default group and group creation: the MPI state of the process
+// (DESIGN.md allows this one global), and the collective calls that make groups.
 #include "distributed/dist.h"
 
 #include <algorithm>

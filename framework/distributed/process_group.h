@@ -47,7 +47,10 @@ class ProcessGroup {
 
   // Every collective below requires contiguous tensors of the same dtype and element
   // count on every member (except as noted); tensors must stay alive, untouched, until
-  // wait() returns. Ranks are group ranks.
+  // wait() returns. Ranks are group ranks. Collectives start in call order and complete in
+  // call order: when wait() returns, every earlier Work of the group is complete too.
+  // Ones on disjoint tensors may be in flight together; one that touches a tensor an
+  // earlier one writes starts after it, so all_reduce(t) then broadcast(t) needs no wait.
   virtual WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;  // in place
   virtual WorkPtr broadcast(const Tensor& t, int root) = 0;                      // in place
   // out (n elements, the same n everywhere) = concatenation over ranks r of each rank's

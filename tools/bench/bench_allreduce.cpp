@@ -1,8 +1,8 @@
 // All-reduce benchmark in the style of nccl-tests: for each size, the time of one f32 sum
 // all_reduce through dpt's ProcessGroup (call + wait) against raw MPI on the same buffer in
 // the same run, with algbw = bytes / time and busbw = algbw * 2(n-1)/n. Run:
-//   mpirun --oversubscribe -np 2 build/bench_allreduce [--min-bytes 4] [--max-bytes 268435456] [--budget-ms
-//   100]
+//   mpirun --oversubscribe -np 2 build/bench_allreduce [--min-bytes 4] [--max-bytes 268435456]
+//     [--budget-ms 100] [--min-sleep-us 2] [--max-sleep-us 128] [--idle-yield-us 20]
 #include <mpi.h>
 
 #include <algorithm>
@@ -59,8 +59,16 @@ int main(int argc, char** argv) {
   const int n = me.world_size;
   GroupPtr group = world();
   auto* mpi_group = dynamic_cast<MpiProcessGroup*>(group.get());
-  PollPolicy spin_when_waited, sleep_only;
+  PollPolicy spin_when_waited;
+  spin_when_waited.min_sleep_us =
+      static_cast<int>(arg_int(argc, argv, "--min-sleep-us", spin_when_waited.min_sleep_us));
+  spin_when_waited.max_sleep_us =
+      static_cast<int>(arg_int(argc, argv, "--max-sleep-us", spin_when_waited.max_sleep_us));
+  spin_when_waited.idle_yield_us =
+      static_cast<int>(arg_int(argc, argv, "--idle-yield-us", spin_when_waited.idle_yield_us));
+  PollPolicy sleep_only = spin_when_waited;
   sleep_only.spin_when_waited = false;
+  mpi_group->set_poll_policy(spin_when_waited);
 
   Tensor buffer = Tensor::zeros({std::max<int64_t>(max_bytes / 4, 1)});
   float* data = buffer.data<float>();
