@@ -1,0 +1,67 @@
+// Data-parallel training throughput: a registered model on a fixed synthetic batch per
+// rank, wrapped in DistributedDataParallel when there are several ranks, SGD with
+// momentum. Rank 0 prints one JSON line with the global images/s and the time each step
+// spent waiting for gradients after backward (communication not hidden by it).
+//   mpirun -np N bench_ddp [model] [batch per rank] [threads] [steps] [bucket_cap_mb]
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "core/rng.h"
+#include "core/threading.h"
+#include "distributed/ddp.h"
+#include "distributed/dist.h"
+#include "models/registry.h"
+#include "ops/loss.h"
+#include "optim/sgd.h"
+
+using namespace dpt;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  std::string model_name = argc > 1 ? argv[1] : "mnist_cnn";
+  int64_t batch = argc > 2 ? std::stoll(argv[2]) : 64;
+  int threads = argc > 3 ? std::stoi(argv[3]) : 1;
+  int steps = argc > 4 ? std::stoi(argv[4]) : 40;
+  double bucket_cap_mb = argc > 5 ? std::stod(argv[5]) : 25.0;
+  try {
+    const dist::InitInfo& world = dist::init();
+    threads_set(threads);
+    int64_t c = model_name == "mnist_cnn" || model_name == "lenet5" || model_name == "mlp" ? 1 : 3;
+    int64_t hw = c == 1 ? 28 : 32;
+    YAML::Node node;
+    node["name"] = model_name;
+    nn::ModulePtr model = models::build_model(node, {c, hw, hw, 10, 0});
+    if (world.world_size > 1)
+      model = std::make_shared<dist::DistributedDataParallel>(model, dist::world(),
+                                                              dist::DdpOptions{.bucket_cap_mb = bucket_cap_mb});
+    optim::Sgd sgd(optim::param_groups(*model, 5e-4f, false), {0.9f, true});
+    Tensor x = Tensor::empty({batch, c, hw, hw});
+    Rng(1 + world.rank).fill_normal(x, 0.0f, 1.0f);
+    std::vector<int64_t> y(batch);
+    for (int64_t i = 0; i < batch; ++i) y[i] = (i + world.rank) % 10;
+    Tensor labels = Tensor::from_vector(y, {batch});
+    auto step = [&] {
+      Tensor loss = cross_entropy((*model)(x), labels);
+      sgd.zero_grad();
+      loss.backward();
+      sgd.step(0.01f);
+    };
+    for (int i = 0; i < 5; ++i) step();
+    if (world.world_size > 1) dist::world()->barrier()->wait();
+    auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    if (world.world_size > 1) dist::world()->barrier()->wait();
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (world.rank == 0)
+      std::printf(
+          "{\"framework\": \"dpt\", \"model\": \"%s\", \"np\": %d, \"batch_per_rank\": %lld, \"threads\": %d, "
+          "\"ms_per_step\": %.2f, \"images_per_sec\": %.1f}\n",
+          model_name.c_str(), world.world_size, static_cast<long long>(batch), threads_get(), seconds / steps * 1e3,
+          static_cast<double>(batch) * world.world_size * steps / seconds);
+  } catch (const std::exception& e) {
+    dist::abort_all(std::string("error: ") + e.what(), 2);
+  }
+  dist::finalize();
+  return 0;
+}
