@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -45,8 +46,10 @@ class TrainCli : public ::testing::Test {
     return p;
   }
 
-  Result train(const std::string& args) {
-    std::string cmd = train_.string() + " " + args + " >" + (dir_ / "out").string() + " 2>" + (dir_ / "err").string();
+  Result train(const std::string& args) { return run(train_.string() + " " + args); }
+
+  Result run(const std::string& command) {
+    std::string cmd = command + " >" + (dir_ / "out").string() + " 2>" + (dir_ / "err").string();
     int status = std::system(cmd.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(dir_ / "out"), read_all(dir_ / "err")};
   }
@@ -117,4 +120,21 @@ TEST_F(TrainCli, BadDataIsOneLineAndExitCode2) {
     std::ofstream(dir_ / "bad" / f) << std::string("\x00\x00\x08\x03\x00\x00\x00\x10", 8);
   expect_clear_error(write("bad.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "bad").string() + "}\n").string(),
                      "bad");
+}
+
+TEST_F(TrainCli, OneFailingRankEndsEveryRankQuickly) {
+  // Rank 0 trains on synthetic data and soon waits in a collective; rank 1 cannot find
+  // its data. Both must end, non-zero, with rank 1's message, well within 30 s.
+  std::string good = write("good.yaml", synthetic_config()).string();
+  std::string bad = write("bad.yaml", synthetic_config()).string();
+  std::string mpirun =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none ";
+  auto start = std::chrono::steady_clock::now();
+  Result r = run(mpirun + "-np 1 " + train_.string() + " " + good + " : -np 1 " + train_.string() + " " + bad +
+                 " --set 'dataset={name: mnist, path: " + (dir_ / "no_such_dir").string() + "}'");
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(seconds, 30.0);
+  EXPECT_THAT(r.err, HasSubstr("[rank 1] error:"));
+  EXPECT_THAT(r.err, HasSubstr("no_such_dir"));
 }

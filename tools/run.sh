@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The default training job: installs what is missing, builds, and trains.
 #   tools/run.sh [CONFIG] [-np N] [--set key=value ...]
-# CONFIG defaults to configs/default.yaml, N to 1. Runs `mpirun -np N build/train CONFIG`.
+# CONFIG defaults to configs/default.yaml, N to 2. Runs `mpirun -np N build/train CONFIG`.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 config="$DPT_ROOT/configs/default.yaml"
-np=1
+np=2
 train_args=()
 while [ $# -gt 0 ]; do
   case "$1" in

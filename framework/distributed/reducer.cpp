@@ -132,6 +132,7 @@ void Reducer::finish_backward() {
     launch_ready_buckets();
   }
   for (Bucket& bucket : buckets_) bucket.work->wait();
+  exposed_wait_ms_ = (now_ns() - start_ns_) / 1e6 - backward_end_ms_;
 
   if (!rebuilt_) {
     // Rebuild once in rank 0's arrival order, so the first buckets are the first ready.

@@ -39,6 +39,9 @@ class Reducer {
   // in the last backward, and when the backward pass itself ended (for overlap checks).
   const std::vector<double>& launch_times_ms() const { return launch_ms_; }
   double backward_end_ms() const { return backward_end_ms_; }
+  // Time the last backward spent after its final node waiting for all-reduces: the
+  // communication that backward did not hide.
+  double exposed_wait_ms() const { return exposed_wait_ms_; }
 
  private:
   struct Bucket {
@@ -71,6 +74,7 @@ class Reducer {
   double start_ns_ = 0;
   std::vector<double> launch_ms_;
   double backward_end_ms_ = 0;
+  double exposed_wait_ms_ = 0;
 };
 
 }  // namespace dpt::dist

@@ -20,19 +20,4 @@ for r in $(seq "$rounds"); do
     runs+=("$(OMP_NUM_THREADS=1 launch $np $py "$DPT_ROOT/tools/bench/torch_ddp.py" "$model" "$batch" 1 40 $((29500 + r)))")
   done
 done
-printf '%s\n' "${runs[@]}" | $py -c '
-import json, sys
-runs = [json.loads(l) for l in sys.stdin if l.strip()]
-best = {}
-for r in runs:
-    key = (r["framework"], r["np"])
-    if key not in best or r["images_per_sec"] > best[key]["images_per_sec"]:
-        best[key] = r
-frameworks = sorted({k[0] for k in best}, key=lambda f: f != "dpt")
-m = runs[0]
-print(f"{m[\"model\"]}, batch {m[\"batch_per_rank\"]} per rank, 1 thread per rank, best of {len(runs)//4} runs")
-print(f"{\"framework\":<28}{\"np=1 img/s\":>12}{\"np=2 img/s\":>12}{\"efficiency\":>12}")
-for f in frameworks:
-    one, two = best[(f, 1)]["images_per_sec"], best[(f, 2)]["images_per_sec"]
-    print(f"{f:<28}{one:>12.1f}{two:>12.1f}{two / (2 * one):>12.3f}")
-'
+printf '%s\n' "${runs[@]}" | $py "$DPT_ROOT/tools/bench/report.py" scaling

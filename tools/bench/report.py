@@ -1,0 +1,42 @@
+"""Tables for the benchmark scripts: reads the JSON lines the runs printed on stdin and
+keeps the best run of each kind.
+    report.py vs_torch   (bench_train / torch_train.py lines)
+    report.py scaling    (bench_ddp / torch_ddp.py lines)"""
+import json
+import sys
+
+
+def best_by(runs, key):
+    best = {}
+    for r in runs:
+        k = key(r)
+        if k not in best or r["images_per_sec"] > best[k]["images_per_sec"]:
+            best[k] = r
+    return best
+
+
+def vs_torch(runs):
+    best = best_by(runs, lambda r: r["framework"] == "dpt")
+    dpt, pt = best[True], best[False]
+    print(f"{dpt['model']}, batch {dpt['batch']}, {dpt['threads']} threads, best of {len(runs) // 2} runs each")
+    print(f"{'framework':<22}{'ms/step':>10}{'images/s':>12}{'peak RSS MB':>14}")
+    for r in (dpt, pt):
+        print(f"{r['framework']:<22}{r['ms_per_step']:>10.2f}{r['images_per_sec']:>12.1f}{r['peak_rss_mb']:>14.1f}")
+    print(f"ratio dpt/pytorch: {dpt['images_per_sec'] / pt['images_per_sec']:.2f}x")
+
+
+def scaling(runs):
+    best = best_by(runs, lambda r: (r["framework"], r["np"]))
+    frameworks = sorted({f for f, _ in best}, key=lambda f: f != "dpt")
+    m = runs[0]
+    print(f"{m['model']}, batch {m['batch_per_rank']} per rank, {m['threads']} thread(s) per rank, "
+          f"best of {len(runs) // len(best)} runs each")
+    print(f"{'framework':<30}{'np=1 img/s':>12}{'np=2 img/s':>12}{'efficiency':>12}")
+    for f in frameworks:
+        one, two = best[(f, 1)]["images_per_sec"], best[(f, 2)]["images_per_sec"]
+        print(f"{f:<30}{one:>12.1f}{two:>12.1f}{two / (2 * one):>12.3f}")
+
+
+if __name__ == "__main__":
+    lines = [json.loads(line) for line in sys.stdin if line.strip().startswith("{")]
+    {"vs_torch": vs_torch, "scaling": scaling}[sys.argv[1]](lines)
