@@ -38,7 +38,10 @@ int main(int argc, char** argv) {
     YAML::Node node;
     node["name"] = model_name;
     nn::ModulePtr model = models::build_model(node, {c, hw, hw, 10, 0});
-    if (world.world_size > 1)
+    // DPT_BENCH_NO_DDP=1: the ranks train independently, to measure what sharing the machine
+    // costs without any communication.
+    bool use_ddp = world.world_size > 1 && !std::getenv("DPT_BENCH_NO_DDP");
+    if (use_ddp)
       model = std::make_shared<dist::DistributedDataParallel>(model, dist::world(),
                                                               dist::DdpOptions{.bucket_cap_mb = bucket_cap_mb});
     optim::Sgd sgd(optim::param_groups(*model, 5e-4f, false), {0.9f, true});

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # DDP scaling on this machine, dpt beside PyTorch DDP (gloo): np=1 and np=2, each rank one
 # thread bound to its own core, the same model and per-rank batch. Prints images/s and
-# scaling efficiency = throughput(2) / (2 x throughput(1)), best of `rounds` runs each.
+# scaling efficiency = throughput(2) / (2 x throughput(1)), best of `rounds` runs each,
+# and the same ranks run without communicating: the ceiling this machine allows.
 #   tools/bench/ddp_scaling.sh [model] [batch per rank] [rounds]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../setup.sh"
@@ -17,6 +18,9 @@ runs=()
 for r in $(seq "$rounds"); do
   for np in 1 2; do
     runs+=("$(launch $np "$DPT_ROOT/build/bench_ddp" "$model" "$batch" 1 40)")
+    # The same ranks with no communication at all: what sharing the machine costs.
+    runs+=("$(DPT_BENCH_NO_DDP=1 launch $np -x DPT_BENCH_NO_DDP "$DPT_ROOT/build/bench_ddp" "$model" "$batch" 1 40 |
+              sed 's/"framework": "dpt"/"framework": "dpt, ranks not communicating"/')")
     runs+=("$(OMP_NUM_THREADS=1 launch $np $py "$DPT_ROOT/tools/bench/torch_ddp.py" "$model" "$batch" 1 40 $((29500 + r)))")
   done
 done

@@ -27,14 +27,16 @@ def vs_torch(runs):
 
 def scaling(runs):
     best = best_by(runs, lambda r: (r["framework"], r["np"]))
-    frameworks = sorted({f for f, _ in best}, key=lambda f: f != "dpt")
+    frameworks = sorted({f for f, _ in best}, key=lambda f: (not f.startswith("dpt"), f))
     m = runs[0]
     print(f"{m['model']}, batch {m['batch_per_rank']} per rank, {m['threads']} thread(s) per rank, "
           f"best of {len(runs) // len(best)} runs each")
-    print(f"{'framework':<30}{'np=1 img/s':>12}{'np=2 img/s':>12}{'efficiency':>12}")
+    print(f"{'framework':<34}{'np=1 img/s':>12}{'np=2 img/s':>12}{'efficiency':>12}")
     for f in frameworks:
+        if (f, 1) not in best or (f, 2) not in best:
+            continue
         one, two = best[(f, 1)]["images_per_sec"], best[(f, 2)]["images_per_sec"]
-        print(f"{f:<30}{one:>12.1f}{two:>12.1f}{two / (2 * one):>12.3f}")
+        print(f"{f:<34}{one:>12.1f}{two:>12.1f}{two / (2 * one):>12.3f}")
 
 
 if __name__ == "__main__":
