@@ -15,6 +15,7 @@
 #include <numeric>
 #include <set>
 
+#include "error_of.h"
 #include "core/error.h"
 #include "datasets/dataset.h"
 #include "datasets/idx.h"
@@ -25,7 +26,8 @@
 
 using namespace dpt;
 using namespace dpt::data;
-using testing::HasSubstr;
+using dpt::testing::error_of;
+using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 namespace {
@@ -36,7 +38,7 @@ using Bytes = std::vector<uint8_t>;
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = testing::TempDir() + "dpt_datasets_XXXXXX";
+    std::string pattern = ::testing::TempDir() + "dpt_datasets_XXXXXX";
     char* made = mkdtemp(pattern.data());
     EXPECT_NE(made, nullptr);
     path_ = pattern;
@@ -89,18 +91,6 @@ void write_gz(const std::string& path, const Bytes& bytes) {
 Bytes read_raw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// The message of the dpt::Error that `f` throws ("" and a test failure if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a dpt::Error";
-  return "";
 }
 
 Bytes iota_bytes(size_t n, uint8_t start = 0) {
@@ -235,7 +225,7 @@ TEST(Idx, CorruptGzip) {
   write_raw(dir.file("cut.gz"), gz);
   std::string message = error_of([&] { idx_read_images(dir.file("cut.gz")); });
   EXPECT_THAT(message, HasSubstr(dir.file("cut.gz")));
-  EXPECT_THAT(message, testing::AnyOf(HasSubstr("corrupt gzip"), HasSubstr("truncated")));
+  EXPECT_THAT(message, ::testing::AnyOf(HasSubstr("corrupt gzip"), HasSubstr("truncated")));
 }
 
 TEST(Idx, MissingFile) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
+#include "error_of.h"
 #include "models/registry.h"
 #include "nn/layers.h"
 #include "nn/sequential.h"
@@ -10,19 +11,11 @@
 
 using namespace dpt;
 using ::testing::HasSubstr;
+using dpt::testing::error_of;
 
 namespace {
 
 YAML::Node model_node(const std::string& text) { return YAML::Load(text); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 }  // namespace
 
