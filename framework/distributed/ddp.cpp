@@ -45,8 +45,7 @@ std::vector<std::vector<std::string>> gather_lines(const std::vector<std::string
 
 }  // namespace
 
-void check_same_parameters(const nn::NamedTensors& params, const ProcessGroup& group_in) {
-  auto& group = const_cast<ProcessGroup&>(group_in);
+void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group) {
   auto all = gather_lines(signature_lines(params), group);
   for (int r = 1; r < group.size(); ++r) {
     const auto &a = all[0], &b = all[r];

@@ -51,6 +51,6 @@ class DistributedDataParallel : public nn::Module {
 
 // Throws Error on every rank of `group` unless all ranks hold parameters with the same
 // names and shapes, in the same order.
-void check_same_parameters(const nn::NamedTensors& params, const ProcessGroup& group);
+void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group);
 
 }  // namespace dpt::dist
