@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "optim/adamw.h"
+#include "optim/ema.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
 
@@ -86,4 +87,34 @@ TEST(Schedule, WarmupCosineMultistepConstant) {
   EXPECT_NEAR(m.lr_at(45), 0.005, 1e-7);
   LrSchedule c(0.3f, {}, 10, 2);
   EXPECT_FLOAT_EQ(c.lr_at(17), 0.3f);
+}
+
+TEST(Ema, AveragesParametersCopiesBuffersAndSwaps) {
+  struct Tiny : nn::Module {
+    Tensor w, running;
+    Tiny() {
+      w = register_parameter("w", Tensor::from_vector(std::vector<float>{1.0f, 2.0f}, {2}));
+      running = register_buffer("running", Tensor::from_vector(std::vector<float>{5.0f}, {1}));
+    }
+    Tensor forward(const Tensor& x) override { return x; }
+  };
+  Tiny model;
+  Ema ema(model, 0.5f);
+  std::vector<double> shadow = {1.0, 2.0};
+  for (int step = 1; step <= 3; ++step) {
+    model.w.data<float>()[0] += 1.0f;  // what an optimizer step would do
+    model.running.data<float>()[0] = 10.0f * step;
+    ema.update(model);
+    double d = std::min(0.5, (1.0 + step) / (10.0 + step));
+    shadow[0] = d * shadow[0] + (1 - d) * model.w.to_vector()[0];
+    shadow[1] = d * shadow[1] + (1 - d) * model.w.to_vector()[1];
+  }
+  {
+    Ema::Swap swap(ema, model);
+    EXPECT_NEAR(model.w.to_vector()[0], shadow[0], 1e-6);
+    EXPECT_NEAR(model.w.to_vector()[1], shadow[1], 1e-6);
+    EXPECT_FLOAT_EQ(model.running.item(), 30.0f);
+  }
+  EXPECT_FLOAT_EQ(model.w.to_vector()[0], 4.0f);  // the trained weights are back
+  EXPECT_THROW(Ema(model, 1.0f), Error);
 }

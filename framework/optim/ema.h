@@ -1,0 +1,39 @@
+// Exponential moving average of the weights, for evaluation: averaging the last few
+// thousand steps' parameters usually evaluates better than the last step's alone.
+// Buffers (batch-norm running statistics) are copied, not averaged.
+#pragma once
+
+#include "nn/module.h"
+
+namespace dpt::optim {
+
+class Ema {
+ public:
+  // Requires 0 <= decay < 1. Starts from the model's current values.
+  Ema(const nn::Module& model, float decay);
+  // shadow = decay * shadow + (1 - decay) * current, after each optimizer step. With
+  // warm-up the decay used is min(decay, (1 + updates) / (10 + updates)), so early
+  // averages do not hold on to the random initialisation.
+  void update(const nn::Module& model);
+  const nn::NamedTensors& shadow() const { return shadow_; }
+
+  // While alive, the model holds the averaged weights; the trained ones come back after.
+  class Swap {
+   public:
+    Swap(Ema& ema, nn::Module& model);
+    ~Swap();
+    Swap(const Swap&) = delete;
+    Swap& operator=(const Swap&) = delete;
+
+   private:
+    nn::Module& model_;
+    nn::NamedTensors saved_;
+  };
+
+ private:
+  float decay_;
+  int64_t updates_ = 0;
+  nn::NamedTensors shadow_;  // the model's state_dict order
+};
+
+}  // namespace dpt::optim
