@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches a dataset into data/ where the internet is reachable, and checks it.
-#   tools/download_data.sh mnist
+#   tools/download_data.sh mnist     -> data/mnist/*.gz
+#   tools/download_data.sh cifar10   -> data/cifar10/cifar-10-batches-bin/*.bin
 # (Fashion-MNIST comes from Debian: apt-get install dataset-fashion-mnist.)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,5 +24,27 @@ case "${1:-}" in
         { echo "error: $dir/$f: checksum mismatch" >&2; rm -f "$dir/$f"; exit 1; }
     done
     echo "MNIST is in $dir" ;;
-  *) echo "usage: tools/download_data.sh mnist" >&2; exit 2 ;;
+  cifar10)
+    dir="$root/data/cifar10"
+    mkdir -p "$dir"
+    url="https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+    archive="$dir/cifar-10-binary.tar.gz"
+    md5=c32a1d4ab5d03f1284b67883e8d87530  # as torchvision lists it
+    if [ ! -f "$archive" ]; then
+      # Download beside the archive and rename, so a cut-off transfer never looks complete.
+      curl -fsSL --retry 3 --connect-timeout 20 -o "$archive.part" "$url" ||
+        { rm -f "$archive.part"; echo "error: could not download $url (no internet here?)" >&2; exit 1; }
+      mv "$archive.part" "$archive"
+    fi
+    echo "$md5  $archive" | md5sum -c --quiet - ||
+      { echo "error: $archive: checksum mismatch (expected md5 $md5); removed it, run again" >&2
+        rm -f "$archive"; exit 1; }
+    tar -xzf "$archive" -C "$dir" ||
+      { echo "error: could not extract $archive into $dir" >&2; exit 1; }
+    for f in data_batch_1.bin data_batch_2.bin data_batch_3.bin data_batch_4.bin data_batch_5.bin test_batch.bin; do
+      [ -f "$dir/cifar-10-batches-bin/$f" ] ||
+        { echo "error: $archive did not contain cifar-10-batches-bin/$f" >&2; exit 1; }
+    done
+    echo "CIFAR-10 is in $dir/cifar-10-batches-bin" ;;
+  *) echo "usage: tools/download_data.sh mnist|cifar10" >&2; exit 2 ;;
 esac
