@@ -13,6 +13,8 @@
 
 #include "autograd/node.h"
 #include "core/threading.h"
+#include "datasets/augment.h"
+#include "datasets/cifar10.h"
 #include "datasets/loader.h"
 #include "datasets/sampler.h"
 #include "distributed/ddp.h"
@@ -44,6 +46,7 @@ struct Data {
 Data load_data(const io::DatasetConfig& c, uint64_t seed) {
   if (c.name == "fashion_mnist") return {data::load_fashion_mnist(c.path, true), data::load_fashion_mnist(c.path, false)};
   if (c.name == "mnist") return {data::load_mnist(c.path, true), data::load_mnist(c.path, false)};
+  if (c.name == "cifar10") return {data::load_cifar10(c.path, true), data::load_cifar10(c.path, false)};
   // synthetic: a held-out set one sixth the size, as MNIST's 10k/60k.
   return {data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes, c.size, seed),
           data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes, std::max<int64_t>(c.size / 6, 1),
@@ -133,8 +136,12 @@ int run(const io::Config& config) {
                          .sync_bn = d.sync_bn});
   }
 
-  data::Loader train_loader(data.train, {.batch_size = config.batch_size, .shuffle = true, .drop_last = true,
-                                         .seed = config.seed});
+  data::LoaderOptions train_options{.batch_size = config.batch_size, .shuffle = true, .drop_last = true,
+                                    .seed = config.seed};
+  // Only training batches are augmented; each rank draws its own crops and flips.
+  if (config.dataset.augment)
+    train_options.transform = data::make_augment_transform({}, data.train.normalization, config.seed, world.rank);
+  data::Loader train_loader(data.train, std::move(train_options));
   data::Loader test_loader(data.test, {.batch_size = config.eval_batch_size, .shuffle = false, .drop_last = false,
                                        .seed = config.seed});
   int64_t shard_size = (data.train.size() + world.world_size - 1) / world.world_size;

@@ -55,7 +55,7 @@ class ConfigTest : public testing::Test {
 
 const char* kFull = R"(# a complete config
 model: {name: mnist_cnn, dropout: 0.25, widths: [32, 64]}
-dataset: {name: mnist, path: /data/mnist}
+dataset: {name: mnist, path: /data/mnist, augment: true}
 epochs: 3
 batch_size: 64
 eval_batch_size: 500
@@ -84,6 +84,7 @@ TEST_F(ConfigTest, FullFileParsesToTheGivenValues) {
   EXPECT_EQ(c.model.node["widths"][1].as<int>(), 64);
   EXPECT_EQ(c.dataset.name, "mnist");
   EXPECT_EQ(c.dataset.path, "/data/mnist");
+  EXPECT_TRUE(c.dataset.augment);
   EXPECT_EQ(c.epochs, 3);
   EXPECT_EQ(c.batch_size, 64);
   EXPECT_EQ(c.eval_batch_size, 500);
@@ -111,6 +112,7 @@ TEST_F(ConfigTest, Defaults) {
   EXPECT_EQ(c.model.name, "mlp");
   EXPECT_EQ(c.dataset.name, "fashion_mnist");
   EXPECT_EQ(c.dataset.path, "/usr/share/datasets/fashion-mnist");
+  EXPECT_FALSE(c.dataset.augment);
   EXPECT_EQ(c.epochs, 1);
   EXPECT_EQ(c.batch_size, 128);
   EXPECT_EQ(c.eval_batch_size, 1000);
@@ -130,6 +132,14 @@ TEST_F(ConfigTest, Defaults) {
   EXPECT_EQ(c.output.dir, "runs/my_run");
 
   EXPECT_EQ(load("model: {name: m}\ndataset: {name: mnist}\n").dataset.path, "data/mnist");
+  Config cifar = load("model: {name: m}\ndataset: {name: cifar10}\n");
+  EXPECT_EQ(cifar.dataset.path, "data/cifar10/cifar-10-batches-bin");
+  EXPECT_EQ(cifar.dataset.shape, (std::vector<int64_t>{3, 32, 32}));
+  EXPECT_EQ(cifar.dataset.classes, 10);
+  EXPECT_FALSE(cifar.dataset.augment);
+  EXPECT_TRUE(load("model: {name: m}\ndataset: {name: cifar10, path: /c, augment: true}\n").dataset.augment);
+  EXPECT_TRUE(load("model: {name: m}\ndataset: {name: synthetic, augment: true}\n").dataset.augment);
+  EXPECT_TRUE(load("model: {name: m}\n", {"dataset.augment=true"}).dataset.augment);
   Config adamw = load("model: {name: m}\noptimizer: {name: adamw}\n");
   EXPECT_DOUBLE_EQ(adamw.optimizer.lr, 1e-3);
   EXPECT_DOUBLE_EQ(adamw.optimizer.weight_decay, 0.01);
@@ -169,12 +179,16 @@ TEST_F(ConfigTest, ResolvedYamlRoundTrips) {
   for (const char* text : {kFull, "model: {name: m}\n",
                            "model: {name: m}\noptimizer: {name: adamw, betas: [0.8, 0.99], eps: 1.0e-6}\n"
                            "dataset: {name: synthetic, shape: [3, 8, 8], classes: 5, size: 64}\n"
-                           "schedule: {name: cosine, min_lr: 1.0e-5}\n"}) {
+                           "schedule: {name: cosine, min_lr: 1.0e-5}\n",
+                           "model: {name: m}\ndataset: {name: cifar10, augment: true}\n"}) {
     Config a = load(text);
     std::string yaml = config_to_yaml(a);
     Config b = load_config(write(yaml, "x_again.yaml"));
     EXPECT_EQ(yaml, config_to_yaml(b)) << yaml;
     EXPECT_DOUBLE_EQ(a.optimizer.lr, b.optimizer.lr);
+    EXPECT_EQ(a.dataset.name, b.dataset.name);
+    EXPECT_EQ(a.dataset.path, b.dataset.path);
+    EXPECT_EQ(a.dataset.augment, b.dataset.augment);
     EXPECT_EQ(a.output.dir, b.output.dir);  // stays runs/x, not runs/x_again
   }
   EXPECT_THAT(config_to_yaml(load(kFull)), HasSubstr("lr: 0.05\n"));
@@ -210,6 +224,9 @@ TEST_F(ConfigTest, UnknownKeysAtAnyLevelButModel) {
           ":2: key 'optimizer.momentum' does not apply to optimizer 'adamw' (its keys: name, lr, betas"));
   EXPECT_THAT(error("model: {name: m}\ndataset: {name: mnist, size: 10}\n"),
               HasSubstr("key 'dataset.size' does not apply to dataset 'mnist'"));
+  EXPECT_THAT(
+      error("model: {name: m}\ndataset: {name: cifar10, shape: [3, 32, 32]}\n"),
+      HasSubstr("key 'dataset.shape' does not apply to dataset 'cifar10' (its keys: name, path, augment)"));
   EXPECT_THAT(error("model: {name: m}\nepochs: 2\nepochs: 3\n"),
               HasSubstr(":3: duplicate key 'epochs' (first given at line 2)"));
 }
@@ -268,8 +285,11 @@ INSTANTIATE_TEST_SUITE_P(
                  "key 'schedule.warmup_epochs': expected a non-negative integer"},
         BadValue{"dataset: {name: cifar100}\n",
                  "key 'dataset.name': unknown dataset 'cifar100' (expected one of: fashion_mnist, mnist, "
-                 "synthetic)"},
-        BadValue{"dataset: mnist\n", "key 'dataset': expected a mapping of keys (name, path, shape"},
+                 "cifar10, synthetic)"},
+        BadValue{"dataset: {name: cifar10, augment: yes please}\n",
+                 ":2: key 'dataset.augment': expected true or false, got 'yes please'"},
+        BadValue{"dataset: mnist\n",
+                 "key 'dataset': expected a mapping of keys (name, path, shape, classes, size, augment)"},
         BadValue{"dataset: {name: synthetic, shape: [28, 28]}\n",
                  "key 'dataset.shape': expected 3 positive integers [channels, height, width], got [28, 28]"},
         BadValue{"output: {dir: ''}\n", "key 'output.dir': expected a non-empty string, got ''"}));

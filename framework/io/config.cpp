@@ -24,7 +24,7 @@ const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size",
                        "optimizer", "schedule", "output",          "distributed", "lr_scaling"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
-    {"dataset", {"name", "path", "shape", "classes", "size"}},
+    {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
     {"optimizer", {"name", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bias_bn", "betas", "eps"}},
     {"schedule", {"name", "warmup_epochs", "milestones", "gamma", "min_lr"}},
     {"output", {"dir"}},
@@ -32,9 +32,10 @@ const std::map<std::string, Keys> kSectionKeys = {
 };
 // The keys that apply to each choice of `name`.
 const std::map<std::string, Keys> kDatasetKeys = {
-    {"fashion_mnist", {"name", "path"}},
-    {"mnist", {"name", "path"}},
-    {"synthetic", {"name", "shape", "classes", "size"}},
+    {"fashion_mnist", {"name", "path", "augment"}},
+    {"mnist", {"name", "path", "augment"}},
+    {"cifar10", {"name", "path", "augment"}},
+    {"synthetic", {"name", "shape", "classes", "size", "augment"}},
 };
 const std::map<std::string, Keys> kOptimizerKeys = {
     {"sgd", {"name", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bias_bn"}},
@@ -46,7 +47,7 @@ const std::map<std::string, Keys> kScheduleKeys = {
     {"cosine", {"name", "warmup_epochs", "min_lr"}},
 };
 // Sorted by how the schema lists them, not alphabetically: the first is the default.
-const Keys kDatasetNames = {"fashion_mnist", "mnist", "synthetic"};
+const Keys kDatasetNames = {"fashion_mnist", "mnist", "cifar10", "synthetic"};
 const Keys kOptimizerNames = {"sgd", "adamw"};
 const Keys kScheduleNames = {"constant", "multistep", "cosine"};
 const Keys kLrScalingNames = {"none", "linear"};
@@ -311,6 +312,7 @@ DatasetConfig parse_dataset(const Reader& r, const YAML::Node& given) {
   r.check_keys(map, "dataset", kSectionKeys.at("dataset"));
   if (map["name"]) d.name = r.get_choice(map["name"], "dataset.name", "dataset", kDatasetNames);
   r.check_applicable(map, "dataset", "dataset", d.name, kDatasetKeys.at(d.name));
+  if (map["augment"]) d.augment = r.get_bool(map["augment"], "dataset.augment");
   if (d.name == "synthetic") {
     if (map["shape"]) {
       d.shape =
@@ -320,6 +322,11 @@ DatasetConfig parse_dataset(const Reader& r, const YAML::Node& given) {
     }
     if (map["classes"]) d.classes = r.get_int(map["classes"], "dataset.classes", 2, "an integer >= 2");
     if (map["size"]) d.size = r.get_int(map["size"], "dataset.size", 1, "a positive integer");
+  } else if (d.name == "cifar10") {
+    d.path = "data/cifar10/cifar-10-batches-bin";
+    if (map["path"]) d.path = r.get_string(map["path"], "dataset.path");
+    d.shape = {3, 32, 32};
+    d.classes = 10;
   } else {
     d.path = d.name == "mnist" ? "data/mnist" : "/usr/share/datasets/fashion-mnist";
     if (map["path"]) d.path = r.get_string(map["path"], "dataset.path");
@@ -502,6 +509,7 @@ std::string config_to_yaml(const Config& c) {
   } else {
     out << YAML::Key << "path" << YAML::Value << c.dataset.path;
   }
+  out << YAML::Key << "augment" << YAML::Value << c.dataset.augment;
   out << YAML::EndMap;
 
   out << YAML::Key << "epochs" << YAML::Value << c.epochs;

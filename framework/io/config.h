@@ -19,9 +19,13 @@ struct ModelConfig {
 };
 
 struct DatasetConfig {
-  std::string name = "fashion_mnist";  // fashion_mnist | mnist | synthetic
-  // Directory of the files. Defaults: /usr/share/datasets/fashion-mnist, data/mnist.
+  std::string name = "fashion_mnist";  // fashion_mnist | mnist | cifar10 | synthetic
+  // Directory of the files. Defaults: /usr/share/datasets/fashion-mnist, data/mnist,
+  // data/cifar10/cifar-10-batches-bin.
   std::string path;
+  // Any dataset: training batches get a random crop (zero padding 4) and a random
+  // horizontal flip. Evaluation never does.
+  bool augment = false;
   // synthetic only: image shape [C, H, W], class count, sample count.
   std::vector<int64_t> shape = {1, 28, 28};
   int64_t classes = 10;
