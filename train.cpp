@@ -168,7 +168,7 @@ int run(const io::Config& config) {
   for (int64_t epoch = 0; epoch < config.epochs; ++epoch) {
     auto epoch_start = Clock::now();
     train_loader.start_epoch(
-        data::train_shard(data.train.size(), config.seed, epoch, world.rank, world.world_size, true));
+        data::train_shard(data.train.size(), config.seed, epoch, world.rank, world.world_size, true), epoch);
     data::Batch batch;
     double loss_sum = 0;
     int64_t step = 0;

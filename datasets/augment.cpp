@@ -4,7 +4,6 @@
 #include "datasets/augment.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -46,19 +45,6 @@ void row_write(float* out, const float* src, int64_t w, int64_t dx, bool flip, f
   }
   std::fill(out + hi, out + w, pad);
 }
-
-// Gives each transform an identity that a worker thread can tell apart from any other,
-// even one allocated later at the same address.
-std::atomic<uint64_t> next_transform_id{1};
-
-// Where the calling worker thread is: which transform it serves, that transform's epoch
-// ordinal and the next batch's index. A new thread starts with owner 0 = none.
-struct ThreadPosition {
-  uint64_t owner = 0;
-  int64_t epoch = 0;
-  int64_t batch = 0;
-};
-thread_local ThreadPosition thread_position;
 
 }  // namespace
 
@@ -108,22 +94,15 @@ void augment_batch(Tensor& images, const AugmentOptions& options, const std::vec
   }
 }
 
-std::function<void(Batch&)> make_augment_transform(const AugmentOptions& options,
+std::function<void(Batch&, int64_t, int64_t)> make_augment_transform(const AugmentOptions& options,
                                                    const Normalization& normalization, uint64_t seed,
                                                    int64_t stream) {
   DPT_CHECK(options.padding >= 0) << "augment: padding must be >= 0, got " << options.padding;
-  struct State {
-    uint64_t id = next_transform_id.fetch_add(1);
-    std::atomic<int64_t> epochs{0};  // worker threads (= epochs) seen so far
-  };
-  auto state = std::make_shared<State>();
   const std::vector<float> pad = augment_pad_values(normalization);
   // A Weyl step per stream: stream 0 keeps the seed, so the transform matches augment_batch.
   const uint64_t mixed = seed + static_cast<uint64_t>(stream) * 0x9e3779b97f4a7c15ull;
-  return [options, state, pad, mixed](Batch& batch) {
-    ThreadPosition& position = thread_position;
-    if (position.owner != state->id) position = {state->id, state->epochs.fetch_add(1), 0};
-    augment_batch(batch.images, options, pad, mixed, position.epoch, position.batch++);
+  return [options, pad, mixed](Batch& batch, int64_t epoch, int64_t batch_index) {
+    augment_batch(batch.images, options, pad, mixed, epoch, batch_index);
   };
 }
 

@@ -45,12 +45,9 @@ void augment_batch(Tensor& images, const AugmentOptions& options, const std::vec
                    uint64_t seed, int64_t epoch, int64_t batch);
 
 // The Loader's `transform` for training: augment_batch with the seed mixed with `stream`
-// (e.g. the rank, so ranks draw independently from one seed), and (epoch, batch) counted
-// by the function itself from how the Loader calls it: each start_epoch runs a fresh
-// worker thread that calls transform once per batch, in order. So `epoch` is the ordinal
-// of the loader's epochs that produced at least one batch (in train.cpp, every epoch),
-// and `batch` the batch's index in it. Use one transform per Loader.
-std::function<void(Batch&)> make_augment_transform(const AugmentOptions& options,
+// (e.g. the rank, so ranks draw independently from one seed), at the epoch and batch
+// index the Loader passes.
+std::function<void(Batch&, int64_t, int64_t)> make_augment_transform(const AugmentOptions& options,
                                                    const Normalization& normalization, uint64_t seed,
                                                    int64_t stream = 0);
 

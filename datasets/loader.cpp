@@ -35,10 +35,10 @@ void Loader::start_epoch(int64_t epoch) {
     order.resize(static_cast<size_t>(dataset_.size()));
     std::iota(order.begin(), order.end(), int64_t{0});
   }
-  start_epoch(std::move(order));
+  start_epoch(std::move(order), epoch);
 }
 
-void Loader::start_epoch(std::vector<int64_t> indices) {
+void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
   for (size_t i = 0; i < indices.size(); ++i) {
     DPT_CHECK(indices[i] >= 0 && indices[i] < dataset_.size())
         << "loader: index " << indices[i] << " at position " << i
@@ -46,6 +46,7 @@ void Loader::start_epoch(std::vector<int64_t> indices) {
   }
   worker_stop();
   indices_ = std::move(indices);
+  epoch_ = epoch;
   epoch_samples_ = static_cast<int64_t>(indices_.size());
   queue_.clear();
   done_ = false;
@@ -95,7 +96,7 @@ void Loader::worker_main() {
         if (stop_) return;
       }
       Batch batch = batch_make(indices_.data() + i * b, std::min(b, epoch_samples_ - i * b));
-      if (options_.transform) options_.transform(batch);
+      if (options_.transform) options_.transform(batch, epoch_, i);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (stop_) return;

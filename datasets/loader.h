@@ -31,7 +31,9 @@ struct LoaderOptions {
   int64_t prefetch = 2;  // batches prepared ahead of the consumer, >= 1
   // Runs on the worker thread on each finished batch (augmentation plugs in here); an
   // exception it throws comes out of next().
-  std::function<void(Batch&)> transform = nullptr;
+  // Called with the epoch given to start_epoch and the batch's index in that epoch, so a
+  // random transform can draw from (seed, epoch, batch) whatever the thread timing.
+  std::function<void(Batch&, int64_t epoch, int64_t batch_index)> transform = nullptr;
 };
 
 class Loader {
@@ -47,9 +49,9 @@ class Loader {
   // Starts an epoch over the whole dataset, permuted by shuffle_permutation(size, seed,
   // epoch) when options.shuffle, else in order. Abandons any epoch in progress.
   void start_epoch(int64_t epoch);
-  // Starts an epoch over exactly these sample indices, in this order.
+  // Starts epoch `epoch` over exactly these sample indices, in this order.
   // Requires: each index in [0, dataset.size()).
-  void start_epoch(std::vector<int64_t> indices);
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch = 0);
 
   // Fills `batch` with the next batch of the epoch and returns true, or returns false at
   // the end of the epoch. Rethrows an exception raised on the worker thread.
@@ -73,6 +75,7 @@ class Loader {
   LoaderOptions options_;
   std::vector<int64_t> indices_;  // the epoch's order; read by the worker, written only when it is stopped
   int64_t epoch_samples_ = 0;
+  int64_t epoch_ = 0;
   bool started_ = false;
 
   std::mutex mutex_;

@@ -187,8 +187,8 @@ TEST(Augment, BadInputIsAnError) {
   EXPECT_THAT(error_of([&] { augment_batch(flat, {}, kPad3, 0, 0, 0); }), HasSubstr("[B, C, H, W]"));
 }
 
-// The Loader transform: batch i of the k-th epoch is augment_batch(..., k, i), whatever
-// the worker's timing, also when an epoch is abandoned part-way (max_steps_per_epoch).
+// The Loader transform: batch i of epoch k is augment_batch(..., k, i), whatever the
+// worker's timing, also when an epoch is abandoned part-way (max_steps_per_epoch).
 TEST(Augment, LoaderTransformCountsEpochsAndBatches) {
   const Dataset d = make_synthetic(3, 6, 6, 4, 40, 1);
   const std::vector<float> pad = augment_pad_values(d.normalization);

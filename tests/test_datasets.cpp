@@ -553,7 +553,7 @@ TEST(Loader, WorkerExceptionIsRethrownInNext) {
   Dataset d = indexed_dataset(10);
   std::atomic<int> calls{0};
   LoaderOptions options = options_of(2, false, false);
-  options.transform = [&](Batch&) {
+  options.transform = [&](Batch&, int64_t, int64_t) {
     if (++calls == 2) throw Error("augmentation failed on purpose");
   };
   Loader loader(d, options);
