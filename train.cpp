@@ -27,6 +27,7 @@
 #include "models/registry.h"
 #include "ops/loss.h"
 #include "optim/adamw.h"
+#include "optim/ema.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
 
@@ -150,6 +151,8 @@ int run(const io::Config& config) {
   DPT_CHECK(steps > 0) << "batch_size " << config.batch_size << " is larger than the training set ("
                        << data.train.size() << " samples)";
   auto optimizer = make_optimizer(config.optimizer, *model);
+  std::unique_ptr<optim::Ema> ema;
+  if (config.ema_decay > 0) ema = std::make_unique<optim::Ema>(*model, static_cast<float>(config.ema_decay));
   float lr = static_cast<float>(config.optimizer.lr) * (config.lr_scaling == "linear" ? world.world_size : 1);
   optim::LrSchedule schedule(lr, schedule_options(config.schedule), steps, config.epochs);
 
@@ -177,6 +180,7 @@ int run(const io::Config& config) {
       optimizer->zero_grad();
       loss.backward();
       optimizer->step(schedule.lr_at(epoch * steps + step));
+      if (ema) ema->update(*model);
       loss_sum += loss.item();
       ++step;
       double elapsed = seconds_since(epoch_start);
@@ -192,7 +196,13 @@ int run(const io::Config& config) {
     train_images += step * global_batch;
     double train_loss = sum_over_ranks({static_cast<float>(loss_sum / static_cast<double>(step))})[0] /
                         static_cast<double>(world.world_size);
-    EvalResult eval = evaluate(*model, test_loader);
+    EvalResult eval;
+    if (ema) {
+      optim::Ema::Swap averaged(*ema, *model);
+      eval = evaluate(*model, test_loader);
+    } else {
+      eval = evaluate(*model, test_loader);
+    }
     final_acc = eval.accuracy;
     best_acc = std::max(best_acc, eval.accuracy);
     double images_per_sec = static_cast<double>(step * global_batch) / epoch_train_time;

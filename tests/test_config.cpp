@@ -7,21 +7,23 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "error_of.h"
 #include "io/config.h"
 
 using namespace dpt;
 using namespace dpt::io;
-using testing::HasSubstr;
+using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 namespace {
 
-class ConfigTest : public testing::Test {
+class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = testing::TempDir() + "dpt_config_XXXXXX";
+    std::string pattern = ::testing::TempDir() + "dpt_config_XXXXXX";
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
   }
@@ -239,7 +241,7 @@ struct BadValue {
 
 void PrintTo(const BadValue& bad, std::ostream* out) { *out << bad.yaml; }
 
-class ConfigBadValue : public ConfigTest, public testing::WithParamInterface<BadValue> {};
+class ConfigBadValue : public ConfigTest, public ::testing::WithParamInterface<BadValue> {};
 
 TEST_P(ConfigBadValue, OneClearLine) {
   const BadValue& bad = GetParam();
@@ -250,7 +252,7 @@ TEST_P(ConfigBadValue, OneClearLine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Config, ConfigBadValue,
-    testing::Values(
+    ::testing::Values(
         BadValue{"epochs: three\n", ":2: key 'epochs': expected a positive integer, got 'three'"},
         BadValue{"epochs: 0\n", "key 'epochs': expected a positive integer, got '0'"},
         BadValue{"epochs: 2.5\n", "key 'epochs': expected a positive integer, got '2.5'"},
@@ -323,4 +325,14 @@ TEST_F(ConfigTest, BadOverrides) {
   EXPECT_THAT(
       error("model: {name: m}\noptimizer: sgd\n", {"optimizer.lr=0.1"}),
       HasSubstr("cannot set a key inside 'optimizer', which the config gives as 'sgd', not a mapping"));
+}
+
+TEST(ConfigEma, DecayIsReadAndChecked) {
+  namespace fs = std::filesystem;
+  fs::path path = fs::temp_directory_path() / ("dpt_ema_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(path) << "model: {name: mlp}\nema_decay: 0.999\n";
+  EXPECT_DOUBLE_EQ(dpt::io::load_config(path.string()).ema_decay, 0.999);
+  EXPECT_THAT(dpt::testing::error_of([&] { dpt::io::load_config(path.string(), {"ema_decay=1.5"}); }),
+              ::testing::HasSubstr("ema_decay"));
+  fs::remove(path);
 }

@@ -21,7 +21,7 @@ using Keys = std::vector<std::string>;
 
 const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size", "eval_batch_size",
                        "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
-                       "optimizer", "schedule", "output",          "distributed", "lr_scaling"};
+                       "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
@@ -442,6 +442,8 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   c.optimizer = parse_optimizer(r, root["optimizer"]);
   c.schedule = parse_schedule(r, root["schedule"], c.optimizer.lr);
 
+  if (root["ema_decay"])
+    c.ema_decay = r.get_double(root["ema_decay"], "ema_decay", 0, 1, false, true, "a number in [0, 1) (0 = off)");
   if (root["lr_scaling"]) c.lr_scaling = r.get_choice(root["lr_scaling"], "lr_scaling", "lr scaling", kLrScalingNames);
   if (const YAML::Node& d = root["distributed"]) {
     r.check_keys(d, "distributed", kSectionKeys.at("distributed"));
@@ -549,6 +551,7 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::EndMap;
 
   out << YAML::Key << "lr_scaling" << YAML::Value << c.lr_scaling;
+  number("ema_decay", c.ema_decay);
   const DistributedConfig& d = c.distributed;
   out << YAML::Key << "distributed" << YAML::Value << YAML::BeginMap;
   number("bucket_cap_mb", d.bucket_cap_mb);

@@ -80,6 +80,8 @@ struct Config {
   // How the learning rate follows the world size: none, or linear (lr x world size,
   // Goyal et al. 2017; pair it with schedule.warmup_epochs).
   std::string lr_scaling = "none";
+  // Exponential moving average of the weights, used for evaluation; 0 = off.
+  double ema_decay = 0;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   DistributedConfig distributed;
