@@ -6,6 +6,7 @@
 #include "backend/cpu/conv.h"
 #include "backend/cpu/onednn.h"
 #include "ops/device_check.h"
+#include "ops/mac_count.h"
 
 namespace dpt {
 namespace {
@@ -51,6 +52,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
   cpu::ConvParams params{options.stride, options.padding, options.dilation, options.groups};
   Tensor out = Tensor::empty(out_shape);
   cpu::conv2d_forward(x, w, bias, params, fuse_relu, out);
+  mac_count_add(out.numel() * w.size(1) * w.size(2) * w.size(3));  // w.size(1) = C / groups
 
   bool need_x = x_in.requires_grad(), need_w = w_in.requires_grad();
   bool need_b = bias_in.defined() && bias_in.requires_grad();

@@ -6,6 +6,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/onednn.h"
 #include "ops/device_check.h"
+#include "ops/mac_count.h"
 
 namespace dpt {
 
@@ -26,6 +27,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
   Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
   Tensor out = Tensor::empty({x.size(0), w.size(0)});
   if (out.numel() > 0) cpu::matmul(x, false, w, true, bias, fuse_relu, out);
+  mac_count_add(x.size(0) * x.size(1) * w.size(0));
 
   bool need_x = x_in.requires_grad(), need_w = w_in.requires_grad();
   bool need_b = bias_in.defined() && bias_in.requires_grad();

@@ -14,7 +14,47 @@ def mnist_cnn(c, h, w):
         nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-MODELS = {"mnist_cnn": mnist_cnn}
+class BasicBlock(nn.Module):
+    """models/blocks.cpp's BasicBlock: shortcut "A" subsamples and appends zero channels
+    (dpt's shortcut_pad), "B" is a 1x1 conv + BN projection; identity when the shape holds."""
+
+    def __init__(self, cin, cout, stride, shortcut):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.pad = None
+        self.shortcut = nn.Identity()
+        if stride != 1 or cin != cout:
+            if shortcut == "A":
+                self.pad = (stride, cout - cin)
+            else:
+                self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        h = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        if self.pad:
+            s, extra = self.pad
+            return torch.relu(h + nn.functional.pad(x[:, :, ::s, ::s], (0, 0, 0, 0, 0, extra)))
+        return torch.relu(h + self.shortcut(x))
+
+
+def resnet(c, stem, widths, blocks, shortcut):
+    layers = [nn.Conv2d(c, stem, 3, 1, 1, bias=False), nn.BatchNorm2d(stem), nn.ReLU()]
+    cin = stem
+    for i, width in enumerate(widths):
+        for b in range(blocks):
+            layers.append(BasicBlock(cin, width, 2 if i > 0 and b == 0 else 1, shortcut))
+            cin = width
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10))
+
+
+MODELS = {
+    "mnist_cnn": mnist_cnn,
+    "resnet20": lambda c, h, w: resnet(c, 16, [16, 32, 64], 3, "A"),  # He et al. 2016, 269,722 parameters
+    "resnet18": lambda c, h, w: resnet(c, 64, [64, 128, 256, 512], 2, "B"),  # CIFAR variant, 11,173,962
+}
 
 
 def main():

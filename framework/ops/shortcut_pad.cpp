@@ -1,0 +1,63 @@
+// shortcut_pad and its backward, side by side. Both are strided copies over whole
+// (n, c) planes, too small a job for a oneDNN primitive, so plain loops do it here.
+#include "ops/shortcut_pad.h"
+
+#include <cstring>
+
+#include "autograd/node.h"
+#include "ops/device_check.h"
+
+namespace dpt {
+namespace {
+
+// For every (n, c < C) plane: sub[oh, ow] = full[oh * stride, ow * stride] when
+// to_sub, else full[oh * stride, ow * stride] = sub[oh, ow] (full is zeroed first).
+// `full` is [N, C, H, W]; `sub` is [N, sub_c, OH, OW] with sub_c >= C, both contiguous.
+void strided_copy(float* full, float* sub, int64_t n, int64_t c, int64_t h, int64_t w, int64_t sub_c,
+                  int64_t oh, int64_t ow, int64_t stride, bool to_sub) {
+#pragma omp parallel for schedule(static) if (n * c * h * w > 32768)
+  for (int64_t plane = 0; plane < n * c; ++plane) {
+    int64_t i = plane / c, ch = plane % c;
+    float* f = full + plane * h * w;
+    float* s = sub + (i * sub_c + ch) * oh * ow;
+    if (!to_sub) std::memset(f, 0, sizeof(float) * h * w);
+    for (int64_t y = 0; y < oh; ++y) {
+      for (int64_t x = 0; x < ow; ++x) {
+        if (to_sub) {
+          s[y * ow + x] = f[y * stride * w + x * stride];
+        } else {
+          f[y * stride * w + x * stride] = s[y * ow + x];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Tensor shortcut_pad(const Tensor& x_in, int64_t out_channels, int64_t stride) {
+  check_cpu_f32("shortcut_pad", {&x_in});
+  DPT_CHECK(x_in.dim() == 4) << "shortcut_pad: input must be 4-D [N, C, H, W], got "
+                             << shape_str(x_in.shape());
+  DPT_CHECK(stride >= 1) << "shortcut_pad: stride must be >= 1, got " << stride;
+  DPT_CHECK(out_channels >= x_in.size(1))
+      << "shortcut_pad: input " << shape_str(x_in.shape()) << " has " << x_in.size(1)
+      << " channels, more than out_channels " << out_channels;
+  Tensor x = x_in.contiguous();
+  int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  int64_t oh = (h + stride - 1) / stride, ow = (w + stride - 1) / stride;
+  Tensor out = Tensor::zeros({n, out_channels, oh, ow});
+  strided_copy(x.data<float>(), out.data<float>(), n, c, h, w, out_channels, oh, ow, stride, true);
+
+  autograd::record("shortcut_pad", out, {x_in}, [x_shape = x.shape(), stride](const Tensor& grad_out) {
+    check_cpu_f32("shortcut_pad backward", {&grad_out});
+    Tensor g = grad_out.contiguous();
+    Tensor gx = Tensor::empty(x_shape);
+    strided_copy(gx.data<float>(), g.data<float>(), x_shape[0], x_shape[1], x_shape[2], x_shape[3], g.size(1),
+                 g.size(2), g.size(3), stride, false);
+    return std::vector<Tensor>{gx};
+  });
+  return out;
+}
+
+}  // namespace dpt
