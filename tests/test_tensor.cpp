@@ -9,3 +9,16 @@ TEST(Tensor, Basics) {
   EXPECT_FALSE(tt.is_contiguous());
   EXPECT_EQ(tt.contiguous().to_vector(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
 }
+
+TEST(Storage, LargeHostBlocksAreReusedNotReturned) {
+  void* first;
+  {
+    Tensor t = Tensor::empty({1 << 18});  // 1 MiB
+    first = t.raw_data();
+  }
+  Tensor again = Tensor::empty({1 << 18});
+  EXPECT_EQ(again.raw_data(), first);  // from the free list, no new mapping
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(again.raw_data()) % 64, 0u);
+  Tensor small = Tensor::empty({3});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % 64, 0u);
+}

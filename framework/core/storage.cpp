@@ -2,27 +2,67 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 
 namespace dpt {
 namespace {
 
+// Host memory, 64-byte aligned (a cache line and an AVX-512 register, what oneDNN wants).
+// Blocks of 64 KiB and more are kept on free lists by size instead of going back to the
+// system: a training step allocates the same activation sizes every time, and glibc
+// would otherwise unmap them and page-fault them back in (17-20% of a ResNet-20 step).
 class CpuBackend final : public DeviceBackend {
  public:
   void* allocate(size_t bytes, int) override {
-    // 64 bytes: a cache line and an AVX-512 register, what oneDNN wants.
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void* ptr = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    size_t rounded = round_up(bytes);
+    if (rounded >= kCachedFrom) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(rounded);
+      if (it != free_.end() && !it->second.empty()) {
+        void* ptr = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= rounded;
+        return ptr;
+      }
+    }
+    void* ptr = std::aligned_alloc(64, rounded);
     if (!ptr) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
     return ptr;
   }
-  void deallocate(void* ptr, size_t, int) override { std::free(ptr); }
+  void deallocate(void* ptr, size_t bytes, int) override {
+    size_t rounded = round_up(bytes);
+    if (rounded >= kCachedFrom) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_bytes_ + rounded <= kCacheLimit) {
+        free_[rounded].push_back(ptr);
+        cached_bytes_ += rounded;
+        return;
+      }
+    }
+    std::free(ptr);
+  }
   void copy(void* dst, Device, const void* src, Device, size_t bytes) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }
   void fill_zero(void* ptr, size_t bytes, int) override { std::memset(ptr, 0, bytes); }
+
+ private:
+  static constexpr size_t kCachedFrom = 64 << 10;
+  static constexpr size_t kCacheLimit = size_t{4} << 30;  // idle bytes kept at most
+  static size_t round_up(size_t bytes) {
+    size_t unit = bytes >= kCachedFrom ? 4096 : 64;
+    size_t rounded = (bytes + unit - 1) / unit * unit;
+    return rounded == 0 ? 64 : rounded;
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_bytes_ = 0;
 };
 
 DeviceBackend* g_backends[2] = {nullptr, nullptr};
@@ -34,8 +74,9 @@ void device_backend_register(DeviceType type, DeviceBackend* backend) {
 }
 
 DeviceBackend& device_backend(DeviceType type) {
-  static CpuBackend cpu_backend;
-  if (type == DeviceType::cpu) return cpu_backend;
+  // Never destroyed: tensors in static objects may be freed after main returns.
+  static CpuBackend* cpu_backend = new CpuBackend();
+  if (type == DeviceType::cpu) return *cpu_backend;
   DeviceBackend* backend = g_backends[static_cast<int>(type)];
   DPT_CHECK(backend) << "no CUDA support in this build of dpt (configure with -DDPT_CUDA=ON on a "
                         "machine with the CUDA toolkit, cuDNN and NCCL)";
