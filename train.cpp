@@ -25,6 +25,7 @@
 #include "io/json.h"
 #include "io/progress.h"
 #include "models/registry.h"
+#include "models/summary.h"
 #include "ops/loss.h"
 #include "optim/adamw.h"
 #include "optim/ema.h"
@@ -126,8 +127,9 @@ int run(const io::Config& config) {
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
   if (main_rank)
-    std::printf("model %s: %lld parameters; %d rank(s) x %d threads, global batch %lld\n", config.model.name.c_str(),
-                static_cast<long long>(model->parameter_count()), world.world_size, threads_get(),
+    std::printf("model %s: %lld parameters, %.1fM multiply-adds per image; %d rank(s) x %d threads, global batch %lld\n",
+                config.model.name.c_str(), static_cast<long long>(model->parameter_count()),
+                static_cast<double>(models::macs_per_image(*model, spec)) / 1e6, world.world_size, threads_get(),
                 static_cast<long long>(config.batch_size * world.world_size));
   if (world.world_size > 1) {
     const io::DistributedConfig& d = config.distributed;

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "error_of.h"
 #include "io/config.h"
+#include "models/registry.h"
 
 using namespace dpt;
 using namespace dpt::io;
@@ -335,4 +336,23 @@ TEST(ConfigEma, DecayIsReadAndChecked) {
   EXPECT_THAT(dpt::testing::error_of([&] { dpt::io::load_config(path.string(), {"ema_decay=1.5"}); }),
               ::testing::HasSubstr("ema_decay"));
   fs::remove(path);
+}
+
+// Every config the project ships parses, and its model builds for its dataset's shape.
+TEST(ShippedConfigs, AllLoadAndBuildTheirModel) {
+  namespace fs = std::filesystem;
+  const char* source = std::getenv("DPT_SOURCE_DIR");
+  ASSERT_NE(source, nullptr) << "DPT_SOURCE_DIR is set by CTest";
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(source) / "configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    dpt::io::Config c = dpt::io::load_config(entry.path().string());
+    bool cifar = c.dataset.name == "cifar10";
+    dpt::models::ModelSpec spec{cifar ? 3 : 1, cifar ? 32 : 28, cifar ? 32 : 28, 10, 0};
+    if (c.dataset.name == "synthetic") spec = {c.dataset.shape[0], c.dataset.shape[1], c.dataset.shape[2], 10, 0};
+    EXPECT_GT(dpt::models::build_model(c.model.node, spec)->parameter_count(), 0);
+    ++count;
+  }
+  EXPECT_GE(count, 6);
 }

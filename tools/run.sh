@@ -27,5 +27,7 @@ else
   binding=(--oversubscribe --bind-to none)
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # these machines run as root
+# Ranks see a pseudo-terminal whatever mpirun writes to: tell them what it really is.
+if [ -t 1 ]; then export DPT_TTY=1; else export DPT_TTY=0; fi
 cd "$DPT_ROOT"
-exec mpirun -np "$np" "${binding[@]}" "$DPT_ROOT/build/train" "$config" "${train_args[@]}"
+exec mpirun -np "$np" "${binding[@]}" -x DPT_TTY "$DPT_ROOT/build/train" "$config" "${train_args[@]}"
