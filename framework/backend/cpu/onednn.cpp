@@ -2,6 +2,7 @@
 #include "backend/cpu/onednn.h"
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 
 #include "core/threading.h"
@@ -68,13 +69,21 @@ memory::desc layout_desc(const memory::dims& dims, Layout layout) {
   return plain_desc(dims, layout == Layout::nhwc ? Tag::nhwc : Tag::nchw);
 }
 
-bool channels_last_enabled() {
-  static const bool enabled = [] {
+namespace {
+
+std::atomic<bool>& channels_last_flag() {
+  static std::atomic<bool> enabled = [] {
     const char* v = std::getenv("DPT_CHANNELS_LAST");
     return !(v && std::string(v) == "0");
   }();
   return enabled;
 }
+
+}  // namespace
+
+bool channels_last_enabled() { return channels_last_flag().load(std::memory_order_relaxed); }
+
+void set_channels_last_enabled(bool enabled) { channels_last_flag().store(enabled); }
 
 namespace {
 

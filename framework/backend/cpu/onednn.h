@@ -90,6 +90,8 @@ memory::desc layout_desc(const memory::dims& dims, Layout layout);
 // False when the environment sets DPT_CHANNELS_LAST=0: convolutions then produce NCHW
 // (the old behaviour, blocked layouts with reorders), for comparisons.
 bool channels_last_enabled();
+// Overrides the environment for the rest of the process (tests compare both modes).
+void set_channels_last_enabled(bool enabled);
 
 // Temporary buffers for layout copies, grown on demand and reused, one set per thread:
 // the steady state allocates nothing. A slot is valid until the next call with the same
