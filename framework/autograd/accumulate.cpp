@@ -10,7 +10,10 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
                                         << " added to one of shape " << shape_str(dst.shape());
   DPT_CHECK(dst.device().is_cpu()) << "gradient accumulation on " << dst.device().str()
                                    << " is not available in this build";
-  Tensor s = src.contiguous();
+  DPT_CHECK(dst.is_dense()) << "gradient accumulation into a non-dense tensor";
+  // Two gradients may differ in layout (an NCHW one from a test or a loss, a
+  // channels-last one from a conv): src is brought to dst's, then the buffers add.
+  Tensor s = src.with_layout_of(dst);
   cpu::add_inplace(dst.data<float>(), s.data<float>(), dst.numel());
 }
 
@@ -18,8 +21,8 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
 
 Tensor add_gradients(const Tensor& a, const Tensor& b) {
   // `a` may alias a tensor the forward pass still holds (ops pass gradients through), so
-  // the sum goes into a new tensor.
-  Tensor sum = a.clone();
+  // the sum goes into a new tensor, in a's layout (channels-last gradients stay so).
+  Tensor sum = a.clone_preserving_strides();
   add_inplace(sum, b);
   return sum;
 }

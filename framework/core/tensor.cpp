@@ -1,8 +1,127 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace dpt {
+namespace {
+
+// True when the dimensions, walked in `order` (innermost first), have the strides of a
+// dense buffer in that order. Size-1 dimensions are skipped: their stride never matters.
+bool strides_follow(const Shape& shape, const Shape& strides, std::initializer_list<size_t> order) {
+  int64_t expected = 1;
+  for (size_t d : order) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
+bool strides_contiguous(const Shape& shape, const Shape& strides) {
+  int64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+bool strides_channels_last(const Shape& shape, const Shape& strides) {
+  return shape.size() == 4 && strides_follow(shape, strides, {1, 3, 2, 0});
+}
+
+// Dense: sorted by stride, each stride is the product of the sizes below it.
+bool strides_dense(const Shape& shape, const Shape& strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the size > 1 dims
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0) return true;
+    if (shape[i] > 1) dims.emplace_back(strides[i], shape[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+Shape channels_last_strides(const Shape& shape) {
+  DPT_CHECK(shape.size() == 4) << "channels-last needs a 4-D shape, got " << shape_str(shape);
+  int64_t c = shape[1], h = shape[2], w = shape[3];
+  return {h * w * c, 1, w * c, c};
+}
+
+// dst[c * rows + r] = src[r * cols + c]: one image between NHWC ([HW, C]) and NCHW
+// ([C, HW]). Square tiles keep both the reads and the writes within a few cache lines.
+void transpose_plane(const float* src, float* dst, int64_t rows, int64_t cols) {
+  constexpr int64_t tile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += tile) {
+    int64_t r1 = std::min(rows, r0 + tile);
+    for (int64_t c0 = 0; c0 < cols; c0 += tile) {
+      int64_t c1 = std::min(cols, c0 + tile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+    }
+  }
+}
+
+// Every image of a 4-D f32 tensor transposed between [rows, cols] and [cols, rows].
+void transpose_images(const float* src, float* dst, int64_t images, int64_t rows, int64_t cols) {
+  int64_t per_image = rows * cols;
+#pragma omp parallel for schedule(static) if (images * per_image > 32768)
+  for (int64_t n = 0; n < images; ++n) transpose_plane(src + n * per_image, dst + n * per_image, rows, cols);
+}
+
+// Element-by-element copy between two strided CPU views, innermost dimension fastest.
+void copy_elementwise(char* dst, const Shape& dst_strides, const char* src, const Shape& src_strides,
+                      const Shape& shape, size_t elem) {
+  int64_t n = shape_numel(shape);
+  size_t nd = shape.size();
+  std::vector<int64_t> index(nd, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t s = 0, d = 0;
+    for (size_t k = 0; k < nd; ++k) {
+      s += index[k] * src_strides[k];
+      d += index[k] * dst_strides[k];
+    }
+    std::memcpy(dst + d * elem, src + s * elem, elem);
+    for (size_t k = nd; k-- > 0;) {
+      if (++index[k] < shape[k]) break;
+      index[k] = 0;
+    }
+  }
+}
+
+// Copies a strided CPU view into another of the same shape. Same dense layout: one
+// memcpy; NHWC <-> NCHW of f32 (the activations' layout change, e.g. before flatten):
+// a tiled transpose per image; anything else: element by element.
+void copy_strided(char* dst, const Shape& dst_strides, const char* src, const Shape& src_strides,
+                  const Shape& shape, size_t elem) {
+  int64_t n = shape_numel(shape);
+  if (n == 0) return;
+  bool dst_dense = strides_dense(shape, dst_strides);
+  if (dst_dense && (dst_strides == src_strides ||
+                    (strides_contiguous(shape, dst_strides) && strides_contiguous(shape, src_strides)))) {
+    std::memcpy(dst, src, n * elem);
+    return;
+  }
+  if (elem == sizeof(float) && shape.size() == 4) {
+    int64_t hw = shape[2] * shape[3], c = shape[1];
+    auto* d = reinterpret_cast<float*>(dst);
+    const auto* s = reinterpret_cast<const float*>(src);
+    if (strides_channels_last(shape, src_strides) && strides_contiguous(shape, dst_strides))
+      return transpose_images(s, d, shape[0], hw, c);
+    if (strides_contiguous(shape, src_strides) && strides_channels_last(shape, dst_strides))
+      return transpose_images(s, d, shape[0], c, hw);
+  }
+  copy_elementwise(dst, dst_strides, src, src_strides, shape, elem);
+}
+
+}  // namespace
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) DPT_CHECK(d >= 0) << "tensor shape " << shape_str(shape) << " has a negative size";
@@ -12,6 +131,23 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   impl->strides = shape_contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+Tensor Tensor::empty_strided(const Shape& shape, const Shape& strides, DType dtype, Device device) {
+  DPT_CHECK(shape.size() == strides.size() && strides_dense(shape, strides))
+      << "empty_strided: strides " << shape_str(strides) << " are not dense for shape " << shape_str(shape);
+  Tensor t = empty(shape, dtype, device);
+  t.impl_->strides = strides;
+  return t;
+}
+
+Tensor Tensor::empty_like(const Tensor& like) {
+  if (like.is_contiguous() || !like.is_dense()) return empty(like.shape(), like.dtype(), like.device());
+  return empty_strided(like.shape(), like.strides(), like.dtype(), like.device());
+}
+
+Tensor Tensor::empty_channels_last(const Shape& shape, DType dtype, Device device) {
+  return empty_strided(shape, channels_last_strides(shape), dtype, device);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
@@ -63,13 +199,17 @@ int64_t Tensor::size(int64_t d) const {
 
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = checked();
-  int64_t expected = 1;
-  for (size_t i = t.shape.size(); i-- > 0;) {
-    if (t.shape[i] == 1) continue;  // the stride of a size-1 dimension never matters
-    if (t.strides[i] != expected) return false;
-    expected *= t.shape[i];
-  }
-  return true;
+  return strides_contiguous(t.shape, t.strides);
+}
+
+bool Tensor::is_dense() const {
+  const TensorImpl& t = checked();
+  return strides_dense(t.shape, t.strides);
+}
+
+bool Tensor::is_channels_last() const {
+  const TensorImpl& t = checked();
+  return strides_channels_last(t.shape, t.strides);
 }
 
 void* Tensor::raw_data() const {
@@ -105,32 +245,18 @@ Tensor Tensor::view(const Shape& shape) const {
 
 Tensor Tensor::detach() const { return as_strided(shape(), strides(), offset()); }
 
-namespace {
-
-// Copies a strided CPU view into contiguous memory, innermost dimension as the inner loop.
-void gather_strided(char* dst, const char* src, const Shape& shape, const Shape& strides, size_t elem) {
-  int64_t n = shape_numel(shape);
-  if (n == 0) return;
-  size_t nd = shape.size();
-  std::vector<int64_t> index(nd, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t src_offset = 0;
-    for (size_t d = 0; d < nd; ++d) src_offset += index[d] * strides[d];
-    std::memcpy(dst + i * elem, src + src_offset * elem, elem);
-    for (size_t d = nd; d-- > 0;) {
-      if (++index[d] < shape[d]) break;
-      index[d] = 0;
-    }
-  }
-}
-
-}  // namespace
 
 void Tensor::copy_from(const Tensor& src) const {
   DPT_CHECK(shape() == src.shape() && dtype() == src.dtype())
       << "copy_from: " << shape_str(src.shape()) << " " << dtype_name(src.dtype()) << " into "
       << shape_str(shape()) << " " << dtype_name(dtype());
-  DPT_CHECK(is_contiguous()) << "copy_from: destination must be contiguous";
+  if (device().is_cpu() && src.device().is_cpu()) {
+    DPT_CHECK(is_dense()) << "copy_from: destination must be dense";
+    copy_strided(static_cast<char*>(raw_data()), strides(), static_cast<const char*>(src.raw_data()),
+                 src.strides(), shape(), dtype_size(dtype()));
+    return;
+  }
+  DPT_CHECK(is_contiguous()) << "copy_from: a destination on another device must be contiguous";
   Tensor source = src;
   if (!src.is_contiguous()) {
     DPT_CHECK(src.device().is_cpu()) << "copy_from: non-contiguous CUDA source";
@@ -143,13 +269,37 @@ Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   DPT_CHECK(device().is_cpu()) << "contiguous(): strided copies of CUDA tensors are not supported";
   Tensor out = empty(shape(), dtype(), device());
-  gather_strided(static_cast<char*>(out.raw_data()), static_cast<const char*>(raw_data()), shape(),
-                 strides(), dtype_size(dtype()));
+  copy_strided(static_cast<char*>(out.raw_data()), out.strides(), static_cast<const char*>(raw_data()),
+               strides(), shape(), dtype_size(dtype()));
   return out;
 }
 
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype(), device());
+  out.copy_from(*this);
+  return out;
+}
+
+Tensor Tensor::clone_preserving_strides() const {
+  Tensor out = empty_like(*this);
+  out.copy_from(*this);
+  return out;
+}
+
+Tensor Tensor::with_layout_of(const Tensor& ref) const {
+  DPT_CHECK(shape() == ref.shape()) << "with_layout_of: " << shape_str(shape()) << " vs "
+                                    << shape_str(ref.shape());
+  bool ref_contiguous = ref.is_contiguous() || !ref.is_dense();  // empty_like's choice
+  if (strides() == ref.strides() || (is_contiguous() && ref_contiguous)) return *this;
+  if (ref.is_channels_last() && is_channels_last()) return *this;
+  Tensor out = empty_like(ref);
+  out.copy_from(*this);
+  return out;
+}
+
+Tensor Tensor::channels_last() const {
+  if (is_channels_last()) return *this;
+  Tensor out = empty_channels_last(shape(), dtype(), device());
   out.copy_from(*this);
   return out;
 }
@@ -162,12 +312,12 @@ Tensor Tensor::to(Device target) const {
 }
 
 void Tensor::zero_() const {
-  DPT_CHECK(is_contiguous()) << "zero_: tensor must be contiguous";
+  DPT_CHECK(is_dense()) << "zero_: tensor must be dense";
   device_backend(device().type).fill_zero(raw_data(), numel() * dtype_size(dtype()), device().index);
 }
 
 void Tensor::fill_(float value) const {
-  DPT_CHECK(is_contiguous() && device().is_cpu()) << "fill_: needs a contiguous CPU tensor";
+  DPT_CHECK(is_dense() && device().is_cpu()) << "fill_: needs a dense CPU tensor";
   float* p = data<float>();
   for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
 }

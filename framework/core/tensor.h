@@ -29,6 +29,16 @@ class Tensor {
 
   // New contiguous tensors. empty() leaves the memory uninitialised.
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // New tensor with the given strides. Requires: dense strides (every element of a
+  // numel-sized buffer reached exactly once), e.g. a permutation of row-major strides.
+  static Tensor empty_strided(const Shape& shape, const Shape& strides, DType dtype = DType::f32,
+                              Device device = Device::cpu());
+  // New tensor with the shape, dtype, device and (when dense) the strides of `like`;
+  // contiguous when `like` is not dense. Uninitialised.
+  static Tensor empty_like(const Tensor& like);
+  // New 4-D [N, C, H, W] tensor stored channels-last (NHWC): strides [HWC, 1, WC, C].
+  static Tensor empty_channels_last(const Shape& shape, DType dtype = DType::f32,
+                                    Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, float value);
   // Copies `values` (row-major) into a new CPU tensor; values.size() must equal the numel.
@@ -46,6 +56,12 @@ class Tensor {
   int64_t offset() const;  // in elements, into the storage
   const std::shared_ptr<Storage>& storage() const;
   bool is_contiguous() const;
+  // Elements fill exactly numel() consecutive slots from offset(), in some dimension
+  // order (row-major and channels-last are both dense; slices and broadcasts are not).
+  bool is_dense() const;
+  // 4-D and stored NHWC: strides [H*W*C, 1, W*C, C], size-1 dimensions ignored (so a
+  // tensor with C == 1 or H == W == 1 is both contiguous and channels-last).
+  bool is_channels_last() const;
 
   // Pointer to element 0 of this view. T must match dtype().
   template <class T>
@@ -63,10 +79,19 @@ class Tensor {
   // This tensor if contiguous, else a contiguous copy (not recorded by autograd).
   Tensor contiguous() const;
   Tensor clone() const;  // contiguous copy, no autograd history
+  // Copy with the same strides when dense (contiguous otherwise), no autograd history.
+  Tensor clone_preserving_strides() const;
+  // This tensor if it is laid out like `ref` (same strides, or both contiguous), else a
+  // copy with ref's layout (see empty_like). Shapes must match. Not recorded by autograd.
+  Tensor with_layout_of(const Tensor& ref) const;
+  // This tensor if channels-last, else a channels-last copy (4-D). Not recorded.
+  Tensor channels_last() const;
   Tensor detach() const;  // same storage, no autograd history
   Tensor to(Device device) const;  // copy to another device (this tensor if already there)
-  void copy_from(const Tensor& src) const;  // same shape and dtype; any devices
-  void zero_() const;
+  // Same shape and dtype; any devices. Strided sources and dense strided destinations
+  // are copied on the CPU; across devices the destination must be contiguous.
+  void copy_from(const Tensor& src) const;
+  void zero_() const;  // dense tensors
   void fill_(float value) const;  // f32 CPU tensors
   float item() const;  // one-element f32 tensor
   std::vector<float> to_vector() const;  // f32, any device, row-major

@@ -1,5 +1,7 @@
 // conv2d: checks at the door, the oneDNN kernels in backend/cpu/conv.cpp, and a backward
-// that masks by the fused ReLU first and skips the passes no input needs.
+// that masks by the fused ReLU first and skips the passes no input needs. The output is
+// channels-last (unless DPT_CHANNELS_LAST=0), whatever the input's layout, so a network
+// converts once at its first convolution and its activations stay NHWC from there.
 #include "ops/conv.h"
 
 #include "autograd/node.h"
@@ -47,10 +49,12 @@ Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const C
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Conv2dOptions& options,
               bool fuse_relu) {
   Shape out_shape = conv2d_check(x_in, w_in, bias_in, options);
-  Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  Tensor x = cpu::onednn::in_kernel_layout(x_in), w = w_in.contiguous();
   Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
   cpu::ConvParams params{options.stride, options.padding, options.dilation, options.groups};
-  Tensor out = Tensor::empty(out_shape);
+  cpu::onednn::Layout out_layout =
+      cpu::onednn::channels_last_enabled() ? cpu::onednn::Layout::nhwc : cpu::onednn::Layout::nchw;
+  Tensor out = cpu::onednn::empty_in(out_shape, out_layout);
   cpu::conv2d_forward(x, w, bias, params, fuse_relu, out);
   mac_count_add(out.numel() * w.size(1) * w.size(2) * w.size(3));  // w.size(1) = C / groups
 
@@ -60,16 +64,18 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
   autograd::record("conv2d", out, {x_in, w_in, bias_in},
                    [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
                     out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
-                    params, need_x, need_w, need_b](const Tensor& grad_out) {
+                    x_layout = cpu::onednn::layout_of(x), out_layout, params, need_x, need_w,
+                    need_b](const Tensor& grad_out) {
                      check_cpu_f32("conv2d backward", {&grad_out});
-                     Tensor g = grad_out.contiguous();
+                     // In the output's layout: the one the kernels were built for.
+                     Tensor g = cpu::onednn::to_layout(grad_out, out_layout);
                      if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
-                       Tensor masked = Tensor::empty(g.shape());
+                       Tensor masked = Tensor::empty_like(g);
                        cpu::onednn::relu_mask_backward(g, out, masked);
                        g = masked;
                      }
                      std::vector<Tensor> grads(3);
-                     if (need_x) grads[0] = Tensor::empty(x_shape);
+                     if (need_x) grads[0] = cpu::onednn::empty_in(x_shape, x_layout);  // the input's layout
                      if (need_w) grads[1] = Tensor::empty(w_shape);
                      if (need_b) grads[2] = Tensor::empty({w_shape[0]});
                      cpu::conv2d_backward(x_shape, w_shape, x, w, g, params, grads[0], grads[1], grads[2]);

@@ -21,9 +21,16 @@ Shape broadcast_shape(const Shape& a, const Shape& b) {
 
 namespace {
 
+// Equal shapes and equal dense strides (two channels-last activations, say): the op
+// runs on the raw buffers and the output keeps that layout. Otherwise it is contiguous.
+bool same_dense_layout(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.strides() == b.strides() && a.is_dense();
+}
+
 Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
   check_cpu_f32("elementwise", {&a, &b});
-  Tensor out = Tensor::empty(broadcast_shape(a.shape(), b.shape()));
+  Tensor out = same_dense_layout(a, b) ? Tensor::empty_like(a)
+                                       : Tensor::empty(broadcast_shape(a.shape(), b.shape()));
   cpu::binary(op, a, b, out);
   return out;
 }

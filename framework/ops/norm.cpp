@@ -4,6 +4,7 @@
 
 #include "autograd/node.h"
 #include "backend/cpu/batchnorm.h"
+#include "backend/cpu/onednn.h"
 #include "ops/device_check.h"
 
 namespace dpt {
@@ -41,7 +42,10 @@ Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
   DPT_CHECK(!training || count > 1) << "batch_norm2d: training needs more than one value per channel, input "
                                     << shape_str(xs);
 
-  Tensor x = x_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
+  // Channels-last stays channels-last (output and gradient too); other strides go NCHW.
+  Tensor x = cpu::onednn::in_kernel_layout(x_in);
+  Tensor weight = weight_in.contiguous(), bias = bias_in.contiguous();
+  cpu::onednn::Layout layout = cpu::onednn::layout_of(x);
   cpu::BatchNormParams params{options.eps, !training, fuse_relu};
   Tensor mean, var;
   if (training) {
@@ -54,10 +58,10 @@ Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
   bool record = autograd::needs_recording({x_in, weight_in, bias_in});
   Tensor workspace;
   if (record && fuse_relu) {
-    size_t bytes = cpu::batch_norm_workspace_bytes(xs, params);
+    size_t bytes = cpu::batch_norm_workspace_bytes(xs, params, layout == cpu::onednn::Layout::nhwc);
     if (bytes > 0) workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
   }
-  Tensor out = Tensor::empty(xs);
+  Tensor out = cpu::onednn::empty_in(xs, layout);
   cpu::batch_norm_forward(x, weight, bias, mean, var, params, out, workspace);
   if (training && track)
     cpu::batch_norm_update_running(running_mean, running_var, mean, var, options.momentum, count);
@@ -65,11 +69,11 @@ Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
   bool need_x = x_in.requires_grad(), need_w = weight_in.requires_grad(), need_b = bias_in.requires_grad();
   autograd::record("batch_norm2d", out, {x_in, weight_in, bias_in},
                    [x = x.detach(), weight = weight.detach(), bias = bias.detach(), mean, var, params,
-                    workspace, need_x, need_w, need_b](const Tensor& grad_out) {
+                    workspace, layout, need_x, need_w, need_b](const Tensor& grad_out) {
                      check_cpu_f32("batch_norm2d backward", {&grad_out});
-                     Tensor g = grad_out.contiguous();
+                     Tensor g = cpu::onednn::to_layout(grad_out, layout);
                      // oneDNN computes all three at once; the unwanted ones are dropped.
-                     Tensor grad_x = Tensor::empty(x.shape());
+                     Tensor grad_x = cpu::onednn::empty_in(x.shape(), layout);
                      Tensor grad_w = Tensor::empty(weight.shape()), grad_b = Tensor::empty(bias.shape());
                      cpu::batch_norm_backward(x, g, weight, bias, mean, var, params, workspace, grad_x,
                                               grad_w, grad_b);

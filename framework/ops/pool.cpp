@@ -3,6 +3,7 @@
 #include "ops/pool.h"
 
 #include "autograd/node.h"
+#include "backend/cpu/onednn.h"
 #include "backend/cpu/pool.h"
 #include "ops/device_check.h"
 
@@ -21,20 +22,23 @@ Tensor pool2d(cpu::PoolKind kind, const char* name, const Tensor& x_in, int64_t 
   DPT_CHECK(xs[2] + 2 * padding >= kernel && xs[3] + 2 * padding >= kernel)
       << name << ": input " << shape_str(xs) << " with padding " << padding << " is smaller than the "
       << kernel << "x" << kernel << " window";
-  Tensor x = x_in.contiguous();
-  Tensor out = Tensor::empty({xs[0], xs[1], oh, ow});
-  if (out.numel() == 0) return out;
+  // Channels-last stays channels-last (output and gradient too); other strides go NCHW.
+  Tensor x = cpu::onednn::in_kernel_layout(x_in);
+  if (shape_numel({xs[0], xs[1], oh, ow}) == 0) return Tensor::empty({xs[0], xs[1], oh, ow});
+  cpu::onednn::Layout layout = cpu::onednn::layout_of(x);
+  Tensor out = cpu::onednn::empty_in({xs[0], xs[1], oh, ow}, layout);
   cpu::PoolParams params{kernel, stride, padding};
   Tensor workspace;  // opaque bytes for the backward, sized by the kernel; none for average pooling
   if (autograd::needs_recording({x_in})) {
-    size_t bytes = cpu::pool2d_workspace_bytes(kind, xs, out.shape(), params);
+    size_t bytes =
+        cpu::pool2d_workspace_bytes(kind, xs, out.shape(), params, layout == cpu::onednn::Layout::nhwc);
     if (bytes > 0) workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
   }
   cpu::pool2d_forward(kind, x, params, out, workspace);
-  autograd::record(name, out, {x_in}, [kind, x_shape = xs, params, workspace](const Tensor& grad_out) {
+  autograd::record(name, out, {x_in}, [kind, x_shape = xs, params, workspace, layout](const Tensor& grad_out) {
     check_cpu_f32("pool2d backward", {&grad_out});
-    Tensor g = grad_out.contiguous();
-    Tensor grad_x = Tensor::empty(x_shape);
+    Tensor g = cpu::onednn::to_layout(grad_out, layout);
+    Tensor grad_x = cpu::onednn::empty_in(x_shape, layout);
     cpu::pool2d_backward(kind, x_shape, g, params, workspace, grad_x);
     return std::vector<Tensor>{grad_x};
   });
@@ -55,12 +59,13 @@ Tensor global_avg_pool2d(const Tensor& x_in) {
   check_cpu_f32("global_avg_pool2d", {&x_in});
   DPT_CHECK(x_in.dim() == 4 && x_in.size(2) > 0 && x_in.size(3) > 0)
       << "global_avg_pool2d: input must be 4-D [N, C, H, W] with H, W >= 1, got " << shape_str(x_in.shape());
-  Tensor x = x_in.contiguous();
+  Tensor x = cpu::onednn::in_kernel_layout(x_in);
   Tensor out = Tensor::empty({x.size(0), x.size(1)});
   cpu::global_avg_pool2d_forward(x, out);
-  autograd::record("global_avg_pool2d", out, {x_in}, [x_shape = x.shape()](const Tensor& grad_out) {
+  cpu::onednn::Layout layout = cpu::onednn::layout_of(x);
+  autograd::record("global_avg_pool2d", out, {x_in}, [x_shape = x.shape(), layout](const Tensor& grad_out) {
     check_cpu_f32("global_avg_pool2d backward", {&grad_out});
-    Tensor grad_x = Tensor::empty(x_shape);
+    Tensor grad_x = cpu::onednn::empty_in(x_shape, layout);  // the input's layout
     cpu::global_avg_pool2d_backward(grad_out.contiguous(), grad_x);
     return std::vector<Tensor>{grad_x};
   });

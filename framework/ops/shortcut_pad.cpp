@@ -33,6 +33,56 @@ void strided_copy(float* full, float* sub, int64_t n, int64_t c, int64_t h, int6
   }
 }
 
+// Channels-last forward: out[i, y, x, :c] = in[i, y * stride, x * stride, :] and
+// out[i, y, x, c:] = 0. `in` is [N, H, W, C] and `out` [N, OH, OW, out_c] in memory.
+void subsample_nhwc(const float* in, float* out, int64_t n, int64_t c, int64_t h, int64_t w, int64_t out_c,
+                    int64_t oh, int64_t ow, int64_t stride) {
+#pragma omp parallel for schedule(static) if (n * out_c * oh * ow > 32768)
+  for (int64_t row = 0; row < n * oh; ++row) {
+    int64_t i = row / oh, y = row % oh;
+    for (int64_t x = 0; x < ow; ++x) {
+      float* dst = out + (row * ow + x) * out_c;
+      std::memcpy(dst, in + ((i * h + y * stride) * w + x * stride) * c, sizeof(float) * c);
+      std::memset(dst + c, 0, sizeof(float) * (out_c - c));
+    }
+  }
+}
+
+// Channels-last backward: grad_x[i, y, x, :] = grad_out[i, y / stride, x / stride, :c]
+// where y and x are multiples of stride, else 0.
+void scatter_nhwc(const float* grad_out, float* grad_x, int64_t n, int64_t c, int64_t h, int64_t w,
+                  int64_t out_c, int64_t oh, int64_t ow, int64_t stride) {
+#pragma omp parallel for schedule(static) if (n * c * h * w > 32768)
+  for (int64_t row = 0; row < n * h; ++row) {
+    int64_t i = row / h, y = row % h;
+    for (int64_t x = 0; x < w; ++x) {
+      float* dst = grad_x + (row * w + x) * c;
+      if (y % stride == 0 && x % stride == 0)
+        std::memcpy(dst, grad_out + ((i * oh + y / stride) * ow + x / stride) * out_c, sizeof(float) * c);
+      else
+        std::memset(dst, 0, sizeof(float) * c);
+    }
+  }
+}
+
+// Option A on channels-last input: channels-last output, and gradient, with no layout
+// change (the residual add then runs on two channels-last tensors).
+Tensor shortcut_pad_nhwc(const Tensor& x, int64_t out_channels, int64_t stride) {
+  int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  int64_t oh = (h + stride - 1) / stride, ow = (w + stride - 1) / stride;
+  Tensor out = Tensor::empty_channels_last({n, out_channels, oh, ow});
+  subsample_nhwc(x.data<float>(), out.data<float>(), n, c, h, w, out_channels, oh, ow, stride);
+  autograd::record("shortcut_pad", out, {x}, [x_shape = x.shape(), stride](const Tensor& grad_out) {
+    check_cpu_f32("shortcut_pad backward", {&grad_out});
+    Tensor g = grad_out.channels_last();
+    Tensor gx = Tensor::empty_channels_last(x_shape);
+    scatter_nhwc(g.data<float>(), gx.data<float>(), x_shape[0], x_shape[1], x_shape[2], x_shape[3], g.size(1),
+                 g.size(2), g.size(3), stride);
+    return std::vector<Tensor>{gx};
+  });
+  return out;
+}
+
 }  // namespace
 
 Tensor shortcut_pad(const Tensor& x_in, int64_t out_channels, int64_t stride) {
@@ -43,6 +93,7 @@ Tensor shortcut_pad(const Tensor& x_in, int64_t out_channels, int64_t stride) {
   DPT_CHECK(out_channels >= x_in.size(1))
       << "shortcut_pad: input " << shape_str(x_in.shape()) << " has " << x_in.size(1)
       << " channels, more than out_channels " << out_channels;
+  if (x_in.is_channels_last()) return shortcut_pad_nhwc(x_in, out_channels, stride);
   Tensor x = x_in.contiguous();
   int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   int64_t oh = (h + stride - 1) / stride, ow = (w + stride - 1) / stride;

@@ -1,7 +1,9 @@
 // oneDNN batch normalisation on plain NCHW tensors. On nchw oneDNN has only a plain C++
 // kernel (ncsp_bnorm): N=128, 32 channels, 28x28, 2 threads, forward 2.5 ms, backward
 // 4.4 ms; its JIT kernel on nChw16c takes 0.23 and 0.26 ms, and the reorders about
-// 0.13 ms each. So nChw16c with reorders, from 8 channels up.
+// 0.13 ms each. So nChw16c with reorders, from 8 channels up, for NCHW tensors.
+// Channels-last tensors are normalised in place as nhwc (oneDNN's jit nspc kernel), with
+// no reorder at all.
 #include "backend/cpu/batchnorm.h"
 
 #include <cstring>
@@ -20,20 +22,21 @@ struct Geometry {
   normalization_flags flags;
 };
 
-Geometry geometry_of(const Shape& x, const BatchNormParams& p) {
+Geometry geometry_of(const Shape& x, const BatchNormParams& p, Layout layout) {
   memory::dims dims = dims_of(x);
   normalization_flags flags = normalization_flags::use_scale | normalization_flags::use_shift;
   if (p.use_global_stats) flags = flags | normalization_flags::use_global_stats;
   if (p.relu) flags = flags | normalization_flags::fuse_norm_relu;
-  return {plain_desc(dims, Tag::nchw), plain_desc(dims, x[1] >= 8 ? Tag::nChw16c : Tag::nchw),
-          plain_desc({x[1]}, Tag::x), flags};
+  Tag work = layout == Layout::nhwc ? Tag::nhwc : x[1] >= 8 ? Tag::nChw16c : Tag::nchw;
+  return {layout_desc(dims, layout), plain_desc(dims, work), plain_desc({x[1]}, Tag::x), flags};
 }
 
-std::string key_of(const char* op, const Shape& x, const BatchNormParams& p, bool training) {
+std::string key_of(const char* op, const Shape& x, const BatchNormParams& p, bool training, Layout layout) {
   float eps = p.eps;
   int32_t eps_bits;
   std::memcpy(&eps_bits, &eps, sizeof eps_bits);
-  return cache_key(op, {x[0], x[1], x[2], x[3], eps_bits, p.use_global_stats, p.relu, training});
+  return cache_key(op, {x[0], x[1], x[2], x[3], eps_bits, p.use_global_stats, p.relu, training,
+                        static_cast<int64_t>(layout)});
 }
 
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Geometry& g, float eps, prop_kind prop) {
@@ -55,9 +58,10 @@ struct BackwardEntry {
 
 // Training (forward_training) whenever batch statistics are computed or a backward
 // needs the ReLU mask; inference otherwise.
-std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormParams& p, bool training) {
-  return Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x, p, training), [&] {
-    Geometry g = geometry_of(x, p);
+std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormParams& p, bool training,
+                                            Layout layout) {
+  return Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x, p, training, layout), [&] {
+    Geometry g = geometry_of(x, p, layout);
     auto pd = forward_pd(g, p.eps, training ? prop_kind::forward_training : prop_kind::forward_inference);
     return std::make_shared<ForwardEntry>(ForwardEntry{
         dnnl::batch_normalization_forward(pd), bridge_make(g.plain, pd.src_desc(), Direction::in),
@@ -71,16 +75,17 @@ memory channel_memory(const Tensor& t) {
 
 }  // namespace
 
-size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p) {
+size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p, bool channels_last) {
   if (!p.relu) return 0;
-  return forward_entry(x_shape, p, true)->workspace.get_size();
+  return forward_entry(x_shape, p, true, channels_last ? Layout::nhwc : Layout::nchw)->workspace.get_size();
 }
 
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                         const Tensor& var, const BatchNormParams& p, const Tensor& out,
                         const Tensor& workspace) {
   bool training = !p.use_global_stats || workspace.defined();
-  auto entry = forward_entry(x.shape(), p, training);
+  DPT_CHECK(layout_of(out) == layout_of(x)) << "batch_norm2d: out must have x's layout";
+  auto entry = forward_entry(x.shape(), p, training, layout_of(x));
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)},
@@ -105,8 +110,11 @@ void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& 
                          const Tensor& mean, const Tensor& var, const BatchNormParams& p,
                          const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
                          const Tensor& grad_bias) {
-  auto entry = Context::cpu().cached<BackwardEntry>(key_of("bn_bwd", x.shape(), p, true), [&] {
-    Geometry g = geometry_of(x.shape(), p);
+  Layout layout = layout_of(x);
+  DPT_CHECK(layout_of(grad_out) == layout && layout_of(grad_x) == layout)
+      << "batch_norm2d backward: grad_out and grad_x must have x's layout";
+  auto entry = Context::cpu().cached<BackwardEntry>(key_of("bn_bwd", x.shape(), p, true, layout), [&] {
+    Geometry g = geometry_of(x.shape(), p, layout);
     auto hint = forward_pd(g, p.eps, prop_kind::forward_training);
     dnnl::batch_normalization_backward::primitive_desc pd(
         dnnl::batch_normalization_backward::desc(prop_kind::backward, g.work, g.work, p.eps, g.flags),

@@ -15,10 +15,11 @@ struct BatchNormParams {
 };
 
 // Bytes of the workspace a forward must leave for batch_norm_backward (the ReLU mask;
-// 0 without relu).
-size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p);
+// 0 without relu), for an NCHW or a channels-last x.
+size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p, bool channels_last = false);
 
-// Requires: contiguous f32: x [N, C, H, W], out like x, weight, bias, mean, var [C];
+// Requires: f32: x [N, C, H, W] contiguous or channels-last, out in x's layout; weight,
+// bias, mean, var contiguous [C];
 // workspace undefined (no backward will follow) or of batch_norm_workspace_bytes.
 // Ensures: out = weight (x - mean) / sqrt(var + eps) + bias (then ReLU). Without
 // use_global_stats, mean and var are outputs: the batch mean and biased variance; with
@@ -28,7 +29,8 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const Tensor& workspace);
 
 // Requires: the tensors the forward used (mean, var as it left them; its workspace when
-// relu), grad_out like x; outputs contiguous: grad_x like x, grad_weight, grad_bias [C].
+// relu), grad_out in x's layout; outputs: grad_x in x's layout, grad_weight, grad_bias
+// contiguous [C].
 // Ensures: all three overwritten with the gradients.
 void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
                          const Tensor& mean, const Tensor& var, const BatchNormParams& p,

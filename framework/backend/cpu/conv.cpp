@@ -1,6 +1,11 @@
-// oneDNN convolutions on plain NCHW tensors. Every descriptor says format_tag::any, so
-// oneDNN picks its fastest layout (nChw16c and blocked weights on AVX-512), and the
-// Bridges reorder at the boundary. Measured on this machine (2 threads, N=128):
+// oneDNN convolutions on NCHW or channels-last (NHWC) activations. With a channels-last
+// output the primitive works in nhwc for src and dst (brgconv/jit avx512: 32->64, 14x14,
+// N=128: fwd 2.3, bwd-data 2.0, bwd-weights 2.2 ms), so channels-last tensors pass
+// without any reorder and an NCHW input (a network's first layer) is reordered once.
+// With an NCHW output (DPT_CHANNELS_LAST=0) every activation descriptor says
+// format_tag::any, so oneDNN picks its fastest layout (nChw16c on AVX-512), and the
+// Bridges reorder at the boundary. Weights always say any (blocked, reordered from
+// plain OIHW: parameters never change layout). Measured on this machine (2 threads, N=128):
 //   32->64, 14x14, 3x3 pad 1: nchw (gemm:jit) fwd 3.9 ms, bwd-data 4.2, bwd-weights 3.7;
 //     any (jit:avx512_core) fwd 1.9, bwd-data 1.8, bwd-weights 1.9, plus 0.05-0.08 ms
 //     per activation reorder;
@@ -24,9 +29,11 @@ using dnnl::prop_kind;
 struct Geometry {
   memory::dims src, weights, bias, dst, strides, dilates, pad_l, pad_r;
   memory::desc plain_src, plain_weights, plain_bias, plain_dst;
+  Layout src_layout, dst_layout;
 };
 
-Geometry geometry_of(const Shape& x, const Shape& w, const Shape& out, const ConvParams& p) {
+Geometry geometry_of(const Shape& x, const Shape& w, const Shape& out, const ConvParams& p, Layout src_layout,
+                     Layout dst_layout) {
   Geometry g;
   int64_t groups = p.groups;
   g.src = dims_of(x);
@@ -43,10 +50,12 @@ Geometry geometry_of(const Shape& x, const Shape& w, const Shape& out, const Con
   // (even negative) when the last stride does not fit, as in PyTorch's floor mode.
   g.pad_r = {(out[2] - 1) * p.stride + (w[2] - 1) * p.dilation + 1 - x[2] - p.padding,
              (out[3] - 1) * p.stride + (w[3] - 1) * p.dilation + 1 - x[3] - p.padding};
-  g.plain_src = plain_desc(g.src, Tag::nchw);
+  g.plain_src = layout_desc(g.src, src_layout);
   g.plain_weights = plain_desc(g.weights, groups == 1 ? Tag::oihw : Tag::goihw);
   g.plain_bias = plain_desc(g.bias, Tag::x);
-  g.plain_dst = plain_desc(g.dst, Tag::nchw);
+  g.plain_dst = layout_desc(g.dst, dst_layout);
+  g.src_layout = src_layout;
+  g.dst_layout = dst_layout;
   return g;
 }
 
@@ -54,14 +63,21 @@ memory::desc any_desc(const memory::dims& dims) {
   return memory::desc(dims, memory::data_type::f32, Tag::any);
 }
 
-std::string key_of(const char* op, const Shape& x, const Shape& w, const ConvParams& p, bool bias,
-                   bool relu) {
+// The layout the primitive computes src/dst (and their gradients) in: nhwc when the
+// output is channels-last, oneDNN's choice otherwise.
+memory::desc work_desc(const Geometry& g, const memory::dims& dims) {
+  return g.dst_layout == Layout::nhwc ? layout_desc(dims, Layout::nhwc) : any_desc(dims);
+}
+
+std::string key_of(const char* op, const Shape& x, const Shape& w, const ConvParams& p, bool bias, bool relu,
+                   const Geometry& g) {
   return cache_key(op, {x[0], x[1], x[2], x[3], w[0], w[2], w[3], p.stride, p.padding, p.dilation, p.groups,
-                        bias ? 1 : 0, relu ? 1 : 0});
+                        bias ? 1 : 0, relu ? 1 : 0, static_cast<int64_t>(g.src_layout),
+                        static_cast<int64_t>(g.dst_layout)});
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool bias, bool relu) {
-  memory::desc src = any_desc(g.src), weights = any_desc(g.weights), dst = any_desc(g.dst);
+  memory::desc src = work_desc(g, g.src), weights = any_desc(g.weights), dst = work_desc(g, g.dst);
   auto desc =
       bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src,
                                              weights, g.plain_bias, dst, g.strides, g.dilates, g.pad_l,
@@ -97,9 +113,9 @@ struct BackwardWeightsEntry {
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p, bool relu,
                     const Tensor& out) {
   bool has_bias = bias.defined();
-  Geometry g = geometry_of(x.shape(), w.shape(), out.shape(), p);
+  Geometry g = geometry_of(x.shape(), w.shape(), out.shape(), p, layout_of(x), layout_of(out));
   auto entry =
-      Context::cpu().cached<ForwardEntry>(key_of("conv_fwd", x.shape(), w.shape(), p, has_bias, relu), [&] {
+      Context::cpu().cached<ForwardEntry>(key_of("conv_fwd", x.shape(), w.shape(), p, has_bias, relu, g), [&] {
         auto pd = forward_pd(g, has_bias, relu);
         return std::make_shared<ForwardEntry>(ForwardEntry{
             dnnl::convolution_forward(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
@@ -118,17 +134,19 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x, const Tensor& w,
                      const Tensor& grad_out, const ConvParams& p, const Tensor& grad_x, const Tensor& grad_w,
                      const Tensor& grad_bias) {
-  Geometry g = geometry_of(x_shape, w_shape, grad_out.shape(), p);
+  // The input's layout: grad_x has it when defined, else x (read by the weights pass).
+  Layout src_layout = layout_of(grad_x.defined() ? grad_x : x);
+  Geometry g = geometry_of(x_shape, w_shape, grad_out.shape(), p, src_layout, layout_of(grad_out));
   const dnnl::engine& engine = Context::cpu().engine();
   memory diff_dst_blocked;  // shared by both passes when they want the same layout
   memory::desc diff_dst_layout;
 
   if (grad_x.defined()) {
     auto entry = Context::cpu().cached<BackwardDataEntry>(
-        key_of("conv_bwd_data", x_shape, w_shape, p, false, false), [&] {
+        key_of("conv_bwd_data", x_shape, w_shape, p, false, false, g), [&] {
           auto hint = forward_pd(g, false, false);
-          auto desc = dnnl::convolution_backward_data::desc(algorithm::convolution_direct, any_desc(g.src),
-                                                            any_desc(g.weights), any_desc(g.dst), g.strides,
+          auto desc = dnnl::convolution_backward_data::desc(algorithm::convolution_direct, work_desc(g, g.src),
+                                                            any_desc(g.weights), work_desc(g, g.dst), g.strides,
                                                             g.dilates, g.pad_l, g.pad_r);
           dnnl::convolution_backward_data::primitive_desc pd(desc, engine, hint);
           return std::make_shared<BackwardDataEntry>(
@@ -149,14 +167,14 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
   if (grad_w.defined() || grad_bias.defined()) {
     bool has_bias = grad_bias.defined();
     auto entry = Context::cpu().cached<BackwardWeightsEntry>(
-        key_of("conv_bwd_weights", x_shape, w_shape, p, has_bias, false), [&] {
+        key_of("conv_bwd_weights", x_shape, w_shape, p, has_bias, false, g), [&] {
           auto hint = forward_pd(g, has_bias, false);
           auto desc = has_bias ? dnnl::convolution_backward_weights::desc(
-                                     algorithm::convolution_direct, any_desc(g.src), any_desc(g.weights),
-                                     g.plain_bias, any_desc(g.dst), g.strides, g.dilates, g.pad_l, g.pad_r)
+                                     algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights),
+                                     g.plain_bias, work_desc(g, g.dst), g.strides, g.dilates, g.pad_l, g.pad_r)
                                : dnnl::convolution_backward_weights::desc(
-                                     algorithm::convolution_direct, any_desc(g.src), any_desc(g.weights),
-                                     any_desc(g.dst), g.strides, g.dilates, g.pad_l, g.pad_r);
+                                     algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights),
+                                     work_desc(g, g.dst), g.strides, g.dilates, g.pad_l, g.pad_r);
           dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, hint);
           return std::make_shared<BackwardWeightsEntry>(BackwardWeightsEntry{
               dnnl::convolution_backward_weights(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),

@@ -11,7 +11,9 @@ void map_binary(F f, const Tensor& a, const Tensor& b, const Tensor& out) {
   const float* pb = b.data<float>();
   float* po = out.data<float>();
   int64_t n = out.numel();
-  if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
+  bool same_dense = a.shape() == b.shape() && a.strides() == b.strides() && out.strides() == a.strides() &&
+                    a.is_dense();  // e.g. channels-last, out made by empty_like(a)
+  if (same_dense || (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous())) {
 #pragma omp parallel for simd schedule(static) if (n > 32768)
     for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
     return;

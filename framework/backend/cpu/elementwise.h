@@ -1,5 +1,6 @@
 // Plain-loop elementwise kernels on CPU tensors, parallel with OpenMP. Binary ops
-// broadcast numpy-style; the output is contiguous with the broadcast shape.
+// broadcast numpy-style; the output is contiguous with the broadcast shape (or keeps
+// the inputs' layout when both share one dense layout).
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,8 @@ enum class BinaryOp { add, sub, mul, div };
 
 void add_inplace(float* dst, const float* src, int64_t n);  // dst += src
 
-// out = a op b, out contiguous with the broadcast shape of a and b.
+// out = a op b, out contiguous with the broadcast shape of a and b, or, when a and b
+// have the same shape and the same dense strides, out may have those strides too.
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 // out = a * scale + shift, elementwise.
 void affine(const Tensor& a, float scale, float shift, const Tensor& out);

@@ -2,6 +2,7 @@
 #include "backend/cpu/onednn.h"
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 
 #include "core/threading.h"
@@ -43,6 +44,46 @@ memory::desc plain_desc(const Shape& shape) {
       << "oneDNN kernels take 1-D to 5-D tensors, got " << shape_str(shape);
   return plain_desc(dims_of(shape), tags[shape.size()]);
 }
+
+Layout layout_of(const Tensor& t) {
+  if (t.is_channels_last()) return Layout::nhwc;
+  DPT_CHECK(t.is_contiguous()) << "oneDNN kernels take NCHW-contiguous or channels-last tensors, got strides "
+                               << shape_str(t.strides()) << " for " << shape_str(t.shape());
+  return Layout::nchw;
+}
+
+Tensor in_kernel_layout(const Tensor& t) {
+  if (t.dim() == 4 && t.is_channels_last()) return t;
+  return t.contiguous();
+}
+
+Tensor empty_in(const Shape& shape, Layout layout) {
+  return layout == Layout::nhwc ? Tensor::empty_channels_last(shape) : Tensor::empty(shape);
+}
+
+Tensor to_layout(const Tensor& t, Layout layout) {
+  return layout == Layout::nhwc ? t.channels_last() : t.contiguous();
+}
+
+memory::desc layout_desc(const memory::dims& dims, Layout layout) {
+  return plain_desc(dims, layout == Layout::nhwc ? Tag::nhwc : Tag::nchw);
+}
+
+namespace {
+
+std::atomic<bool>& channels_last_flag() {
+  static std::atomic<bool> enabled = [] {
+    const char* v = std::getenv("DPT_CHANNELS_LAST");
+    return !(v && std::string(v) == "0");
+  }();
+  return enabled;
+}
+
+}  // namespace
+
+bool channels_last_enabled() { return channels_last_flag().load(std::memory_order_relaxed); }
+
+void set_channels_last_enabled(bool enabled) { channels_last_flag().store(enabled); }
 
 namespace {
 

@@ -71,6 +71,28 @@ memory::dims dims_of(const Shape& shape);
 memory::desc plain_desc(const Shape& shape);
 memory::desc plain_desc(const memory::dims& dims, Tag tag);
 
+// The two activation layouts the kernels take as they are: row-major NCHW and
+// channels-last NHWC (oneDNN's nhwc: plain strides, so other ops read it as a strided
+// tensor). oneDNN's JIT kernels run on nhwc directly (within ~10% of nChw16c), so
+// channels-last activations need no reorder at any conv, BN or pool boundary.
+enum class Layout { nchw, nhwc };
+// nhwc when t is channels-last (a tensor that is both, C == 1 or H == W == 1, counts as
+// nhwc: the bytes are the same), else nchw. Requires: t channels-last or contiguous.
+Layout layout_of(const Tensor& t);
+// t itself when channels-last or contiguous, else a contiguous copy.
+Tensor in_kernel_layout(const Tensor& t);
+// A new [N, C, H, W] f32 CPU tensor in `layout`, uninitialised.
+Tensor empty_in(const Shape& shape, Layout layout);
+// t itself when already in `layout`, else a copy in it.
+Tensor to_layout(const Tensor& t, Layout layout);
+// Descriptor of f32 [N, C, H, W] data stored in `layout`.
+memory::desc layout_desc(const memory::dims& dims, Layout layout);
+// False when the environment sets DPT_CHANNELS_LAST=0: convolutions then produce NCHW
+// (the old behaviour, blocked layouts with reorders), for comparisons.
+bool channels_last_enabled();
+// Overrides the environment for the rest of the process (tests compare both modes).
+void set_channels_last_enabled(bool enabled);
+
 // Temporary buffers for layout copies, grown on demand and reused, one set per thread:
 // the steady state allocates nothing. A slot is valid until the next call with the same
 // slot on this thread, so a kernel uses distinct slots for buffers alive at once.
@@ -105,7 +127,8 @@ void bridge_out(const Bridge& b, const memory& written, void* data);
 void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args);
 
 // Backward of a fused ReLU: result = grad_out where out > 0, else 0. One pass.
-// Requires: all three contiguous f32 with the same numel (result may alias grad_out).
+// Requires: all three f32 with the same shape and the same dense layout (elementwise on
+// the raw buffers); result may alias grad_out.
 void relu_mask_backward(const Tensor& grad_out, const Tensor& out, const Tensor& result);
 
 }  // namespace dpt::cpu::onednn

@@ -2,7 +2,8 @@
 // blocked nChw16c layout than on nchw (N=128, 32 channels, 28x28, 2x2/2, 2 threads:
 // 0.08 ms vs 0.4-0.7 ms), and the two reorders cost about 0.15 ms; nhwc pools as fast
 // but its reorders are 3-4x slower. So nChw16c with reorders, for 16 channels or more;
-// below that the padding to 16 would cost more than it saves and nchw is used.
+// below that the padding to 16 would cost more than it saves and nchw is used. That is
+// for NCHW tensors; channels-last ones are pooled as nhwc directly, with no reorder.
 #include "backend/cpu/pool.h"
 
 #include "backend/cpu/onednn.h"
@@ -20,7 +21,7 @@ struct Geometry {
   algorithm alg;
 };
 
-Geometry geometry_of(PoolKind kind, const Shape& x, const Shape& out, const PoolParams& p) {
+Geometry geometry_of(PoolKind kind, const Shape& x, const Shape& out, const PoolParams& p, Layout layout) {
   Geometry g;
   g.src = dims_of(x);
   g.dst = dims_of(out);
@@ -30,18 +31,21 @@ Geometry geometry_of(PoolKind kind, const Shape& x, const Shape& out, const Pool
   // Exact right padding for floor-mode output sizes (may be below the left one).
   g.pad_r = {(out[2] - 1) * p.stride + p.kernel - x[2] - p.padding,
              (out[3] - 1) * p.stride + p.kernel - x[3] - p.padding};
-  g.plain_src = plain_desc(g.src, Tag::nchw);
-  g.plain_dst = plain_desc(g.dst, Tag::nchw);
-  Tag work = x[1] >= 16 ? Tag::nChw16c : Tag::nchw;
+  g.plain_src = layout_desc(g.src, layout);
+  g.plain_dst = layout_desc(g.dst, layout);
+  Tag work = layout == Layout::nhwc ? Tag::nhwc : x[1] >= 16 ? Tag::nChw16c : Tag::nchw;
   g.work_src = plain_desc(g.src, work);
   g.work_dst = plain_desc(g.dst, work);
   g.alg = kind == PoolKind::max ? algorithm::pooling_max : algorithm::pooling_avg_include_padding;
   return g;
 }
 
-std::string key_of(const char* op, PoolKind kind, const Shape& x, const PoolParams& p) {
-  return cache_key(op, {static_cast<int64_t>(kind), x[0], x[1], x[2], x[3], p.kernel, p.stride, p.padding});
+std::string key_of(const char* op, PoolKind kind, const Shape& x, const PoolParams& p, Layout layout) {
+  return cache_key(op, {static_cast<int64_t>(kind), x[0], x[1], x[2], x[3], p.kernel, p.stride, p.padding,
+                        static_cast<int64_t>(layout)});
 }
+
+Layout layout_from(bool channels_last) { return channels_last ? Layout::nhwc : Layout::nchw; }
 
 dnnl::pooling_forward::primitive_desc forward_pd(const Geometry& g, prop_kind prop) {
   return dnnl::pooling_forward::primitive_desc(
@@ -62,10 +66,10 @@ struct BackwardEntry {
 };
 
 std::shared_ptr<ForwardEntry> forward_entry(PoolKind kind, const Shape& x, const Shape& out,
-                                            const PoolParams& p, bool training) {
-  Geometry g = geometry_of(kind, x, out, p);
+                                            const PoolParams& p, bool training, Layout layout) {
+  Geometry g = geometry_of(kind, x, out, p, layout);
   return Context::cpu().cached<ForwardEntry>(
-      key_of(training ? "pool_fwd_training" : "pool_fwd_inference", kind, x, p), [&] {
+      key_of(training ? "pool_fwd_training" : "pool_fwd_inference", kind, x, p, layout), [&] {
         auto pd = forward_pd(g, training ? prop_kind::forward_training : prop_kind::forward_inference);
         return std::make_shared<ForwardEntry>(
             ForwardEntry{dnnl::pooling_forward(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
@@ -76,14 +80,16 @@ std::shared_ptr<ForwardEntry> forward_entry(PoolKind kind, const Shape& x, const
 }  // namespace
 
 size_t pool2d_workspace_bytes(PoolKind kind, const Shape& x_shape, const Shape& out_shape,
-                              const PoolParams& p) {
-  return forward_entry(kind, x_shape, out_shape, p, true)->workspace.get_size();
+                              const PoolParams& p, bool channels_last) {
+  return forward_entry(kind, x_shape, out_shape, p, true, layout_from(channels_last))->workspace.get_size();
 }
 
 void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
                     const Tensor& workspace) {
   bool training = workspace.defined();  // average pooling needs no workspace: inference serves
-  auto entry = forward_entry(kind, x.shape(), out.shape(), p, training);
+  // x's layout rules: out is in it, or (1x1 maps) holds the same bytes either way.
+  Layout layout = layout_of(x);
+  auto entry = forward_entry(kind, x.shape(), out.shape(), p, training, layout);
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)}};
@@ -100,8 +106,9 @@ void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const T
 
 void pool2d_backward(PoolKind kind, const Shape& x_shape, const Tensor& grad_out, const PoolParams& p,
                      const Tensor& workspace, const Tensor& grad_x) {
-  Geometry g = geometry_of(kind, x_shape, grad_out.shape(), p);
-  auto entry = Context::cpu().cached<BackwardEntry>(key_of("pool_bwd", kind, x_shape, p), [&] {
+  Layout layout = layout_of(grad_x);  // grad_out is in it too (see pool2d_forward)
+  Geometry g = geometry_of(kind, x_shape, grad_out.shape(), p, layout);
+  auto entry = Context::cpu().cached<BackwardEntry>(key_of("pool_bwd", kind, x_shape, p, layout), [&] {
     auto hint = forward_pd(g, prop_kind::forward_training);
     dnnl::pooling_backward::primitive_desc pd(
         dnnl::pooling_backward::desc(g.alg, g.work_src, g.work_dst, g.strides, g.kernel, g.pad_l, g.pad_r),
@@ -122,7 +129,44 @@ void pool2d_backward(PoolKind kind, const Shape& x_shape, const Tensor& grad_out
   bridge_out(entry->diff_src, diff_src, grad_x.raw_data());
 }
 
+namespace {
+
+// Channels-last: each image is [HW, C]; the mean runs down its columns.
+void global_avg_pool2d_forward_nhwc(const Tensor& x, const Tensor& out) {
+  const float* p = x.data<float>();
+  float* o = out.data<float>();
+  int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+  float inv = 1.0f / static_cast<float>(hw);
+#pragma omp parallel for schedule(static) if (n * c * hw > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* image = p + i * hw * c;
+    float* row = o + i * c;
+    for (int64_t k = 0; k < c; ++k) row[k] = 0.0f;
+    for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+      for (int64_t k = 0; k < c; ++k) row[k] += image[j * c + k];
+    for (int64_t k = 0; k < c; ++k) row[k] *= inv;
+  }
+}
+
+void global_avg_pool2d_backward_nhwc(const Tensor& grad_out, const Tensor& grad_x) {
+  const float* g = grad_out.data<float>();
+  float* o = grad_x.data<float>();
+  int64_t n = grad_x.size(0), c = grad_x.size(1), hw = grad_x.size(2) * grad_x.size(3);
+  float inv = 1.0f / static_cast<float>(hw);
+#pragma omp parallel for schedule(static) if (n * c * hw > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    float* image = o + i * hw * c;
+    for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+      for (int64_t k = 0; k < c; ++k) image[j * c + k] = g[i * c + k] * inv;
+  }
+}
+
+}  // namespace
+
 void global_avg_pool2d_forward(const Tensor& x, const Tensor& out) {
+  if (layout_of(x) == Layout::nhwc) return global_avg_pool2d_forward_nhwc(x, out);
   const float* p = x.data<float>();
   float* o = out.data<float>();
   int64_t planes = x.size(0) * x.size(1), hw = x.size(2) * x.size(3);
@@ -138,6 +182,7 @@ void global_avg_pool2d_forward(const Tensor& x, const Tensor& out) {
 }
 
 void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
+  if (layout_of(grad_x) == Layout::nhwc) return global_avg_pool2d_backward_nhwc(grad_out, grad_x);
   const float* g = grad_out.data<float>();
   float* o = grad_x.data<float>();
   int64_t planes = grad_x.size(0) * grad_x.size(1), hw = grad_x.size(2) * grad_x.size(3);

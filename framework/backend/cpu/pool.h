@@ -1,5 +1,6 @@
-// 2-D max and average pooling on CPU with oneDNN, forward and backward, on plain NCHW
-// tensors; plus global average pooling as a plain loop.
+// 2-D max and average pooling on CPU with oneDNN, forward and backward, on NCHW or
+// channels-last tensors (outputs and gradients in the input's layout); plus global
+// average pooling as a plain loop.
 #pragma once
 
 #include <cstddef>
@@ -23,24 +24,26 @@ struct PoolParams {
 // Bytes of the workspace a training forward leaves for pool2d_backward (max pooling's
 // argmax; 0 for average pooling).
 size_t pool2d_workspace_bytes(PoolKind kind, const Shape& x_shape, const Shape& out_shape,
-                              const PoolParams& p);
+                              const PoolParams& p, bool channels_last = false);
 
-// Requires: x [N, C, H, W] contiguous f32; out [N, C, OH, OW] with
+// Requires: x [N, C, H, W] f32, contiguous or channels-last; out [N, C, OH, OW] in x's layout with
 // OH = (H + 2 padding - kernel) / stride + 1; workspace undefined (inference, or a kind
 // that needs none) or a buffer of at least pool2d_workspace_bytes (any dtype, opaque).
 // Ensures: out written entirely; a defined workspace filled for pool2d_backward.
 void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
                     const Tensor& workspace);
 
-// Requires: grad_out [N, C, OH, OW] contiguous; for max, the workspace its forward
-// filled; grad_x [N, C, H, W] (x_shape).
+// Requires: grad_out [N, C, OH, OW] and grad_x [N, C, H, W] (x_shape), both in the
+// forward's layout; for max, the workspace its forward filled.
 // Ensures: grad_x overwritten with dL/dx.
 void pool2d_backward(PoolKind kind, const Shape& x_shape, const Tensor& grad_out, const PoolParams& p,
                      const Tensor& workspace, const Tensor& grad_x);
 
-// Requires: x [N, C, H, W] contiguous, out [N, C]. Ensures: out = mean over H, W.
+// Requires: x [N, C, H, W] contiguous or channels-last, out [N, C] contiguous.
+// Ensures: out = mean over H, W.
 void global_avg_pool2d_forward(const Tensor& x, const Tensor& out);
-// Requires: grad_out [N, C] contiguous, grad_x [N, C, H, W]. Ensures: grad_x = g / (H W).
+// Requires: grad_out [N, C] contiguous, grad_x [N, C, H, W] contiguous or channels-last.
+// Ensures: grad_x = g / (H W).
 void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x);
 
 }  // namespace dpt::cpu
