@@ -9,17 +9,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "datasets/shuffle.h"
 
 namespace dpt::data {
 namespace {
-
-// splitmix64's finaliser, as in shuffle.cpp: nearby inputs give unrelated outputs.
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, n) from 31 random bits by multiply-shift (bias below n / 2^31).
 int64_t below(uint64_t bits31, int64_t n) {

@@ -9,14 +9,6 @@
 namespace dpt::data {
 namespace {
 
-// splitmix64's finaliser: nearby (seed, epoch) pairs give unrelated generator seeds.
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Uniform in [0, bound) by rejection: draws above the largest multiple of bound are
 // redrawn, so there is no modulo bias.
 uint64_t uniform_below(std::mt19937_64& engine, uint64_t bound) {
@@ -28,6 +20,13 @@ uint64_t uniform_below(std::mt19937_64& engine, uint64_t bound) {
 }
 
 }  // namespace
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 std::vector<int64_t> shuffle_permutation(int64_t n, uint64_t seed, int64_t epoch) {
   DPT_CHECK(n >= 0) << "shuffle: sample count must be >= 0, got " << n;

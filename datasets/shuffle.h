@@ -13,4 +13,8 @@ namespace dpt::data {
 // with a splitmix64 mix of seed and epoch, then Fisher-Yates with unbiased bounded draws.
 std::vector<int64_t> shuffle_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
+// splitmix64's finaliser: nearby inputs give unrelated outputs (seeds from (seed, epoch,
+// ...) tuples here and in augmentation).
+uint64_t mix64(uint64_t x);
+
 }  // namespace dpt::data

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.h"
 #include "core/error.h"
 #include "datasets/cifar10.h"
 #include "error_of.h"
@@ -24,20 +25,9 @@ using Bytes = std::vector<uint8_t>;
 constexpr int64_t kImage = kCifar10RecordBytes - 1;
 
 // A fresh directory per test, removed afterwards.
-class TempDir {
+class TempDir : public dpt::testing::TempDir {
  public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "dpt_cifar10_XXXXXX";
-    char* made = mkdtemp(pattern.data());
-    EXPECT_NE(made, nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : dpt::testing::TempDir("dpt_cifar10") {}
 };
 
 // The image of record `r` in test files: a different byte pattern per record.

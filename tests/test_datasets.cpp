@@ -15,6 +15,7 @@
 #include <numeric>
 #include <set>
 
+#include "temp_dir.h"
 #include "error_of.h"
 #include "core/error.h"
 #include "datasets/dataset.h"
@@ -35,20 +36,9 @@ namespace {
 using Bytes = std::vector<uint8_t>;
 
 // A fresh directory per test, removed afterwards.
-class TempDir {
+class TempDir : public dpt::testing::TempDir {
  public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "dpt_datasets_XXXXXX";
-    char* made = mkdtemp(pattern.data());
-    EXPECT_NE(made, nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : dpt::testing::TempDir("dpt_datasets") {}
 };
 
 void put_be32(Bytes& out, uint32_t v) {
