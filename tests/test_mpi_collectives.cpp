@@ -6,7 +6,12 @@
 // EXPECT cannot leave the others waiting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -369,4 +374,245 @@ TEST(MpiCollectives, TimeoutNamesTheCollective) {
     w->barrier()->wait();
     if (w->rank() == 1) w->send(make<float>(3, [](int64_t i) { return i; }), 0, 99)->wait();
   }
+}
+
+// The paths of comm_thread.h: the caller starts a collective when the group's poll token is
+// free and polls its own in wait(); the communication thread progresses what is left in
+// flight. Each test runs with that (the default) and with every MPI call handed to the
+// communication thread (PollPolicy::caller_progress off).
+namespace {
+
+MpiProcessGroup& mpi_world() {
+  auto* mpi = dynamic_cast<MpiProcessGroup*>(world().get());
+  if (!mpi) throw std::runtime_error("world() is not an MpiProcessGroup");
+  return *mpi;
+}
+
+// Runs `body` once per policy, restoring the default afterwards (also on failure).
+void for_each_policy(const std::function<void(const std::string&)>& body) {
+  struct Restore {
+    ~Restore() { mpi_world().set_poll_policy(PollPolicy{}); }
+  } restore;
+  for (bool caller_progress : {true, false}) {
+    PollPolicy policy;
+    policy.caller_progress = caller_progress;
+    mpi_world().set_poll_policy(policy);
+    body(caller_progress ? "caller progress" : "thread hand-off");
+  }
+}
+
+// Waits until `work` is complete without calling wait(), so only the communication thread
+// can progress it. false after `limit`.
+bool completes_in_background(const WorkPtr& work, std::chrono::milliseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (!work->is_completed()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST(MpiCommPaths, WaitsInEveryOrderWhileTheThreadHasWorkInFlight) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  const double s = n * (n + 1) / 2.0;
+  const std::vector<int64_t> sizes = {1, 300000, 7, 1 << 20, 0, 5000};
+  // Wait orders: the middle first, the last first, the first first, and a jumble.
+  const std::vector<std::vector<int>> orders = {{2, 5, 0, 1, 3, 4}, {5, 4, 3, 2, 1, 0}, {0, 1, 2, 3, 4, 5},
+                                                {3, 0, 5, 1, 4, 2}};
+  for_each_policy([&](const std::string& policy) {
+    for (const auto& order : orders) {
+      std::vector<Tensor> tensors;
+      std::vector<WorkPtr> works;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        tensors.push_back(make<float>(sizes[k], [&](int64_t i) { return (r + 1) * (k + 1) + i % 5; }));
+        works.push_back(w->all_reduce(tensors.back()));
+        // As between DDP's buckets: compute, while the thread polls what is in flight.
+        if (k % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(300));
+      }
+      for (int k : order) {
+        works[k]->wait();
+        for (int j = 0; j <= k; ++j) {
+          EXPECT_TRUE(works[j]->is_completed()) << policy << ": work " << j << " not complete after wait() on " << k;
+        }
+      }
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        expect_values<float>(
+            tensors[k], [&](int64_t i) { return s * (k + 1) + n * (i % 5); },
+            policy + ", tensor " + std::to_string(k));
+      }
+    }
+  });
+}
+
+TEST(MpiCommPaths, CallerStartedThenMoreWithoutWaiting) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  const double s = n * (n + 1) / 2.0;
+  for_each_policy([&](const std::string& policy) {
+    for (int64_t size : {int64_t(1), int64_t(1000), int64_t(1) << 19}) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the thread is idle: the caller starts
+      Tensor a = make<float>(size, [&](int64_t i) { return r + 1 + i % 3; });
+      Tensor b = make<int64_t>(size, [&](int64_t i) { return (r + 1) * kBig + i; });
+      Chunk c = chunk_of(size, n, r);
+      Tensor gathered = make<float>(size, [](int64_t) { return -1; });
+      Tensor scattered = make<float>(c.end - c.begin, [](int64_t) { return -1; });
+      std::vector<WorkPtr> works;
+      works.push_back(w->all_reduce(a));                         // started by the caller
+      works.push_back(w->all_reduce(b, ReduceOp::max));          // independent: may start at once
+      works.push_back(w->broadcast(a, n - 1));                   // writes a: after the first
+      works.push_back(w->all_gather(gathered, a.as_strided({c.end - c.begin}, {1}, c.begin)));  // reads a
+      works.push_back(w->reduce_scatter(scattered, a));          // reads a, after the broadcast
+      works.push_back(w->barrier());
+      works.push_back(w->all_reduce(a));                         // writes a: after all the above
+      works.back()->wait();
+      for (size_t k = 0; k < works.size(); ++k) {
+        EXPECT_TRUE(works[k]->is_completed()) << policy << ": work " << k << " at n " << size;
+      }
+      std::string at = policy + " at n " + std::to_string(size);
+      // a: summed (s + n * (i % 3)), broadcast (the same everywhere), summed again (times n).
+      expect_values<float>(
+          a, [&](int64_t i) { return n * (s + n * (i % 3)); }, "a, " + at);
+      expect_values<int64_t>(
+          b, [&](int64_t i) { return n * kBig + i; }, "b, " + at);
+      expect_values<float>(
+          gathered, [&](int64_t i) { return s + n * (i % 3); }, "all_gather, " + at);
+      expect_values<float>(
+          scattered, [&](int64_t j) { return n * (s + n * ((c.begin + j) % 3)); }, "reduce_scatter, " + at);
+    }
+  });
+}
+
+TEST(MpiCommPaths, CallerStartedCompletesWithoutWait) {
+  // A collective the caller starts and leaves in flight while it computes: only the
+  // communication thread can progress it (a 4 MB all_reduce needs several rounds of MPI
+  // progress), also after the thread has been idle long enough to block.
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  for_each_policy([&](const std::string& policy) {
+    for (int k = 0; k < 3; ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      Tensor t = make<float>(1 << 20, [&](int64_t i) { return r + 1 + i % 2; });
+      WorkPtr work = w->all_reduce(t);
+      EXPECT_TRUE(completes_in_background(work, std::chrono::seconds(5))) << policy;
+      work->wait();
+      expect_values<float>(
+          t, [&](int64_t i) { return n * (n + 1) / 2 + n * (i % 2); }, policy);
+    }
+  });
+}
+
+TEST(MpiCommPaths, WaitsFromSeveralThreads) {
+  // One thread at a time polls; the others sleep until the collective they wait for is
+  // complete, whoever completes it. Collectives are posted by one thread only (the call
+  // order must be the same on every rank).
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  const double s = n * (n + 1) / 2.0;
+  for_each_policy([&](const std::string& policy) {
+    for (int round = 0; round < 10; ++round) {
+      std::vector<Tensor> tensors;
+      std::vector<WorkPtr> works;
+      for (int k = 0; k < 8; ++k) {
+        tensors.push_back(make<float>(k % 2 ? 100000 : 10, [&](int64_t i) { return (r + 1) * (k + 1) + i % 3; }));
+        works.push_back(w->all_reduce(tensors.back()));
+      }
+      std::vector<std::string> errors(3);
+      auto waiter = [&](int which, int slot) {
+        try {
+          works[which]->wait();
+          for (int j = 0; j <= which; ++j) {
+            if (!works[j]->is_completed()) errors[slot] = "work " + std::to_string(j) + " not complete";
+          }
+        } catch (const std::exception& e) {
+          errors[slot] = e.what();
+        }
+      };
+      std::thread late(waiter, 7, 0), early(waiter, (round % 3) + 1, 1);
+      waiter(4, 2);
+      late.join();
+      early.join();
+      for (const auto& e : errors) EXPECT_EQ(e, "") << policy << ", round " << round;
+      for (int k = 0; k < 8; ++k) {
+        expect_values<float>(
+            tensors[k], [&](int64_t i) { return s * (k + 1) + n * (i % 3); },
+            policy + ", tensor " + std::to_string(k));
+      }
+    }
+  });
+}
+
+TEST(MpiCommPaths, RandomCallsAndWaits) {
+  // The same calls on every rank (one seed), but waits, their order and pauses that differ
+  // per rank, so the threads of each rank race differently. Tensor j is summed counts[j]
+  // times: rank r starts it at r + 1, so it ends at s * n^(counts[j] - 1).
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  const double s = n * (n + 1) / 2.0;
+  const std::vector<int64_t> sizes = {1, 1000, 100000};
+  for_each_policy([&](const std::string& policy) {
+    std::mt19937 calls(1234), mine(99 + r);
+    for (int iteration = 0; iteration < 60; ++iteration) {
+      std::vector<Tensor> tensors;
+      for (int64_t size : sizes) tensors.push_back(make<float>(size, [&](int64_t) { return r + 1; }));
+      std::vector<int> counts(sizes.size(), 0);
+      std::vector<WorkPtr> works;
+      const int ops = 1 + static_cast<int>(calls() % 6);
+      for (int k = 0; k < ops; ++k) {
+        const size_t j = calls() % sizes.size();
+        if (calls() % 4 == 0) {
+          works.push_back(w->barrier());
+        } else {
+          works.push_back(w->all_reduce(tensors[j]));
+          ++counts[j];
+        }
+        if (mine() % 3 == 0) works[mine() % works.size()]->wait();
+        if (mine() % 5 == 0) std::this_thread::sleep_for(std::chrono::microseconds(mine() % 400));
+      }
+      std::shuffle(works.begin(), works.end(), mine);
+      for (const auto& work : works) work->wait();
+      for (size_t j = 0; j < sizes.size(); ++j) {
+        double expected = r + 1;
+        if (counts[j] > 0) expected = s * std::pow(n, counts[j] - 1);
+        expect_values<float>(
+            tensors[j], [&](int64_t) { return expected; },
+            policy + ", iteration " + std::to_string(iteration) + ", tensor " + std::to_string(j));
+      }
+    }
+  });
+}
+
+TEST(MpiCommPaths, TimeoutWhileTheCallerPolls) {
+  // Rank 0 polls its barrier in wait() and gives up after 0.2 s; the barrier stays in flight,
+  // the communication thread completes it once the other ranks arrive (no wait() needed),
+  // and a collective posted after the timed-out one still runs after it.
+  GroupPtr w = world();
+  if (w->size() == 1) GTEST_SKIP() << "needs two ranks";
+  const int n = w->size(), r = w->rank();
+  for_each_policy([&](const std::string& policy) {
+    Tensor x = make<float>(1000, [&](int64_t i) { return r + 1 + i % 2; });
+    if (r == 0) {
+      mpi_world().set_timeout(std::chrono::milliseconds(200));
+      WorkPtr b = w->barrier();
+      mpi_world().set_timeout(std::chrono::milliseconds(0));
+      auto begin = std::chrono::steady_clock::now();
+      std::string m = error_of([&] { b->wait(); });
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      EXPECT_NE(m.find("barrier on world: not complete after 0.2"), std::string::npos) << policy << ": " << m;
+      EXPECT_GE(s, 0.15) << policy;
+      EXPECT_LT(s, 0.5) << policy << ": the other ranks arrive after 0.6 s";
+      WorkPtr a = w->all_reduce(x);
+      EXPECT_TRUE(completes_in_background(b, std::chrono::seconds(20))) << policy;
+      a->wait();
+      EXPECT_EQ(error_of([&] { b->wait(); }), "(no error)") << policy;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      w->barrier()->wait();
+      w->all_reduce(x)->wait();
+    }
+    expect_values<float>(
+        x, [&](int64_t i) { return n * (n + 1) / 2 + n * (i % 2); }, policy);
+  });
 }

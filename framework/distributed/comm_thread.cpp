@@ -1,5 +1,7 @@
-// The queue, the poll loop and the waiting of comm_thread.h. The loop sleeps between polls
-// (PollPolicy) because a spinning progress loop would steal the core that compute runs on.
+// The poll token, the queue, the communication thread's loop and the waiting of
+// comm_thread.h. The thread sleeps between polls (PollPolicy) because a spinning progress
+// loop would steal the core that compute runs on; a waiter polls without sleeping, as
+// MPI_Wait does, because nothing of its rank computes while it waits.
 #include "distributed/comm_thread.h"
 
 #include <sched.h>
@@ -12,28 +14,59 @@
 #include "distributed/mpi_check.h"
 
 namespace dpt::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Clears the polling waiter's role however poll_until_done() ends.
+template <class F>
+struct OnExit {
+  F f;
+  ~OnExit() { f(); }
+};
+template <class F>
+OnExit(F) -> OnExit<F>;
+
+}  // namespace
 
 void CommTask::wait() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto done = [&] { return done_.load(std::memory_order_acquire); };
-  if (!done()) {
-    // thread_ is valid here: the task is not complete, and completing needs mutex_.
-    waiters_.fetch_add(1, std::memory_order_relaxed);
-    thread_->poke();
-    bool finished = true;
-    if (timeout_.count() > 0) {
-      finished = cv_.wait_for(lock, timeout_, done);
-    } else {
-      cv_.wait(lock, done);
-    }
-    waiters_.fetch_sub(1, std::memory_order_relaxed);
-    if (!finished) {
-      throw Error(describe() + ": not complete after " + std::to_string(timeout_.count() / 1000.0) +
-                  " s (DPT_DIST_TIMEOUT_S); did every member of the group call the same collectives in "
-                  "the same order?");
+  if (!is_completed()) {
+    const Clock::time_point deadline = timeout_.count() > 0 ? Clock::now() + timeout_ : Clock::time_point::max();
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!is_completed()) {
+      // thread_ is valid here: the task is not complete, and completing needs mutex_. Once
+      // enter_polling() succeeds the thread does not exit before leave_polling().
+      CommThread* thread = thread_;
+      if (thread->enter_polling()) {
+        lock.unlock();
+        OnExit leave{[thread] { thread->leave_polling(); }};
+        if (!thread->poll_until_done(*this, deadline)) throw_timeout();
+      } else if (!sleep_until_done(lock, deadline)) {
+        throw_timeout();
+      }
     }
   }
   if (!error_.empty()) throw Error(error_);
+}
+
+bool CommTask::sleep_until_done(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
+  auto done = [&] { return is_completed(); };
+  waiters_.fetch_add(1, std::memory_order_relaxed);
+  thread_->poke();
+  bool finished = true;
+  if (deadline == Clock::time_point::max()) {
+    cv_.wait(lock, done);
+  } else {
+    finished = cv_.wait_until(lock, deadline, done);
+  }
+  waiters_.fetch_sub(1, std::memory_order_relaxed);
+  return finished;
+}
+
+void CommTask::throw_timeout() const {
+  throw Error(describe() + ": not complete after " + std::to_string(timeout_.count() / 1000.0) +
+              " s (DPT_DIST_TIMEOUT_S); did every member of the group call the same collectives in the same "
+              "order?");
 }
 
 void CommTask::complete() {
@@ -58,11 +91,40 @@ CommThread::~CommThread() {
 void CommThread::post(const std::shared_ptr<CommTask>& task, std::chrono::milliseconds timeout) {
   task->thread_ = this;
   task->timeout_ = timeout;
+  if (!post_started(task)) post_queued(task);
+}
+
+bool CommThread::post_started(const std::shared_ptr<CommTask>& task) {
+  std::unique_lock<std::mutex> token(token_, std::try_to_lock);
+  if (!token.owns_lock()) return false;
+  bool was_blocked;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DPT_CHECK(!stopping_) << task->describe() << ": the group's communication thread has stopped "
+                          << "(dist::finalize() or the group was destroyed)";
+    if (!policy_.caller_progress) return false;
+    take_queue_locked();  // earlier collectives first: the order of starts is the order of calls
+    waiting_.push_back(task);
+    ++in_flight_count_;
+    // Blocked now, the thread stays blocked until notified; not blocked, it sees the count
+    // above before it next blocks (both under mutex_), so no wake-up can be lost.
+    was_blocked = blocked_;
+  }
+  start_ready();
+  complete_prefix();  // a 0-element collective with nothing before it is complete already
+  // What is left in flight needs a thread that is awake; one in a back-off sleep is.
+  if (was_blocked && !(in_flight_.empty() && waiting_.empty())) cv_.notify_one();
+  return true;
+}
+
+void CommThread::post_queued(const std::shared_ptr<CommTask>& task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     DPT_CHECK(!stopping_) << task->describe() << ": the group's communication thread has stopped "
                           << "(dist::finalize() or the group was destroyed)";
     queue_.push_back(task);
+    queued_.store(true, std::memory_order_relaxed);
+    if (polling_waiter_) return;  // it takes the queue in its next round, or wakes us on leaving
   }
   cv_.notify_one();
 }
@@ -86,9 +148,11 @@ bool CommThread::stop(std::chrono::milliseconds timeout) {
 }
 
 void CommThread::set_poll_policy(const PollPolicy& policy) {
-  DPT_CHECK(policy.min_sleep_us >= 0 && policy.max_sleep_us >= policy.min_sleep_us && policy.growth >= 1.0)
-      << "PollPolicy needs 0 <= min_sleep_us <= max_sleep_us and growth >= 1, got " << policy.min_sleep_us
-      << ", " << policy.max_sleep_us << ", " << policy.growth;
+  DPT_CHECK(policy.min_sleep_us >= 0 && policy.max_sleep_us >= policy.min_sleep_us && policy.growth >= 1.0 &&
+            policy.idle_yield_us >= 0)
+      << "PollPolicy needs 0 <= min_sleep_us <= max_sleep_us, growth >= 1 and idle_yield_us >= 0, got "
+      << policy.min_sleep_us << ", " << policy.max_sleep_us << ", " << policy.growth << ", "
+      << policy.idle_yield_us;
   std::lock_guard<std::mutex> lock(mutex_);
   policy_ = policy;
 }
@@ -106,10 +170,39 @@ void CommThread::poke() {
   cv_.notify_one();
 }
 
-bool CommThread::waited() {
-  auto is_waited = [](const auto& task) { return task->waiters_.load(std::memory_order_relaxed) > 0; };
-  return std::any_of(in_flight_.begin(), in_flight_.end(), is_waited) ||
-         std::any_of(waiting_.begin(), waiting_.end(), is_waited);
+bool CommThread::enter_polling() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!policy_.caller_progress || polling_waiter_) return false;
+  polling_waiter_ = true;
+  return true;
+}
+
+bool CommThread::poll_until_done(CommTask& task, Clock::time_point deadline) {
+  // Blocks for at most one round of the thread's: it takes the token no more once it sees
+  // polling_waiter_, and a caller in post() holds it only to start a collective.
+  std::lock_guard<std::mutex> token(token_);
+  const bool timed = deadline != Clock::time_point::max();
+  while (!task.is_completed()) {
+    const Round r = round(false);
+    if (timed && !task.is_completed() && Clock::now() >= deadline) return false;
+    // Under MPI_THREAD_SERIALIZED each poll takes the process-wide MPI mutex, which is not
+    // fair: let the other groups' threads have it between polls.
+    if (detail::mpi_serialized && !r.progressed) sched_yield();
+  }
+  return true;
+}
+
+void CommThread::leave_polling() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  polling_waiter_ = false;
+  // What is left needs the thread now. Notified under the lock: once it is released the
+  // thread may exit (stop()) and this object be destroyed.
+  if (!queue_.empty() || in_flight_count_ > 0 || stopping_) cv_.notify_one();
+}
+
+bool CommThread::has_work() const {
+  // While a waiter polls, what is in flight is its to progress.
+  return !polling_waiter_ && (!queue_.empty() || in_flight_count_ > 0);
 }
 
 void CommThread::run() {
@@ -118,48 +211,90 @@ void CommThread::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   double sleep_us = policy_.min_sleep_us;
   for (;;) {
-    if (in_flight_.empty()) {
-      if (queue_.empty() && !stopping_ && policy_.idle_yield_us > 0) {
-        auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(policy_.idle_yield_us);
-        while (queue_.empty() && !stopping_ && std::chrono::steady_clock::now() < until) {
-          lock.unlock();
-          sched_yield();
-          lock.lock();
-        }
-      }
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-      if (queue_.empty()) break;  // stopping, and every task is complete
-    }
-    for (auto& task : queue_) waiting_.push_back(std::move(task));
-    queue_.clear();
     const PollPolicy policy = policy_;
-    lock.unlock();
-
-    bool progressed = start_ready();
-    while (test_in_flight()) {  // a completion may let waiting tasks start
-      progressed = true;
-      if (!start_ready()) break;
+    if (!has_work()) {
+      if (stopping_ && !polling_waiter_ && queue_.empty() && in_flight_count_ == 0) break;
+      idle_wait(lock, policy);
+      sleep_us = policy.min_sleep_us;
+      continue;
     }
-
-    lock.lock();
-    in_flight_count_ = waiting_.size() + in_flight_.size();
-    if (progressed) sleep_us = policy.min_sleep_us;
-    if (in_flight_.empty() || !queue_.empty()) continue;
-    if (policy.spin_when_waited && waited()) {
-      // A caller is blocked in wait(), so no compute of this rank needs the core: poll
-      // again at once, but let any other runnable thread go first.
-      lock.unlock();
+    lock.unlock();
+    const Round r = try_round();
+    if (!r.ran || (policy.spin_when_waited && r.waited)) {
+      // The token was busy (a caller starting a collective, or one that just began to poll),
+      // or a caller blocked in wait() computes nothing: poll again at once, but let any
+      // other runnable thread go first.
       sched_yield();
       lock.lock();
       continue;
     }
-    poked_ = false;
-    cv_.wait_for(lock, std::chrono::duration<double, std::micro>(sleep_us),
-                 [&] { return !queue_.empty() || poked_; });
+    lock.lock();
+    if (r.progressed) sleep_us = policy.min_sleep_us;
+    if (!has_work() || !queue_.empty()) continue;
+    back_off(lock, sleep_us);
     sleep_us = std::min(sleep_us * policy.growth, static_cast<double>(policy.max_sleep_us));
   }
   exited_ = true;
   drained_cv_.notify_all();
+}
+
+void CommThread::idle_wait(std::unique_lock<std::mutex>& lock, const PollPolicy& policy) {
+  auto wake = [&] { return has_work() || (stopping_ && !polling_waiter_); };
+  if (!policy.caller_progress && policy.idle_yield_us > 0) {
+    // The hand-off design: the next collective may follow at once; catch it without a wake-up.
+    const Clock::time_point until = Clock::now() + std::chrono::microseconds(policy.idle_yield_us);
+    while (!wake() && Clock::now() < until) {
+      lock.unlock();
+      sched_yield();
+      lock.lock();
+    }
+  }
+  blocked_ = true;
+  cv_.wait(lock, wake);
+  blocked_ = false;
+}
+
+void CommThread::back_off(std::unique_lock<std::mutex>& lock, double sleep_us) {
+  poked_ = false;
+  cv_.wait_for(lock, std::chrono::duration<double, std::micro>(sleep_us),
+               [&] { return !queue_.empty() || poked_; });
+}
+
+CommThread::Round CommThread::try_round() {
+  std::unique_lock<std::mutex> token(token_, std::try_to_lock);
+  if (!token.owns_lock()) return {};
+  return round(true);
+}
+
+CommThread::Round CommThread::round(bool check_waited) {
+  Round r;
+  r.ran = true;
+  if (queued_.load(std::memory_order_relaxed)) take_queue();
+  r.progressed = start_ready();
+  while (test_in_flight()) {  // a completion may let waiting tasks start
+    r.progressed = true;
+    if (!start_ready()) break;
+  }
+  r.waited = check_waited && waited();
+  return r;
+}
+
+void CommThread::take_queue() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  take_queue_locked();
+}
+
+void CommThread::take_queue_locked() {
+  for (auto& task : queue_) waiting_.push_back(std::move(task));
+  in_flight_count_ += queue_.size();
+  queue_.clear();
+  queued_.store(false, std::memory_order_relaxed);
+}
+
+bool CommThread::waited() const {
+  auto is_waited = [](const auto& task) { return task->waiters_.load(std::memory_order_relaxed) > 0; };
+  return std::any_of(in_flight_.begin(), in_flight_.end(), is_waited) ||
+         std::any_of(waiting_.begin(), waiting_.end(), is_waited);
 }
 
 bool CommThread::conflicts(const CommTask& task) const {
@@ -245,6 +380,8 @@ bool CommThread::complete_prefix() {
   if (k == 0) return false;
   in_flight_.erase(in_flight_.begin(), in_flight_.begin() + static_cast<std::ptrdiff_t>(k));
   requests_.erase(requests_.begin(), requests_.begin() + static_cast<std::ptrdiff_t>(k));
+  std::lock_guard<std::mutex> lock(mutex_);
+  in_flight_count_ -= k;
   return true;
 }
 

@@ -1,6 +1,26 @@
-// The communication thread of one process group: collectives are queued in call order,
-// started in that order as nonblocking MPI operations, polled with a back-off sleep so the
-// thread does not take a core from compute, and completed in call order.
+// The collectives of one process group: queued in call order, started in that order as
+// nonblocking MPI operations, progressed (MPI_Testsome) and completed in call order.
+//
+// Who makes the MPI calls. MPI forbids two threads touching the same request at once, so
+// the group's in-flight state (the requests, the tasks not yet started) belongs to whoever
+// holds the group's poll token, a mutex:
+//  - the caller, in post(), when the token is free: it starts its collective itself (no
+//    hand-off to another thread, so a small all_reduce costs what MPI_Iallreduce costs);
+//    when the token is busy the collective is queued and its holder starts it;
+//  - the caller, in wait(): the waiting thread polls the group's requests itself until its
+//    task is complete (like MPI_Wait: no thread wake-up on completion). One waiter at a time
+//    does this; another waits on a condition variable as below;
+//  - the communication thread, otherwise: it polls what callers left in flight (the
+//    collectives DDP launches during backward) with a back-off sleep, so it does not take
+//    a core from compute. While a waiter polls, or nothing is in flight, it blocks on a
+//    condition variable: no timed wake-ups that would preempt a polling rank (on a 2-core VM
+//    they cost ~20% of a 64 KB - 4 MB all_reduce). A caller that leaves a collective in
+//    flight wakes it (one futex wake, when it is blocked).
+// Whoever holds the token starts tasks in call order and completes them in call order, so
+// the ordering guarantees below do not depend on which thread made the calls. Under
+// MPI_THREAD_SERIALIZED each MPI call also takes the process-wide mutex (mpi_check.h), and a
+// polling waiter yields between fruitless polls so other groups' threads get it.
+// Locks, outermost first: the token, a task's mutex_, the CommThread's mutex_.
 #pragma once
 
 #include <mpi.h>
@@ -21,18 +41,24 @@ namespace dpt::dist {
 
 class CommThread;
 
-// How the communication thread waits. For requests in flight: after an MPI_Test that finds
-// nothing finished it sleeps min_sleep_us, then growth times longer each time, up to
-// max_sleep_us; any completion resets the sleep. While a caller is blocked in wait() nobody
-// computes on its behalf, so (spin_when_waited) the thread polls without sleeping, yielding
-// the core between polls. With nothing in flight it blocks on a condition variable, after
-// yielding for idle_yield_us in case the next collective follows at once (this saves a
-// thread wake-up, ~4 us of the ~12 us hand-off measured by tools/bench/bench_allreduce).
+// How the work is shared between callers and the communication thread, and how the thread
+// waits. For requests in flight: after an MPI_Testsome that finds nothing finished it sleeps
+// min_sleep_us, then growth times longer each time, up to max_sleep_us; any completion
+// resets the sleep.
 struct PollPolicy {
   int min_sleep_us = 2;
   int max_sleep_us = 128;
   double growth = 1.25;
+  // Callers start their collectives and waiters poll their own (see above). false: every MPI
+  // call on the communication thread, with a hand-off each way (~5-8 us a collective; kept
+  // for comparison in tools/bench/bench_allreduce and as a fallback).
+  bool caller_progress = true;
+  // A caller blocked in wait() that is not polling itself (caller_progress off, or another
+  // thread of this rank is the polling waiter) computes nothing, so the thread polls for it
+  // without sleeping, yielding the core between polls.
   bool spin_when_waited = true;
+  // caller_progress off only: before blocking, the thread yields for idle_yield_us in case
+  // the next collective follows at once (saves a wake-up of the hand-off).
   int idle_yield_us = 20;
 };
 
@@ -43,7 +69,7 @@ struct ByteSpan {
   bool overlaps(const ByteSpan& o) const { return begin < o.end && o.begin < end; }
 };
 
-// One collective: the Work handed to the caller and the task the thread runs.
+// One collective: the Work handed to the caller and the task the token holder runs.
 class CommTask : public Work {
  public:
   // What the task reads (and does not write) and what it writes (and may read), set before
@@ -51,34 +77,40 @@ class CommTask : public Work {
   // touches what it writes, so all_reduce(t) then broadcast(t) without a wait is fine.
   ByteSpan reads, writes;
 
-  // Blocks (condition variable) until this task and every earlier one of its group are
-  // complete; rethrows the task's error as dpt::Error. With a timeout set, throws Error
-  // naming the collective when it is not complete in time.
+  // Returns once this task and every earlier one of its group are complete; rethrows the
+  // task's error as dpt::Error. Polls the group's requests itself when it can take the poll
+  // token, else blocks on a condition variable. With a timeout set, throws Error naming the
+  // collective when it is not complete in time; the collective stays in flight (the
+  // communication thread goes on polling it) and a later wait() may still succeed.
   void wait() override;
   bool is_completed() override { return done_.load(std::memory_order_acquire); }
   // For messages: "all_reduce(sum) of 1000 f32 on world".
   virtual std::string describe() const = 0;
 
  protected:
-  // On the communication thread, in call order: starts the operation; returns its request,
-  // or MPI_REQUEST_NULL when nothing is left to do (0 elements). Throws Error on failure.
+  // By the poll token's holder (a caller in post() or wait(), or the communication thread),
+  // in call order: starts the operation; returns its request, or MPI_REQUEST_NULL when
+  // nothing is left to do (0 elements). Throws Error on failure.
   virtual MPI_Request start() = 0;
-  // On the communication thread after the request completed (e.g. divides by the group
-  // size for avg, checks a received count). Throws Error on failure.
+  // By the poll token's holder after the request completed (e.g. divides by the group size
+  // for avg, checks a received count). Throws Error on failure.
   virtual void finish(const MPI_Status& status) = 0;
 
  private:
   friend class CommThread;
-  void complete();  // on the communication thread, after error_ is set (or left empty)
+  void complete();  // by the token's holder, after error_ is set (or left empty)
+  // Blocks on cv_ while the thread (or the polling waiter) progresses the task; false: timed out.
+  bool sleep_until_done(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
+  [[noreturn]] void throw_timeout() const;
 
   CommThread* thread_ = nullptr;  // valid while the task is not complete
   std::chrono::milliseconds timeout_{0};
   std::mutex mutex_;
   std::condition_variable cv_;
   std::atomic<bool> done_{false};
-  std::atomic<int> waiters_{0};
-  std::string error_;    // set on the communication thread before done_
-  MPI_Status status_{};  // of the completed request
+  std::atomic<int> waiters_{0};  // callers blocked on cv_
+  std::string error_;            // set by the token's holder before done_
+  MPI_Status status_{};          // of the completed request
 };
 
 // Tasks start in post() order, each as soon as no earlier task in flight conflicts with its
@@ -91,7 +123,8 @@ class CommThread {
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
 
-  // Queues `task` behind every earlier one. requires: stop() not called (else Error).
+  // Queues `task` behind every earlier one, or starts it at once on the calling thread when
+  // the poll token is free. requires: stop() not called (else Error).
   // ensures: the task starts after, and completes no earlier than, every earlier task.
   void post(const std::shared_ptr<CommTask>& task, std::chrono::milliseconds timeout);
   // Lets every queued task complete, then joins the thread. With timeout > 0, returns
@@ -103,23 +136,53 @@ class CommThread {
 
  private:
   friend class CommTask;
-  void poke();  // a caller began to wait
+  using Clock = std::chrono::steady_clock;
+  struct Round {
+    bool ran = false;         // the token was free
+    bool progressed = false;  // a task started or completed
+    bool waited = false;      // a caller sleeps in wait() on a task not complete
+  };
+
+  // Callers.
+  bool post_started(const std::shared_ptr<CommTask>& task);  // false: the token is busy
+  void post_queued(const std::shared_ptr<CommTask>& task);
+  void poke();                         // a caller began to sleep in wait()
+  bool enter_polling();                // from wait(), under the task's mutex; true: this caller polls
+  bool poll_until_done(CommTask& task, Clock::time_point deadline);  // false: timed out
+  void leave_polling();
+
+  // The communication thread.
   void run();
-  bool start_ready();  // starts waiting tasks while they do not conflict; returns whether any
+  bool has_work() const;  // under mutex_
+  void idle_wait(std::unique_lock<std::mutex>& lock, const PollPolicy& policy);
+  void back_off(std::unique_lock<std::mutex>& lock, double sleep_us);
+  Round try_round();
+
+  // The token's holder.
+  // Takes the queue, starts what may start, tests what is in flight; with check_waited, also
+  // sets Round::waited (the thread's spin_when_waited; a polling waiter has no use for it).
+  Round round(bool check_waited);
+  void take_queue();         // moves queue_ to waiting_
+  void take_queue_locked();  // the same, under mutex_
+  bool start_ready();    // starts waiting tasks while they do not conflict; returns whether any
   bool conflicts(const CommTask& task) const;
   void start_task(std::shared_ptr<CommTask> task);
   bool test_in_flight();   // returns whether a task completed
   bool complete_prefix();  // completes the finished tasks at the front; returns whether any
+  bool waited() const;     // whether a caller sleeps on a task not complete
 
-  std::mutex mutex_;
+  std::mutex mutex_;  // the fields below up to policy_, and the thread's sleeps
   std::condition_variable cv_, drained_cv_;
   std::deque<std::shared_ptr<CommTask>> queue_;
-  size_t in_flight_count_ = 0;  // waiting_ + in_flight_, under mutex_
+  size_t in_flight_count_ = 0;  // taken from queue_ (or started by post) and not complete
   bool stopping_ = false, stopped_ = false, exited_ = false, poked_ = false;
-  bool waited();  // whether a caller is blocked on a task in flight
+  bool polling_waiter_ = false;  // a caller polls in wait(): the thread leaves the token alone
+  bool blocked_ = false;         // the thread sleeps until notified (not a back-off sleep)
   PollPolicy policy_;
+  std::atomic<bool> queued_{false};  // queue_ is not empty: lets the token's holder skip mutex_
 
-  // Communication thread only.
+  // The poll token: whoever holds it owns the fields below and makes the group's MPI calls.
+  std::mutex token_;
   std::deque<std::shared_ptr<CommTask>> waiting_;  // taken from queue_, not yet started
   std::deque<std::shared_ptr<CommTask>> in_flight_;
   std::vector<MPI_Request> requests_;  // parallel to in_flight_

@@ -1,12 +1,16 @@
 // Process start-up and the ways to make groups. Groups are made collectively: every rank
 // of the parent calls the same function in the same order (as in MPI and PyTorch).
 //
-// Threads: each group's collectives run only on that group's communication thread
-// (comm_thread.h), as nonblocking MPI calls on the group's own communicator. Groups are
-// made on the calling thread from a second communicator of the parent that no
-// communication thread touches, so making one needs no ordering against collectives in
-// flight on the parent (legal under MPI_THREAD_MULTIPLE; where MPI grants only
-// MPI_THREAD_SERIALIZED, every MPI call dpt makes takes one process-wide mutex instead).
+// Threads: each group's collectives are nonblocking MPI calls on the group's own
+// communicator, made in call order by whichever thread holds the group's poll token
+// (comm_thread.h): the caller when it can (it starts its collective inside the call and
+// polls it inside wait(), as MPI_Iallreduce + MPI_Wait would), else the group's
+// communication thread, which progresses in the background what callers leave in flight
+// (DDP's bucket all-reduces during backward). Groups are made on the calling thread from a
+// second communicator of the parent that no collective uses, so making one needs no
+// ordering against collectives in flight on the parent (legal under MPI_THREAD_MULTIPLE;
+// where MPI grants only MPI_THREAD_SERIALIZED, every MPI call dpt makes takes one
+// process-wide mutex instead).
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
-// MpiProcessGroup: checks each collective's arguments on the calling thread, then hands a
-// MpiOp (the Work) to the group's communication thread, which starts it as a nonblocking
-// MPI call and finishes it (avg's division, recv's count check) on completion.
+// MpiProcessGroup: checks each collective's arguments on the calling thread, then posts a
+// MpiOp (the Work) to the group's CommThread, whose poll token's holder (the caller itself
+// when the token is free, else whoever holds it) starts it as a nonblocking MPI call and
+// finishes it (avg's division, recv's count check) on completion.
 #include "distributed/mpi_process_group.h"
 
 #include <climits>

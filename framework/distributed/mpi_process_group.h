@@ -1,6 +1,8 @@
 // The MPI backend of ProcessGroup, for CPU tensors: each group owns a communicator for its
-// collectives, a second one from which sub-groups are made, and one communication thread
-// (comm_thread.h) that runs the collectives as nonblocking MPI calls in call order.
+// collectives, a second one from which sub-groups are made, and a CommThread (comm_thread.h)
+// that runs the collectives as nonblocking MPI calls in call order: started by the caller
+// when the group's poll token is free, polled by a caller in wait(), and otherwise by the
+// group's communication thread in the background.
 #pragma once
 
 #include <mpi.h>
@@ -40,9 +42,9 @@ class MpiProcessGroup final : public ProcessGroup {
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
 
-  // The communicator that sub-groups are split from. Only the calling thread uses it, never
-  // the communication thread, so making a group needs no ordering against collectives in
-  // flight on this group. requires: not shut down.
+  // The communicator that sub-groups are split from. Only group creation uses it (on the
+  // calling thread), never a collective, so making a group needs no ordering against
+  // collectives in flight on this group. requires: not shut down.
   MPI_Comm creation_comm() const;
   // Tuning, for benchmarks (PollPolicy in comm_thread.h).
   void set_poll_policy(const PollPolicy& policy) { thread_.set_poll_policy(policy); }
@@ -63,8 +65,8 @@ class MpiProcessGroup final : public ProcessGroup {
   void check_peer(const char* op, const char* what, int peer) const;
   void check_tag(const char* op, int tag) const;
 
-  MPI_Comm comm_ = MPI_COMM_NULL;      // the communication thread's
-  MPI_Comm creation_ = MPI_COMM_NULL;  // the calling thread's: sub-group creation
+  MPI_Comm comm_ = MPI_COMM_NULL;      // the collectives' (called by the poll token's holder)
+  MPI_Comm creation_ = MPI_COMM_NULL;  // sub-group creation only
   std::chrono::milliseconds timeout_{0};
   int tag_ub_ = 32767;  // MPI_TAG_UB
   std::mutex shutdown_mutex_;

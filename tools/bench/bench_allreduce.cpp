@@ -1,8 +1,10 @@
 // All-reduce benchmark in the style of nccl-tests: for each size, the time of one f32 sum
 // all_reduce through dpt's ProcessGroup (call + wait) against raw MPI on the same buffer in
-// the same run, with algbw = bytes / time and busbw = algbw * 2(n-1)/n. Run:
+// the same run, with algbw = bytes / time and busbw = algbw * 2(n-1)/n. Two dpt columns: the
+// default, where the caller starts the collective and polls it in wait(), and "thread", the
+// older design where every MPI call is handed to the communication thread. Run:
 //   mpirun --oversubscribe -np 2 build/bench_allreduce [--min-bytes 4] [--max-bytes 268435456]
-//     [--budget-ms 100] [--min-sleep-us 2] [--max-sleep-us 128] [--idle-yield-us 20]
+//     [--budget-ms 100] [--rounds 2] [--min-sleep-us 2] [--max-sleep-us 128] [--idle-yield-us 20]
 #include <mpi.h>
 
 #include <algorithm>
@@ -55,8 +57,10 @@ float compute(int reps) {
 }
 
 // As in DDP's backward: the caller computes while an all-reduce of `count` floats is in
-// flight, on the same core(s). Compares dpt's back-off poll, dpt with a poll loop that
-// never sleeps, and a helper thread in blocking MPI_Allreduce (MPI's own spinning wait).
+// flight, on the same core(s). Compares dpt (started by the caller, progressed in the
+// background by the communication thread's back-off poll), dpt's older hand-off design, dpt
+// with a poll loop that never sleeps, and a helper thread in blocking MPI_Allreduce (MPI's
+// own spinning wait).
 void overlap_section(ProcessGroup& group, MpiProcessGroup& mpi_group, const Tensor& t,
                      const PollPolicy& policy, int rank) {
   const int count = static_cast<int>(t.numel());
@@ -75,6 +79,10 @@ void overlap_section(ProcessGroup& group, MpiProcessGroup& mpi_group, const Tens
     work->wait();
   };
   const double o_dpt = time_per_call(50, overlapped);
+  PollPolicy handoff = policy;
+  handoff.caller_progress = false;
+  mpi_group.set_poll_policy(handoff);
+  const double o_handoff = time_per_call(50, overlapped);
   PollPolicy spinning = policy;
   spinning.min_sleep_us = spinning.max_sleep_us = 0;
   spinning.idle_yield_us = 0;
@@ -109,8 +117,9 @@ void overlap_section(ProcessGroup& group, MpiProcessGroup& mpi_group, const Tens
         "spare core; sum %.0f)\n",
         count * 4, c * 1e6, m * 1e6, std::max(c, m) * 1e6, (c + m) * 1e6);
     std::printf(
-        "#   compute with the all_reduce in flight: dpt %.0f us, dpt polling without sleeps %.0f us,\n",
-        o_dpt * 1e6, o_spin * 1e6);
+        "#   compute with the all_reduce in flight: dpt %.0f us, dpt thread hand-off %.0f us, dpt polling "
+        "without sleeps %.0f us,\n",
+        o_dpt * 1e6, o_handoff * 1e6, o_spin * 1e6);
     std::printf("#   helper thread in blocking MPI_Allreduce %.0f us\n", o_blocking * 1e6);
   }
 }
@@ -129,66 +138,69 @@ int main(int argc, char** argv) {
   const int64_t min_bytes = arg_int(argc, argv, "--min-bytes", 4);
   const int64_t max_bytes = arg_int(argc, argv, "--max-bytes", int64_t(256) << 20);
   const double budget_s = arg_int(argc, argv, "--budget-ms", 100) / 1000.0;
+  const int rounds = static_cast<int>(std::max<int64_t>(1, arg_int(argc, argv, "--rounds", 2)));
   const int n = me.world_size;
   GroupPtr group = world();
   auto* mpi_group = dynamic_cast<MpiProcessGroup*>(group.get());
-  PollPolicy spin_when_waited;
-  spin_when_waited.min_sleep_us =
-      static_cast<int>(arg_int(argc, argv, "--min-sleep-us", spin_when_waited.min_sleep_us));
-  spin_when_waited.max_sleep_us =
-      static_cast<int>(arg_int(argc, argv, "--max-sleep-us", spin_when_waited.max_sleep_us));
-  spin_when_waited.idle_yield_us =
-      static_cast<int>(arg_int(argc, argv, "--idle-yield-us", spin_when_waited.idle_yield_us));
-  PollPolicy sleep_only = spin_when_waited;
-  sleep_only.spin_when_waited = false;
-  mpi_group->set_poll_policy(spin_when_waited);
+  PollPolicy fast;
+  fast.min_sleep_us = static_cast<int>(arg_int(argc, argv, "--min-sleep-us", fast.min_sleep_us));
+  fast.max_sleep_us = static_cast<int>(arg_int(argc, argv, "--max-sleep-us", fast.max_sleep_us));
+  fast.idle_yield_us = static_cast<int>(arg_int(argc, argv, "--idle-yield-us", fast.idle_yield_us));
+  PollPolicy handoff = fast;  // every MPI call on the communication thread
+  handoff.caller_progress = false;
+  mpi_group->set_poll_policy(fast);
 
   Tensor buffer = Tensor::zeros({std::max<int64_t>(max_bytes / 4, 1)});
   float* data = buffer.data<float>();
 
-  // The hand-off alone: a 0-element all_reduce makes no MPI call, so call + wait is the
-  // queue, the communication thread's wake-up and the waiter's wake-up.
+  // The fixed cost alone: a 0-element all_reduce makes no MPI call, so call + wait is dpt's
+  // bookkeeping (and, handed off, the queue and two thread wake-ups).
   Tensor empty = Tensor::zeros({0});
   for (int i = 0; i < 100; ++i) group->all_reduce(empty)->wait();
-  double handoff = time_per_call(2000, [&] { group->all_reduce(empty)->wait(); });
-  mpi_group->set_poll_policy(sleep_only);
-  double handoff_sleep = time_per_call(2000, [&] { group->all_reduce(empty)->wait(); });
-  mpi_group->set_poll_policy(spin_when_waited);
-  double barrier_mpi = time_per_call(2000, [&] { MPI_Barrier(MPI_COMM_WORLD); });
-  double barrier_dpt = time_per_call(2000, [&] { group->barrier()->wait(); });
+  const double overhead = time_per_call(2000, [&] { group->all_reduce(empty)->wait(); });
+  mpi_group->set_poll_policy(handoff);
+  const double overhead_handoff = time_per_call(2000, [&] { group->all_reduce(empty)->wait(); });
+  const double barrier_handoff = time_per_call(2000, [&] { group->barrier()->wait(); });
+  mpi_group->set_poll_policy(fast);
+  const double barrier_mpi = time_per_call(2000, [&] { MPI_Barrier(MPI_COMM_WORLD); });
+  const double barrier_dpt = time_per_call(2000, [&] { group->barrier()->wait(); });
 
   if (me.rank == 0) {
     std::printf(
-        "# dpt all_reduce benchmark: %d ranks, f32 sum, in place; per call, slowest rank, best of 2 rounds\n",
-        n);
-    std::printf(
-        "# hand-off (0-element all_reduce, no MPI call): %.1f us waited with spin, %.1f us sleep-poll only\n",
-        handoff * 1e6, handoff_sleep * 1e6);
-    std::printf("# barrier: MPI_Barrier %.1f us, dpt barrier %.1f us\n", barrier_mpi * 1e6,
-                barrier_dpt * 1e6);
+        "# dpt all_reduce benchmark: %d ranks, f32 sum, in place; per call, slowest rank, best of %d rounds\n",
+        n, rounds);
+    std::printf("# 0-element all_reduce (no MPI call): dpt %.2f us, thread hand-off %.2f us\n", overhead * 1e6,
+                overhead_handoff * 1e6);
+    std::printf("# barrier: MPI_Barrier %.1f us, dpt barrier %.1f us, thread hand-off %.1f us\n",
+                barrier_mpi * 1e6, barrier_dpt * 1e6, barrier_handoff * 1e6);
     std::printf(
         "# MPI: blocking MPI_Allreduce; I+W: MPI_Iallreduce + MPI_Wait on the caller; dpt: all_reduce + "
         "wait\n");
     std::printf(
-        "# (its thread polls without sleeping while the caller waits); sleep: dpt with back-off sleeps "
-        "only\n");
-    std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %10s %7s\n", "bytes", "count", "iters", "MPI us",
-                "I+W us", "dpt us", "algbw", "busbw", "dpt/MPI", "sleep us", "sl/MPI");
-    std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %10s %7s\n", "", "", "", "", "", "", "GB/s", "GB/s",
-                "", "", "");
+        "# (the caller starts it and polls it); thread: the same with every MPI call handed to the\n"
+        "# communication thread (PollPolicy::caller_progress off), which polls without sleeping while the\n"
+        "# caller waits\n");
+    std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %7s %10s %7s\n", "bytes", "count", "iters", "MPI us",
+                "I+W us", "dpt us", "algbw", "busbw", "dpt/MPI", "I+W/MPI", "thread us", "th/MPI");
+    std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %7s %10s %7s\n", "", "", "", "", "", "", "GB/s",
+                "GB/s", "", "", "", "");
   }
 
   for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const int count = static_cast<int>(bytes / 4);
     Tensor t = buffer.as_strided({count}, {1}, 0);
 
-    // Right answer first: rank r holds r + 1.
-    std::fill(data, data + count, static_cast<float>(me.rank + 1));
-    group->all_reduce(t)->wait();
+    // Right answer first, both ways: rank r holds r + 1.
     const float expected = n * (n + 1) / 2.0f;
-    if (data[0] != expected || data[count - 1] != expected) {
-      abort_all("bench_allreduce: wrong sum at " + std::to_string(bytes) + " bytes", 1);
+    for (const PollPolicy& policy : {fast, handoff}) {
+      mpi_group->set_poll_policy(policy);
+      std::fill(data, data + count, static_cast<float>(me.rank + 1));
+      group->all_reduce(t)->wait();
+      if (data[0] != expected || data[count - 1] != expected) {
+        abort_all("bench_allreduce: wrong sum at " + std::to_string(bytes) + " bytes", 1);
+      }
     }
+    mpi_group->set_poll_policy(fast);
     std::fill(data, data + count, 0.0f);  // zeros stay zeros: no overflow, no denormals
 
     auto mpi = [&] { MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
@@ -200,26 +212,25 @@ int main(int argc, char** argv) {
     auto dpt = [&] { group->all_reduce(t)->wait(); };
     mpi();
     const int iters = iterations_for(time_per_call(1, mpi), budget_s);
-    double t_mpi = 1e9, t_iw = 1e9, t_dpt = 1e9, t_sleep = 1e9;
-    for (int round = 0; round < 2; ++round) {
+    double t_mpi = 1e9, t_iw = 1e9, t_dpt = 1e9, t_handoff = 1e9;
+    for (int round = 0; round < rounds; ++round) {
       t_mpi = std::min(t_mpi, time_per_call(iters, mpi));
       t_iw = std::min(t_iw, time_per_call(iters, iw));
       t_dpt = std::min(t_dpt, time_per_call(iters, dpt));
-      mpi_group->set_poll_policy(sleep_only);
-      t_sleep = std::min(t_sleep, time_per_call(iters, dpt));
-      mpi_group->set_poll_policy(spin_when_waited);
+      mpi_group->set_poll_policy(handoff);
+      t_handoff = std::min(t_handoff, time_per_call(iters, dpt));
+      mpi_group->set_poll_policy(fast);
     }
     if (me.rank == 0) {
       const double algbw = bytes / t_dpt / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
-      std::printf("%11lld %9d %6d %10.1f %10.1f %10.1f %9.3f %9.3f %7.2f %10.1f %7.2f\n",
+      std::printf("%11lld %9d %6d %10.1f %10.1f %10.1f %9.3f %9.3f %7.2f %7.2f %10.1f %7.2f\n",
                   static_cast<long long>(bytes), count, iters, t_mpi * 1e6, t_iw * 1e6, t_dpt * 1e6, algbw,
-                  busbw, t_mpi / t_dpt, t_sleep * 1e6, t_mpi / t_sleep);
+                  busbw, t_mpi / t_dpt, t_mpi / t_iw, t_handoff * 1e6, t_mpi / t_handoff);
       std::fflush(stdout);
     }
   }
   const int64_t overlap_bytes = std::min<int64_t>(max_bytes, 4 << 20);
-  overlap_section(*group, *mpi_group, buffer.as_strided({overlap_bytes / 4}, {1}, 0), spin_when_waited,
-                  me.rank);
+  overlap_section(*group, *mpi_group, buffer.as_strided({overlap_bytes / 4}, {1}, 0), fast, me.rank);
   finalize();
   return 0;
 }
