@@ -1,6 +1,7 @@
 // ProcessGroup: a set of ranks and the collectives among them. Collectives are
-// asynchronous: each returns a Work at once and runs, in call order, on the group's
-// communication thread, so a gradient all-reduce overlaps the rest of backward.
+// asynchronous: each returns a Work at once and starts in call order; the group's
+// communication thread progresses it in the background, so a gradient all-reduce
+// overlaps the rest of backward.
 // Backends: MPI for CPU tensors (mpi_process_group.cpp); NCCL for CUDA tensors comes
 // with the CUDA backend behind this same interface.
 #pragma once
