@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(__file__))
-from torch_train import MODELS  # noqa: E402
+from torch_train import MODELS, sgd_step  # noqa: E402
 
 
 def main():
@@ -28,16 +28,10 @@ def main():
     if world > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
         model = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
     torch.manual_seed(1 + rank)
     x = torch.randn(batch, c, hw, hw)
     y = (torch.arange(batch) + rank) % 10
-
-    def step():
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    step = sgd_step(model, x, y)
 
     for _ in range(5):
         step()

@@ -57,6 +57,20 @@ MODELS = {
 }
 
 
+def sgd_step(model, x, y):
+    """One training step on a fixed batch with bench_train.cpp's optimizer: SGD, lr 0.01,
+    momentum 0.9, Nesterov, weight decay 5e-4. Shared with torch_ddp.py."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
+
+    def step():
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return step
+
+
 def main():
     a = sys.argv[1:]
     name = a[0] if len(a) > 0 else "mnist_cnn"
@@ -68,15 +82,9 @@ def main():
         torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = MODELS[name](c, h, w)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
     x = torch.randn(batch, c, h, w)
     y = torch.arange(batch) % 10
-
-    def step():
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    step = sgd_step(model, x, y)
 
     for _ in range(5):
         step()
