@@ -104,8 +104,9 @@ GroupPtr split_named(const GroupPtr& parent, int color, int key, const std::stri
   DPT_CHECK(mpi_parent) << label << ": " << parent->name() << " is not an MPI process group";
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(mpi_parent->creation_comm(), color < 0 ? MPI_UNDEFINED : color, key, &comm));
-  if (comm == MPI_COMM_NULL) return nullptr;
-  return make_group(comm, label);
+  GroupPtr group = comm == MPI_COMM_NULL ? nullptr : make_group(comm, label);
+  mpi_parent->split_nccl(color, key, static_cast<MpiProcessGroup*>(group.get()));
+  return group;
 }
 
 }  // namespace

@@ -12,6 +12,9 @@
 #include "core/error.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_check.h"
+#ifdef DPT_WITH_CUDA
+#include "distributed/nccl_process_group.h"
+#endif
 
 namespace dpt::dist {
 namespace {
@@ -224,6 +227,30 @@ void MpiProcessGroup::shutdown() {
   MPI_CHECK(MPI_Comm_free(&comm_));
 }
 
+ProcessGroup& MpiProcessGroup::nccl(const Tensor& t) {
+#ifdef DPT_WITH_CUDA
+  std::lock_guard<std::mutex> lock(nccl_mutex_);
+  if (!nccl_) nccl_ = NcclProcessGroup::create(creation_comm(), world_ranks(), name(), t.device().index);
+  DPT_CHECK(nccl_->device() == t.device().index)
+      << "process group " << name() << ": a collective on " << t.device().str() << ", but this rank's NCCL "
+      << "communicator is on cuda:" << nccl_->device() << " (one device per rank)";
+  return *nccl_;
+#else
+  DPT_FAIL() << "process group " << name() << ": a " << t.device().str() << " tensor, but dpt was built without CUDA";
+#endif
+}
+
+void MpiProcessGroup::split_nccl([[maybe_unused]] int color, [[maybe_unused]] int key,
+                                 [[maybe_unused]] MpiProcessGroup* child) {
+#ifdef DPT_WITH_CUDA
+  std::lock_guard<std::mutex> lock(nccl_mutex_);
+  if (!nccl_) return;  // the child makes its own on first use
+  auto twin = nccl_->split(child ? color : -1, key, child ? child->world_ranks() : std::vector<int>{},
+                           child ? child->name() : std::string());
+  if (child) child->nccl_ = std::move(twin);
+#endif
+}
+
 MPI_Comm MpiProcessGroup::creation_comm() const {
   DPT_CHECK(!shut_down_) << "process group " << name() << " used after it was shut down (dist::finalize())";
   return creation_;
@@ -290,6 +317,7 @@ void set_chunks(MpiOp& op, int64_t n, int size) {
 }  // namespace
 
 WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+  if (t.defined() && t.device().is_cuda()) return nccl(t).all_reduce(t, op);
   check_tensor("all_reduce", t, "the tensor");
   auto task = make_op(OpKind::all_reduce, comm_, *this);
   task->reduce = op;
@@ -301,6 +329,7 @@ WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
 }
 
 WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
+  if (t.defined() && t.device().is_cuda()) return nccl(t).broadcast(t, root);
   check_tensor("broadcast", t, "the tensor");
   check_peer("broadcast", "root", root);
   auto task = make_op(OpKind::broadcast, comm_, *this);
@@ -313,6 +342,7 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
 }
 
 WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
+  if (out.defined() && out.device().is_cuda()) return nccl(out).all_gather(out, in);
   check_tensor("all_gather", out, "out");
   check_tensor("all_gather", in, "in");
   DPT_CHECK(in.dtype() == out.dtype()) << "all_gather on " << name() << ": out is " << dtype_name(out.dtype())
@@ -339,6 +369,7 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
 }
 
 WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
+  if (out.defined() && out.device().is_cuda()) return nccl(out).reduce_scatter(out, in, op);
   check_tensor("reduce_scatter", out, "out");
   check_tensor("reduce_scatter", in, "in");
   DPT_CHECK(in.dtype() == out.dtype()) << "reduce_scatter on " << name() << ": out is "
@@ -364,6 +395,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
 WorkPtr MpiProcessGroup::barrier() { return post(make_op(OpKind::barrier, comm_, *this)); }
 
 WorkPtr MpiProcessGroup::send(const Tensor& t, int dst, int tag) {
+  if (t.defined() && t.device().is_cuda()) return nccl(t).send(t, dst, tag);
   check_tensor("send", t, "the tensor");
   check_peer("send", "dst", dst);
   DPT_CHECK(dst != rank()) << "send on " << name() << ": dst " << dst << " is this rank";
@@ -379,6 +411,7 @@ WorkPtr MpiProcessGroup::send(const Tensor& t, int dst, int tag) {
 }
 
 WorkPtr MpiProcessGroup::recv(const Tensor& t, int src, int tag) {
+  if (t.defined() && t.device().is_cuda()) return nccl(t).recv(t, src, tag);
   check_tensor("recv", t, "the tensor");
   check_peer("recv", "src", src);
   DPT_CHECK(src != rank()) << "recv on " << name() << ": src " << src << " is this rank";

@@ -19,6 +19,8 @@
 
 namespace dpt::dist {
 
+class NcclProcessGroup;
+
 class MpiProcessGroup final : public ProcessGroup {
  public:
   // Collective over `comm`. requires: MPI initialised; `comm` a communicator nobody else
@@ -27,6 +29,9 @@ class MpiProcessGroup final : public ProcessGroup {
   MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, std::string name);
   ~MpiProcessGroup() override;  // shutdown()
 
+  // CUDA tensors go to this group's NCCL twin (nccl_process_group.h; CUDA builds), made
+  // collectively on the first CUDA collective or by split(); the ordering promises below
+  // hold among the collectives of one backend.
   // Each collective checks its arguments here, on the calling thread, and throws Error
   // naming the group, the op and what was expected; errors MPI reports later are rethrown
   // by Work::wait(). Collectives start in call order and complete in call order: when a
@@ -59,7 +64,14 @@ class MpiProcessGroup final : public ProcessGroup {
   // every collective throws Error. Idempotent; dist::finalize() calls it on every group.
   void shutdown();
 
+  // Makes child's NCCL twin by splitting this group's (ncclCommSplit), when this group has
+  // one; collective over this group (child null on non-members). No-op in CPU builds.
+  void split_nccl(int color, int key, MpiProcessGroup* child);
+
  private:
+  // The NCCL twin for t's device, made on first use (collective over this group).
+  ProcessGroup& nccl(const Tensor& t);
+
   WorkPtr post(std::shared_ptr<CommTask> task);
   void check_tensor(const char* op, const Tensor& t, const char* what) const;
   void check_peer(const char* op, const char* what, int peer) const;
@@ -72,6 +84,8 @@ class MpiProcessGroup final : public ProcessGroup {
   std::mutex shutdown_mutex_;
   std::atomic<bool> shut_down_{false};
   CommThread thread_;
+  std::mutex nccl_mutex_;
+  std::shared_ptr<NcclProcessGroup> nccl_;  // stays null in CPU builds
 };
 
 // MPI_COMM_WORLD rank of each rank of `comm` (MPI_Group_translate_ranks).

@@ -1,0 +1,283 @@
+// NcclProcessGroup: NCCL collectives on the group's own stream, ordered against the
+// device's compute stream by events (see the header for the waiting rules).
+#include "distributed/nccl_process_group.h"
+
+#include <sstream>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/device.h"
+#include "core/error.h"
+#include "distributed/mpi_check.h"
+
+namespace dpt::dist {
+
+// One collective's completion event and the tensors it uses.
+class NcclWork final : public Work {
+ public:
+  NcclWork(int device, std::vector<Tensor> tensors, bool host_wait)
+      : device_(device), tensors_(std::move(tensors)), host_wait_(host_wait) {}
+
+  cuda::Event& done() { return done_; }
+  void release() { tensors_.clear(); }
+
+  void wait() override {
+    cuda::DeviceGuard guard(device_);
+    if (host_wait_)
+      done_.synchronize();
+    else
+      CUDA_CHECK(cudaStreamWaitEvent(cuda::compute_stream(device_), done_.get(), 0));
+  }
+  bool is_completed() override {
+    cuda::DeviceGuard guard(device_);
+    return done_.query();
+  }
+
+ private:
+  int device_;
+  cuda::Event done_;  // made on the current device: the group's, set by the caller
+  std::vector<Tensor> tensors_;
+  bool host_wait_;
+};
+
+namespace {
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::i64:
+      return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::max:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+char* byte_ptr(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
+
+}  // namespace
+
+std::shared_ptr<NcclProcessGroup> NcclProcessGroup::create(MPI_Comm bootstrap, std::vector<int> world_ranks,
+                                                           std::string name, int device) {
+  int rank = 0, size = 0;
+  MPI_CHECK(MPI_Comm_rank(bootstrap, &rank));
+  MPI_CHECK(MPI_Comm_size(bootstrap, &size));
+  cuda::cuda_check_device(device);
+  cuda::DeviceGuard guard(device);
+  ncclUniqueId id{};
+  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, bootstrap));
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
+  return std::shared_ptr<NcclProcessGroup>(
+      new NcclProcessGroup(comm, rank, std::move(world_ranks), std::move(name), device));
+}
+
+std::shared_ptr<NcclProcessGroup> NcclProcessGroup::split(int color, int key, std::vector<int> world_ranks,
+                                                          std::string name) {
+  cuda::DeviceGuard guard(device_);
+  ncclComm_t child = nullptr;
+  NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
+  if (!child) return nullptr;
+  int rank = 0;
+  NCCL_CHECK(ncclCommUserRank(child, &rank));
+  return std::shared_ptr<NcclProcessGroup>(
+      new NcclProcessGroup(child, rank, std::move(world_ranks), std::move(name), device_));
+}
+
+NcclProcessGroup::NcclProcessGroup(ncclComm_t comm, int rank, std::vector<int> world_ranks, std::string name,
+                                   int device)
+    : ProcessGroup(rank, std::move(world_ranks), std::move(name)), comm_(comm), device_(device), stream_(device) {
+  scratch_ = Tensor::zeros({1}, DType::f32, Device::cuda(device));
+}
+
+NcclProcessGroup::~NcclProcessGroup() {
+  // Let queued collectives finish before the communicator goes; never throw from here.
+  cuda::DeviceGuard guard(device_);
+  (void)cudaStreamSynchronize(stream_.get());
+  in_flight_.clear();
+  (void)ncclCommDestroy(comm_);
+}
+
+void NcclProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what) const {
+  DPT_CHECK(t.defined()) << op << " on " << name() << " (NCCL): " << what << " is an undefined tensor";
+  DPT_CHECK(t.device() == Device::cuda(device_))
+      << op << " on " << name() << " (NCCL): " << what << " is on " << t.device().str() << ", the group's device is cuda:"
+      << device_;
+  DPT_CHECK(t.is_contiguous()) << op << " on " << name() << " (NCCL): " << what << " (shape "
+                               << shape_str(t.shape()) << ") must be contiguous";
+}
+
+void NcclProcessGroup::check_async_error() const {
+  ncclResult_t async = ncclSuccess;
+  NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+  DPT_CHECK(async == ncclSuccess) << "NCCL group " << name() << " failed: " << ncclGetErrorString(async);
+}
+
+void NcclProcessGroup::reap_completed() {
+  while (!in_flight_.empty() && in_flight_.front()->is_completed()) {
+    in_flight_.front()->release();
+    in_flight_.pop_front();
+  }
+}
+
+void NcclProcessGroup::begin() {
+  check_async_error();
+  reap_completed();
+  compute_ready_.record(cuda::compute_stream(device_));
+  stream_.wait(compute_ready_);
+}
+
+std::shared_ptr<NcclWork> NcclProcessGroup::end(std::vector<Tensor> tensors, bool host_wait) {
+  auto work = std::make_shared<NcclWork>(device_, std::move(tensors), host_wait);
+  work->done().record(stream_);
+  in_flight_.push_back(work);
+  return work;
+}
+
+WorkPtr NcclProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+  check_tensor("all_reduce", t, "the tensor");
+  DPT_CHECK(op != ReduceOp::avg || t.dtype() != DType::i64)
+      << "all_reduce on " << name() << " (NCCL): avg needs a floating dtype, got i64";
+  cuda::DeviceGuard guard(device_);
+  begin();
+  if (t.numel() > 0)
+    NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
+                             nccl_op(op), comm_, stream_.get()));
+  return end({t}, false);
+}
+
+WorkPtr NcclProcessGroup::broadcast(const Tensor& t, int root) {
+  check_tensor("broadcast", t, "the tensor");
+  DPT_CHECK(root >= 0 && root < size()) << "broadcast on " << name() << ": root " << root
+                                        << " is not a rank of this group of " << size();
+  cuda::DeviceGuard guard(device_);
+  begin();
+  if (t.numel() > 0)
+    NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
+                             root, comm_, stream_.get()));
+  return end({t}, false);
+}
+
+WorkPtr NcclProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
+  check_tensor("all_gather", out, "out");
+  check_tensor("all_gather", in, "in");
+  DPT_CHECK(in.dtype() == out.dtype()) << "all_gather on " << name() << ": out is " << dtype_name(out.dtype())
+                                       << " but in is " << dtype_name(in.dtype());
+  const int64_t n = out.numel();
+  const Chunk mine = chunk_of(n, size(), rank());
+  DPT_CHECK(in.numel() == mine.end - mine.begin)
+      << "all_gather on " << name() << ": out has " << n << " elements, so rank " << rank() << "'s in must have "
+      << mine.end - mine.begin << " (chunk_of), got " << in.numel();
+  const size_t element = dtype_size(out.dtype());
+  const ncclDataType_t type = nccl_type(out.dtype());
+  cuda::DeviceGuard guard(device_);
+  begin();
+  if (n > 0 && n % size() == 0) {
+    NCCL_CHECK(ncclAllGather(in.raw_data(), out.raw_data(), static_cast<size_t>(n / size()), type, comm_,
+                             stream_.get()));
+  } else if (n > 0) {
+    // Uneven chunks: one broadcast per rank of its chunk, fused into one launch.
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < size(); ++r) {
+      Chunk c = chunk_of(n, size(), r);
+      if (c.end == c.begin) continue;
+      char* dst = byte_ptr(out) + c.begin * element;
+      const void* src = r == rank() ? in.raw_data() : dst;
+      NCCL_CHECK(ncclBroadcast(src, dst, static_cast<size_t>(c.end - c.begin), type, r, comm_, stream_.get()));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  }
+  return end({out, in}, false);
+}
+
+WorkPtr NcclProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
+  check_tensor("reduce_scatter", out, "out");
+  check_tensor("reduce_scatter", in, "in");
+  DPT_CHECK(in.dtype() == out.dtype()) << "reduce_scatter on " << name() << ": out is " << dtype_name(out.dtype())
+                                       << " but in is " << dtype_name(in.dtype());
+  DPT_CHECK(op != ReduceOp::avg || in.dtype() != DType::i64)
+      << "reduce_scatter on " << name() << " (NCCL): avg needs a floating dtype, got i64";
+  const int64_t n = in.numel();
+  const Chunk mine = chunk_of(n, size(), rank());
+  DPT_CHECK(out.numel() == mine.end - mine.begin)
+      << "reduce_scatter on " << name() << ": in has " << n << " elements, so rank " << rank()
+      << "'s out must have " << mine.end - mine.begin << " (chunk_of), got " << out.numel();
+  const size_t element = dtype_size(in.dtype());
+  const ncclDataType_t type = nccl_type(in.dtype());
+  cuda::DeviceGuard guard(device_);
+  begin();
+  if (n > 0 && n % size() == 0) {
+    NCCL_CHECK(ncclReduceScatter(in.raw_data(), out.raw_data(), static_cast<size_t>(n / size()), type, nccl_op(op),
+                                 comm_, stream_.get()));
+  } else if (n > 0) {
+    // Uneven chunks: one reduce per rank to that rank's chunk, fused into one launch.
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < size(); ++r) {
+      Chunk c = chunk_of(n, size(), r);
+      if (c.end == c.begin) continue;
+      void* dst = r == rank() ? out.raw_data() : nullptr;
+      NCCL_CHECK(ncclReduce(byte_ptr(in) + c.begin * element, dst, static_cast<size_t>(c.end - c.begin), type,
+                            nccl_op(op), r, comm_, stream_.get()));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  }
+  return end({out, in}, false);
+}
+
+WorkPtr NcclProcessGroup::barrier() {
+  cuda::DeviceGuard guard(device_);
+  begin();
+  NCCL_CHECK(ncclAllReduce(scratch_.raw_data(), scratch_.raw_data(), 1, ncclFloat32, ncclSum, comm_, stream_.get()));
+  return end({}, true);
+}
+
+WorkPtr NcclProcessGroup::send(const Tensor& t, int dst, int tag) {
+  check_tensor("send", t, "the tensor");
+  DPT_CHECK(dst >= 0 && dst < size() && dst != rank())
+      << "send on " << name() << ": dst " << dst << " must be another rank of this group of " << size();
+  DPT_CHECK(tag == 0) << "send on " << name() << " (NCCL): tag " << tag << "; NCCL has no tags, use 0";
+  cuda::DeviceGuard guard(device_);
+  begin();
+  if (t.numel() > 0)
+    NCCL_CHECK(ncclSend(t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), dst, comm_, stream_.get()));
+  return end({t}, false);
+}
+
+WorkPtr NcclProcessGroup::recv(const Tensor& t, int src, int tag) {
+  check_tensor("recv", t, "the tensor");
+  DPT_CHECK(src >= 0 && src < size() && src != rank())
+      << "recv on " << name() << ": src " << src << " must be another rank of this group of " << size();
+  DPT_CHECK(tag == 0) << "recv on " << name() << " (NCCL): tag " << tag << "; NCCL has no tags, use 0";
+  cuda::DeviceGuard guard(device_);
+  begin();
+  if (t.numel() > 0)
+    NCCL_CHECK(ncclRecv(t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), src, comm_, stream_.get()));
+  return end({t}, false);
+}
+
+void NcclProcessGroup::synchronize() {
+  cuda::DeviceGuard guard(device_);
+  stream_.synchronize();
+  check_async_error();
+  reap_completed();
+}
+
+}  // namespace dpt::dist

@@ -1,0 +1,111 @@
+// The NCCL backend at world size 1 (one GPU): CUDA tensors given to the world group go to
+// its NCCL twin; results are checked against the CPU copies of the inputs, and a kernel
+// queued after wait() sees the result (stream ordering). A split gives an NCCL sub-group
+// through ncclCommSplit. Skips with a message where there is no GPU or no CUDA build.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "distributed/dist.h"
+
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/device.h"
+#endif
+
+using namespace dpt;
+
+namespace {
+
+#ifdef DPT_WITH_CUDA
+
+class Nccl : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::cuda_unavailable_reason();
+    dist::init();
+    if (dist::info().world_size != 1) GTEST_SKIP() << "this is the world-size-1 check; run it without mpirun";
+  }
+};
+
+Tensor iota_on_gpu(int64_t n, float start) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = start + static_cast<float>(i) * 0.5f;
+  return Tensor::from_vector(v, {n}).to(Device::cuda(0));
+}
+
+TEST_F(Nccl, AllReduceEveryOpIsTheIdentityOnOneRank) {
+  for (dist::ReduceOp op : {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::min, dist::ReduceOp::max}) {
+    Tensor t = iota_on_gpu(1000003, -7.0f);
+    std::vector<float> expected = t.to(Device::cpu()).to_vector();
+    dist::world()->all_reduce(t, op)->wait();
+    EXPECT_EQ(t.to(Device::cpu()).to_vector(), expected) << dist::reduce_op_name(op);
+  }
+}
+
+TEST_F(Nccl, WaitOrdersLaterCopiesAfterTheCollective) {
+  // Many collectives in flight, then one wait: the copy to the host queued after it on the
+  // compute stream must see every result.
+  std::vector<Tensor> ts;
+  std::vector<dist::WorkPtr> works;
+  for (int i = 0; i < 20; ++i) {
+    ts.push_back(iota_on_gpu(4096 + i, static_cast<float>(i)));
+    works.push_back(dist::world()->all_reduce(ts.back(), dist::ReduceOp::sum));
+  }
+  works.back()->wait();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(ts[i].to(Device::cpu()).to_vector()[0], static_cast<float>(i));
+  dist::world()->barrier()->wait();
+  for (auto& w : works) EXPECT_TRUE(w->is_completed());
+}
+
+TEST_F(Nccl, BroadcastGatherScatterAndZeroElements) {
+  Tensor t = iota_on_gpu(5, 1.0f);
+  dist::world()->broadcast(t, 0)->wait();
+  EXPECT_EQ(t.to(Device::cpu()).to_vector(), iota_on_gpu(5, 1.0f).to(Device::cpu()).to_vector());
+
+  Tensor in = iota_on_gpu(7, 3.0f), out = Tensor::zeros({7}, DType::f32, Device::cuda(0));
+  dist::world()->all_gather(out, in)->wait();
+  EXPECT_EQ(out.to(Device::cpu()).to_vector(), in.to(Device::cpu()).to_vector());
+
+  Tensor scattered = Tensor::zeros({7}, DType::f32, Device::cuda(0));
+  dist::world()->reduce_scatter(scattered, in, dist::ReduceOp::sum)->wait();
+  EXPECT_EQ(scattered.to(Device::cpu()).to_vector(), in.to(Device::cpu()).to_vector());
+
+  Tensor empty = Tensor::zeros({0}, DType::f32, Device::cuda(0));
+  dist::world()->all_reduce(empty)->wait();
+  EXPECT_EQ(empty.numel(), 0);
+}
+
+TEST_F(Nccl, SplitMakesAnNcclSubGroup) {
+  Tensor t = iota_on_gpu(10, 2.0f);
+  dist::world()->all_reduce(t)->wait();  // the world's NCCL twin exists from here on
+  dist::GroupPtr sub = dist::split(dist::world(), 0, 0);
+  ASSERT_TRUE(sub);
+  Tensor s = iota_on_gpu(10, 4.0f);
+  sub->all_reduce(s, dist::ReduceOp::max)->wait();
+  EXPECT_EQ(s.to(Device::cpu()).to_vector(), iota_on_gpu(10, 4.0f).to(Device::cpu()).to_vector());
+}
+
+TEST_F(Nccl, BadArgumentsAreErrorsNamingTheGroup) {
+  Tensor ints = Tensor::zeros({4}, DType::i64, Device::cuda(0));
+  try {
+    dist::world()->all_reduce(ints, dist::ReduceOp::avg);
+    ADD_FAILURE() << "avg on i64 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("all_reduce on world (NCCL): avg needs a floating dtype"),
+              std::string::npos)
+        << e.what();
+  }
+  Tensor strided = Tensor::zeros({4, 4}, DType::f32, Device::cuda(0)).as_strided({4}, {4}, 0);
+  EXPECT_THROW(dist::world()->all_reduce(strided), Error);
+}
+
+#else
+
+TEST(Nccl, GpuTests) { GTEST_SKIP() << "no CUDA device: this build of dpt has no CUDA backend"; }
+
+#endif
+
+}  // namespace
