@@ -30,10 +30,10 @@ OnExit(F) -> OnExit<F>;
 }  // namespace
 
 void CommTask::wait() {
-  if (!is_completed()) {
+  if (!finished()) {
     const Clock::time_point deadline = timeout_.count() > 0 ? Clock::now() + timeout_ : Clock::time_point::max();
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!is_completed()) {
+    if (!finished()) {
       // thread_ is valid here: the task is not complete, and completing needs mutex_. Once
       // enter_polling() succeeds the thread does not exit before leave_polling().
       CommThread* thread = thread_;
@@ -50,7 +50,7 @@ void CommTask::wait() {
 }
 
 bool CommTask::sleep_until_done(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
-  auto done = [&] { return is_completed(); };
+  auto done = [&] { return finished(); };
   waiters_.fetch_add(1, std::memory_order_relaxed);
   thread_->poke();
   bool finished = true;
@@ -67,6 +67,14 @@ void CommTask::throw_timeout() const {
   throw Error(describe() + ": not complete after " + std::to_string(timeout_.count() / 1000.0) +
               " s (DPT_DIST_TIMEOUT_S); did every member of the group call the same collectives in the same "
               "order?");
+}
+
+bool CommTask::is_completed() {
+  if (finished()) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (done_.load(std::memory_order_relaxed)) return true;
+  thread_->poke();  // valid: not complete, and completing needs mutex_
+  return false;
 }
 
 void CommTask::complete() {
@@ -110,10 +118,16 @@ bool CommThread::post_started(const std::shared_ptr<CommTask>& task) {
     // above before it next blocks (both under mutex_), so no wake-up can be lost.
     was_blocked = blocked_;
   }
+  // Earlier tasks without a request may be done by now and let this one start (no MPI
+  // call here: testing MPI requests is the waiters' and the thread's job).
+  progress_local();
+  complete_prefix();
   start_ready();
   complete_prefix();  // a 0-element collective with nothing before it is complete already
-  // What is left in flight needs a thread that is awake; one in a back-off sleep is.
-  if (was_blocked && !(in_flight_.empty() && waiting_.empty())) cv_.notify_one();
+  // What is left needs a thread that is awake (one in a back-off sleep is): MPI requests,
+  // and tasks that cannot start yet. A task without a request left alone is progressed by
+  // the next wait(), post() or is_completed() of the group, or by stop().
+  if (was_blocked && (!waiting_.empty() || mpi_in_flight())) cv_.notify_one();
   return true;
 }
 
@@ -182,9 +196,9 @@ bool CommThread::poll_until_done(CommTask& task, Clock::time_point deadline) {
   // polling_waiter_, and a caller in post() holds it only to start a collective.
   std::lock_guard<std::mutex> token(token_);
   const bool timed = deadline != Clock::time_point::max();
-  while (!task.is_completed()) {
+  while (!task.finished()) {
     const Round r = round(false);
-    if (timed && !task.is_completed() && Clock::now() >= deadline) return false;
+    if (timed && !task.finished() && Clock::now() >= deadline) return false;
     // Under MPI_THREAD_SERIALIZED each poll takes the process-wide MPI mutex, which is not
     // fair: let the other groups' threads have it between polls.
     if (detail::mpi_serialized && !r.progressed) sched_yield();
@@ -300,7 +314,7 @@ bool CommThread::waited() const {
 bool CommThread::conflicts(const CommTask& task) const {
   for (const auto& other : in_flight_) {
     if (task.writes.overlaps(other->reads) || task.writes.overlaps(other->writes) ||
-        task.reads.overlaps(other->writes)) {
+        task.reads.overlaps(other->writes) || task.scratch.overlaps(other->scratch)) {
       return true;
     }
   }
@@ -324,13 +338,43 @@ void CommThread::start_task(std::shared_ptr<CommTask> task) {
   } catch (const std::exception& e) {
     task->error_ = task->describe() + ": " + e.what();
   }
+  bool local = false;
+  if (request == MPI_REQUEST_NULL && task->error_.empty()) {
+    try {
+      local = !task->progress();
+    } catch (const std::exception& e) {
+      task->error_ = task->describe() + ": " + e.what();
+    }
+  }
   in_flight_.push_back(std::move(task));
   requests_.push_back(request);
+  local_.push_back(local);
+}
+
+bool CommThread::mpi_in_flight() const {
+  return std::any_of(requests_.begin(), requests_.end(), [](MPI_Request r) { return r != MPI_REQUEST_NULL; });
+}
+
+bool CommThread::progress_local() {
+  bool completed = false;
+  for (size_t i = 0; i < in_flight_.size(); ++i) {
+    if (!local_[i]) continue;
+    CommTask& task = *in_flight_[i];
+    try {
+      local_[i] = !task.progress();
+    } catch (const std::exception& e) {
+      task.error_ = task.describe() + ": " + e.what();
+      local_[i] = false;
+    }
+    completed = completed || !local_[i];
+  }
+  return completed;
 }
 
 bool CommThread::test_in_flight() {
-  bool progressed = complete_prefix();
-  if (in_flight_.empty()) return progressed;
+  bool progressed = progress_local();
+  progressed = complete_prefix() || progressed;
+  if (!mpi_in_flight()) return progressed;
   const int n = static_cast<int>(requests_.size());
   indices_.resize(n);
   statuses_.resize(n);
@@ -365,7 +409,7 @@ bool CommThread::test_in_flight() {
 
 bool CommThread::complete_prefix() {
   size_t k = 0;
-  while (k < in_flight_.size() && requests_[k] == MPI_REQUEST_NULL) {
+  while (k < in_flight_.size() && requests_[k] == MPI_REQUEST_NULL && !local_[k]) {
     CommTask& task = *in_flight_[k];
     if (task.error_.empty()) {
       try {
@@ -380,6 +424,7 @@ bool CommThread::complete_prefix() {
   if (k == 0) return false;
   in_flight_.erase(in_flight_.begin(), in_flight_.begin() + static_cast<std::ptrdiff_t>(k));
   requests_.erase(requests_.begin(), requests_.begin() + static_cast<std::ptrdiff_t>(k));
+  local_.erase(local_.begin(), local_.begin() + static_cast<std::ptrdiff_t>(k));
   std::lock_guard<std::mutex> lock(mutex_);
   in_flight_count_ -= k;
   return true;

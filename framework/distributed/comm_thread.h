@@ -75,7 +75,9 @@ class CommTask : public Work {
   // What the task reads (and does not write) and what it writes (and may read), set before
   // post(). A task does not start while an earlier one in flight writes what it touches or
   // touches what it writes, so all_reduce(t) then broadcast(t) without a wait is fine.
-  ByteSpan reads, writes;
+  // scratch: memory outside the tensors that the task uses alone while in flight (the
+  // shared segment of shm_all_reduce.h): tasks with overlapping scratch run one at a time.
+  ByteSpan reads, writes, scratch;
 
   // Returns once this task and every earlier one of its group are complete; rethrows the
   // task's error as dpt::Error. Polls the group's requests itself when it can take the poll
@@ -83,21 +85,30 @@ class CommTask : public Work {
   // collective when it is not complete in time; the collective stays in flight (the
   // communication thread goes on polling it) and a later wait() may still succeed.
   void wait() override;
-  bool is_completed() override { return done_.load(std::memory_order_acquire); }
+  // Does not progress the task itself; when it is not complete, makes sure the group's
+  // thread is awake to progress it (a task that needs no MPI request may otherwise wait
+  // for the next wait() or post() of its group).
+  bool is_completed() override;
   // For messages: "all_reduce(sum) of 1000 f32 on world".
   virtual std::string describe() const = 0;
 
  protected:
   // By the poll token's holder (a caller in post() or wait(), or the communication thread),
   // in call order: starts the operation; returns its request, or MPI_REQUEST_NULL when
-  // nothing is left to do (0 elements). Throws Error on failure.
+  // there is no MPI request to test (0 elements, or a task that progress() completes).
+  // Throws Error on failure.
   virtual MPI_Request start() = 0;
+  // By the poll token's holder, after start() returned MPI_REQUEST_NULL and until it returns
+  // true: advances a task that completes without MPI (shm_all_reduce.h); true: complete.
+  // Must not block. Throws Error on failure.
+  virtual bool progress() { return true; }
   // By the poll token's holder after the request completed (e.g. divides by the group size
   // for avg, checks a received count). Throws Error on failure.
   virtual void finish(const MPI_Status& status) = 0;
 
  private:
   friend class CommThread;
+  bool finished() const { return done_.load(std::memory_order_acquire); }
   void complete();  // by the token's holder, after error_ is set (or left empty)
   // Blocks on cv_ while the thread (or the polling waiter) progresses the task; false: timed out.
   bool sleep_until_done(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
@@ -168,6 +179,8 @@ class CommThread {
   bool conflicts(const CommTask& task) const;
   void start_task(std::shared_ptr<CommTask> task);
   bool test_in_flight();   // returns whether a task completed
+  bool progress_local();   // progress() of the tasks without a request; whether any completed
+  bool mpi_in_flight() const;  // whether some task in flight has an MPI request
   bool complete_prefix();  // completes the finished tasks at the front; returns whether any
   bool waited() const;     // whether a caller sleeps on a task not complete
 
@@ -186,6 +199,7 @@ class CommThread {
   std::deque<std::shared_ptr<CommTask>> waiting_;  // taken from queue_, not yet started
   std::deque<std::shared_ptr<CommTask>> in_flight_;
   std::vector<MPI_Request> requests_;  // parallel to in_flight_
+  std::vector<char> local_;            // parallel to in_flight_: progress() not yet true
   std::vector<int> indices_;           // MPI_Testsome's output
   std::vector<MPI_Status> statuses_;   // MPI_Testsome's output
 

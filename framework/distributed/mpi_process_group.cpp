@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_check.h"
+#include "distributed/shm_all_reduce.h"
 #ifdef DPT_WITH_CUDA
 #include "distributed/nccl_process_group.h"
 #endif
@@ -77,6 +78,8 @@ class MpiOp final : public CommTask {
   int64_t n = 0;                    // elements: of `out`, of all_gather's out, of reduce_scatter's in
   std::vector<int> counts, displs;  // all_gather, reduce_scatter: per-rank chunks
   bool in_place = false;            // all_gather's `in` is its own chunk of `out`
+  ShmSegment* shm = nullptr;        // all_reduce: through shared memory instead of MPI
+  uint64_t shm_seq = 0;             // its op number, once started
 
   std::string describe() const override {
     std::ostringstream s;
@@ -99,6 +102,11 @@ class MpiOp final : public CommTask {
     if (n == 0 && kind != OpKind::barrier) return r;  // nothing to move, on any rank
     switch (kind) {
       case OpKind::all_reduce:
+        if (shm) {
+          shm_seq = shm->next_sequence();
+          shm->arrive(shm_seq, out.raw_data(), static_cast<size_t>(n) * dtype_size(dtype));
+          break;  // progress() completes it
+        }
         MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, out.raw_data(), count, type, mpi_op(reduce), comm, &r));
         break;
       case OpKind::broadcast:
@@ -123,6 +131,13 @@ class MpiOp final : public CommTask {
         break;
     }
     return r;
+  }
+
+  bool progress() override {
+    if (shm_seq == 0) return true;
+    if (!shm->all_arrived(shm_seq)) return false;
+    shm->reduce(shm_seq, out.raw_data(), n, dtype, reduce);
+    return true;
   }
 
   void finish(const MPI_Status& status) override {
@@ -201,6 +216,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   int found = 0;
   MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
   if (found && tag_ub) tag_ub_ = *tag_ub;
+  shm_ = ShmSegment::create(creation_, kShmAllReduceBytes);
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
@@ -223,6 +239,7 @@ void MpiProcessGroup::shutdown() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;  // MPI has freed every communicator already
+  shm_.reset();  // local: the other ranks keep their mappings until they let go
   MPI_CHECK(MPI_Comm_free(&creation_));
   MPI_CHECK(MPI_Comm_free(&comm_));
 }
@@ -325,6 +342,10 @@ WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   task->writes = span_of(t);
   task->dtype = t.dtype();
   task->n = t.numel();
+  if (shm_ && static_cast<size_t>(t.numel()) * dtype_size(t.dtype()) <= shm_->capacity()) {
+    task->shm = shm_.get();
+    task->scratch = {shm_->begin(), shm_->end()};
+  }
   return post(std::move(task));
 }
 

@@ -21,8 +21,14 @@ namespace dpt::dist {
 
 class NcclProcessGroup;
 
+class ShmSegment;
+
 class MpiProcessGroup final : public ProcessGroup {
  public:
+  // All-reduces up to this many bytes go through shared memory when every rank of the
+  // group is on this machine (shm_all_reduce.h; DPT_SHM_ALLREDUCE_BYTES overrides).
+  static constexpr size_t kShmAllReduceBytes = 64 * 1024;
+
   // Collective over `comm`. requires: MPI initialised; `comm` a communicator nobody else
   // uses; world_ranks[r] the MPI_COMM_WORLD rank of comm's rank r (comm_world_ranks()).
   // ensures: the group owns `comm` (frees it in shutdown()); group rank == comm rank.
@@ -83,6 +89,7 @@ class MpiProcessGroup final : public ProcessGroup {
   int tag_ub_ = 32767;  // MPI_TAG_UB
   std::mutex shutdown_mutex_;
   std::atomic<bool> shut_down_{false};
+  std::unique_ptr<ShmSegment> shm_;  // null: MPI does every all-reduce
   CommThread thread_;
   std::mutex nccl_mutex_;
   std::shared_ptr<NcclProcessGroup> nccl_;  // stays null in CPU builds

@@ -1,0 +1,159 @@
+// ShmSegment: the shared segment of a one-machine group, and the arrive / reduce steps of
+// its small all-reduces (see the header for why the buffers cannot be overwritten early).
+#include "distributed/shm_all_reduce.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "distributed/mpi_check.h"
+
+namespace dpt::dist {
+namespace {
+
+constexpr size_t kHeader = 128;  // each rank's arrival counter on its own pair of cache lines
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+size_t capacity_from_environment(size_t fallback) {
+  const char* text = std::getenv("DPT_SHM_ALLREDUCE_BYTES");
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  DPT_CHECK(end && *end == '\0' && value >= 0 && value <= (1ll << 30))
+      << "DPT_SHM_ALLREDUCE_BYTES must be a byte count 0..2^30 (0 disables the shared-memory all-reduce), got '"
+      << text << "'";
+  return static_cast<size_t>(value);
+}
+
+// Whether every rank of comm runs on this machine.
+bool all_on_this_node(MPI_Comm comm, int size, int rank) {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  int node_size = 0;
+  MPI_CHECK(MPI_Comm_size(node, &node_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  int local = node_size == size ? 1 : 0, all = 0;
+  MPI_CHECK(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, comm));
+  return all == 1;
+}
+
+void* map_segment(int fd, size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+template <class T, class SlotOf>
+void reduce_slots(T* __restrict out, SlotOf slot_of, int size, int64_t n, ReduceOp op) {
+  std::memcpy(out, slot_of(0), static_cast<size_t>(n) * sizeof(T));
+  for (int r = 1; r < size; ++r) {
+    const T* __restrict in = slot_of(r);
+    switch (op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg:  // the task divides afterwards, as for MPI
+        for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+        break;
+      case ReduceOp::min:
+        for (int64_t i = 0; i < n; ++i) out[i] = std::min(out[i], in[i]);
+        break;
+      case ReduceOp::max:
+        for (int64_t i = 0; i < n; ++i) out[i] = std::max(out[i], in[i]);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ShmSegment> ShmSegment::create(MPI_Comm comm, size_t capacity) {
+  int size = 0, rank = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  if (size < 2) return nullptr;
+  // The smallest capacity any rank asks for, so all ranks take the same path for a message.
+  unsigned long long mine = capacity_from_environment(capacity), agreed = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &agreed, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm));
+  capacity = round_up(static_cast<size_t>(agreed), 64);
+  if (capacity == 0 || !all_on_this_node(comm, size, rank)) return nullptr;
+
+  const size_t stride = kHeader + 2 * capacity;
+  const size_t bytes = stride * static_cast<size_t>(size);
+  static std::atomic<int> counter{0};
+  char name[64] = {};
+  void* base = nullptr;
+  int fd = -1;
+  if (rank == 0) {
+    std::snprintf(name, sizeof name, "/dpt-%d-%d", static_cast<int>(getpid()), counter++);
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  MPI_CHECK(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm));
+  if (rank != 0 && name[0]) fd = shm_open(name, O_RDWR, 0600);
+  if (fd >= 0) {
+    base = map_segment(fd, bytes);
+    close(fd);  // the mapping keeps the memory
+  }
+  int ok = base ? 1 : 0, all_ok = 0;
+  MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));  // every rank has opened it by now
+  if (rank == 0 && name[0]) shm_unlink(name);
+  if (!all_ok) {
+    if (base) munmap(base, bytes);
+    return nullptr;
+  }
+  return std::unique_ptr<ShmSegment>(new ShmSegment(base, bytes, capacity, size, rank));
+}
+
+ShmSegment::ShmSegment(void* base, size_t bytes, size_t capacity, int size, int rank)
+    : base_(base), bytes_(bytes), capacity_(capacity), slot_stride_(kHeader + 2 * capacity), size_(size), rank_(rank) {
+  static_assert(std::atomic<uint64_t>::is_always_lock_free, "arrival counters live in memory shared by processes");
+}
+
+ShmSegment::~ShmSegment() { munmap(base_, bytes_); }
+
+std::atomic<uint64_t>& ShmSegment::arrived(int rank) const {
+  // The pages start zeroed (ftruncate), which is a valid atomic 0 on this platform.
+  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + slot_stride_ * rank);
+}
+
+const char* ShmSegment::slot(int rank, uint64_t seq) const {
+  return static_cast<const char*>(base_) + slot_stride_ * rank + kHeader + (seq & 1) * capacity_;
+}
+
+void ShmSegment::arrive(uint64_t seq, const void* data, size_t bytes) {
+  std::memcpy(const_cast<char*>(slot(rank_, seq)), data, bytes);
+  arrived(rank_).store(seq, std::memory_order_release);
+}
+
+bool ShmSegment::all_arrived(uint64_t seq) const {
+  for (int r = 0; r < size_; ++r)
+    if (arrived(r).load(std::memory_order_acquire) < seq) return false;
+  return true;
+}
+
+std::vector<int> ShmSegment::not_arrived(uint64_t seq) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < size_; ++r)
+    if (arrived(r).load(std::memory_order_acquire) < seq) ranks.push_back(r);
+  return ranks;
+}
+
+void ShmSegment::reduce(uint64_t seq, void* out, int64_t count, DType dtype, ReduceOp op) const {
+  if (dtype == DType::i64) {
+    auto slot_of = [&](int r) { return reinterpret_cast<const int64_t*>(slot(r, seq)); };
+    reduce_slots(static_cast<int64_t*>(out), slot_of, size_, count, op);
+  } else {
+    auto slot_of = [&](int r) { return reinterpret_cast<const float*>(slot(r, seq)); };
+    reduce_slots(static_cast<float*>(out), slot_of, size_, count, op);
+  }
+}
+
+}  // namespace dpt::dist
