@@ -40,7 +40,10 @@ int main(int argc, char** argv) {
     nn::ModulePtr model = models::build_model(node, {c, hw, hw, 10, 0});
     // DPT_BENCH_NO_DDP=1: the ranks train independently, to measure what sharing the machine
     // costs without any communication.
-    bool use_ddp = world.world_size > 1 && !std::getenv("DPT_BENCH_NO_DDP");
+    // DPT_BENCH_SYNC_ONLY=1: no DDP, but the ranks meet once a step (a 1-element all-reduce
+    // after backward), to measure what waiting for the slower rank costs by itself.
+    const bool sync_only = world.world_size > 1 && std::getenv("DPT_BENCH_SYNC_ONLY");
+    bool use_ddp = world.world_size > 1 && !std::getenv("DPT_BENCH_NO_DDP") && !sync_only;
     if (use_ddp)
       model = std::make_shared<dist::DistributedDataParallel>(model, dist::world(),
                                                               dist::DdpOptions{.bucket_cap_mb = bucket_cap_mb});
@@ -50,10 +53,12 @@ int main(int argc, char** argv) {
     std::vector<int64_t> y(batch);
     for (int64_t i = 0; i < batch; ++i) y[i] = (i + world.rank) % 10;
     Tensor labels = Tensor::from_vector(y, {batch});
+    Tensor meet = Tensor::zeros({1});
     auto step = [&] {
       Tensor loss = cross_entropy((*model)(x), labels);
       sgd.zero_grad();
       loss.backward();
+      if (sync_only) dist::world()->all_reduce(meet)->wait();
       sgd.step(0.01f);
     };
     for (int i = 0; i < 5; ++i) step();
