@@ -4,6 +4,8 @@
 // training on.
 #include "io/checkpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -119,20 +121,10 @@ void prune(const std::string& dir, int64_t keep_last) {
   for (const auto& p : others) remove_file(p);
 }
 
-}  // namespace
-
-std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects, const CheckpointInfo& info,
-                            int64_t keep_last) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  DPT_CHECK(!ec) << dir << ": cannot create the checkpoint directory: " << ec.message();
+// Everything but the tensors. Keys are grouped as checkpoint_load reads them.
+JsonValue checkpoint_json(const TrainingObjects& objects, const CheckpointInfo& info, const std::string& model_file,
+                          const std::string& state_file) {
   const TrainingProgress& p = info.progress;
-  const std::string name = stem(p.step);
-  const std::string model_file = name + ".safetensors", state_file = name + ".optimizer.safetensors";
-  const Metadata metadata = {{"format", "pt"}, {"producer", "dpt"}, {"step", std::to_string(p.step)}};
-  safetensors_write(dir + "/" + model_file, objects.model.state_dict(), metadata);
-  safetensors_write(dir + "/" + state_file, state_tensors(objects, objects.ema != nullptr), metadata);
-
   JsonValue rng = JsonValue::array();
   for (nn::Dropout* d : dropouts(objects.model)) rng.push(d->rng().state());
   JsonValue root = JsonValue::object();
@@ -161,9 +153,41 @@ std::string checkpoint_save(const std::string& dir, const TrainingObjects& objec
                           .set("best_test_acc", p.best_test_acc)
                           .set("final_test_acc", p.final_test_acc));
   root.set("config", info.config_yaml);
+  return root;
+}
+
+}  // namespace
+
+std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects, const CheckpointInfo& info,
+                            int64_t keep_last) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  DPT_CHECK(!ec) << dir << ": cannot create the checkpoint directory: " << ec.message();
+  const TrainingProgress& p = info.progress;
+  const std::string name = stem(p.step);
+  const std::string model_file = name + ".safetensors", state_file = name + ".optimizer.safetensors";
   const std::string json_path = dir + "/" + name + ".json";
-  const std::string text = root.dump() + "\n";
-  write_file_atomic(json_path, {text});
+  const Metadata metadata = {{"format", "pt"}, {"producer", "dpt"}, {"step", std::to_string(p.step)}};
+  // An older checkpoint of the same step (a run resumed from before it) stops existing
+  // first, so its JSON never names half-replaced tensor files.
+  remove_file(json_path);
+  try {
+    safetensors_write(dir + "/" + model_file, objects.model.state_dict(), metadata);
+    safetensors_write(dir + "/" + state_file, state_tensors(objects, objects.ema != nullptr), metadata);
+
+    const std::string text =
+        checkpoint_json(objects, info, model_file, state_file).dump() + "\n";
+    write_file_atomic(json_path, {text});
+  } catch (const Error& e) {
+    // Free what this checkpoint took; without its JSON it would never be used.
+    ::unlink(json_path.c_str());
+    ::unlink((dir + "/" + model_file).c_str());
+    ::unlink((dir + "/" + state_file).c_str());
+    std::vector<int64_t> kept = checkpoint_steps(dir);
+    DPT_FAIL() << "checkpoint " << name << " not saved: " << e.what() << "; "
+               << (kept.empty() ? std::string("no earlier checkpoint exists")
+                                : "the last complete checkpoint is " + dir + "/" + stem(kept.back()) + ".json");
+  }
   prune(dir, keep_last);
   return json_path;
 }
