@@ -32,8 +32,9 @@ void Rng::set_state(const std::string& text) {
   std::istringstream in(text);
   std::mt19937_64 engine;
   in >> engine;
-  in >> std::ws;
-  DPT_CHECK(!in.fail() && in.eof()) << "random generator state: expected the 313 numbers of an mt19937_64 state";
+  std::string rest;
+  const bool ok = !in.fail() && !(in >> rest);  // read, and nothing after it
+  DPT_CHECK(ok) << "random generator state: expected the 313 numbers of an mt19937_64 state";
   engine_ = engine;
 }
 
