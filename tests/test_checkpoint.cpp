@@ -159,8 +159,8 @@ TEST(Checkpoint, KeepLastPrunesOldAndOrphanedFiles) {
   for (const auto& e : fs::directory_iterator(dir.path())) files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   EXPECT_EQ(files, (std::vector<std::string>{"notes.txt", "step-5.json", "step-5.optimizer.safetensors",
-                                             "step-5.safetensors", "step-6.json", "step-6.optimizer.safetensors",
-                                             "step-6.safetensors"}));
+                                             "step-5.safetensors", "step-6.json",
+                                             "step-6.optimizer.safetensors", "step-6.safetensors"}));
 }
 
 TEST(Checkpoint, ResolveFindsTheCheckpointAResumeMeans) {
@@ -201,11 +201,15 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
   EXPECT_THAT(load_error(b), HasSubstr(json + ": missing key 'position.epoch'"));
   with_json([](io::JsonValue& v) { v.set("world_size", "two"); });
   EXPECT_THAT(load_error(b), HasSubstr(json + ": key 'world_size': expected an integer, got \"two\""));
-  with_json([](io::JsonValue& v) { v.set("model", io::JsonValue::object().set("name", "mlp").set("file", "../x")); });
+  with_json([](io::JsonValue& v) {
+    v.set("model", io::JsonValue::object().set("name", "mlp").set("file", "../x"));
+  });
   EXPECT_THAT(load_error(b), HasSubstr("key 'model.file': expected a file name beside the JSON, got '../x'"));
   with_json([](io::JsonValue& v) { v.set("version", 9); });
   EXPECT_THAT(load_error(b), HasSubstr("this dpt reads version 1, the file is version 9"));
-  with_json([](io::JsonValue& v) { v.set("rng", io::JsonValue::object().set("dropout", io::JsonValue::array({"1 2"}))); });
+  with_json([](io::JsonValue& v) {
+    v.set("rng", io::JsonValue::object().set("dropout", io::JsonValue::array({"1 2"})));
+  });
   EXPECT_THAT(load_error(b), HasSubstr("key 'rng.dropout' entry 0: random generator state"));
   spit(json, good.substr(0, good.size() / 2));
   EXPECT_THAT(load_error(b), HasSubstr(json + ": malformed JSON at byte"));
@@ -213,14 +217,18 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
 
   // Wrong model or optimizer, by name and by shape.
   Trainer adamw("adamw", 2);
-  EXPECT_THAT(load_error(adamw), HasSubstr("a checkpoint with sgd optimizer state, but the config's optimizer is adamw"));
+  EXPECT_THAT(load_error(adamw),
+              HasSubstr("a checkpoint with sgd optimizer state, but the config's optimizer is adamw"));
   io::TrainingObjects renamed = b.objects();
   renamed.model_name = "mnist_cnn";
   EXPECT_THAT(error_of([&] { io::checkpoint_load(json, renamed); }),
               HasSubstr("a checkpoint of model 'mlp', but the config's model is 'mnist_cnn'"));
-  nn::ModulePtr wider = models::build_model(YAML::Load("{name: mlp, hidden: [32], dropout: 0.3}"), {1, 4, 4, 3, 0});
+  nn::ModulePtr wider =
+      models::build_model(YAML::Load("{name: mlp, hidden: [32], dropout: 0.3}"), {1, 4, 4, 3, 0});
   optim::Sgd sgd(optim::param_groups(*wider, 0, true), {0.9f, false});
-  EXPECT_THAT(error_of([&] { io::checkpoint_load(json, {*wider, "mlp", sgd, "sgd", nullptr}); }),
+  EXPECT_THAT(error_of([&] {
+                io::checkpoint_load(json, {*wider, "mlp", sgd, "sgd", nullptr});
+              }),
               HasSubstr(model + ": tensor '1.weight' has shape [16, 16], the model 'mlp' expects [32, 16]"));
 
   // Damaged tensor files: truncated, and a header whose offsets lie.
@@ -231,7 +239,8 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
   ASSERT_NE(at, std::string::npos);
   lying[at + std::strlen("\"data_offsets\": [")] = '4';  // "[4, 1024]": no longer 16 x 16 floats
   spit(model, lying);
-  EXPECT_THAT(load_error(b), HasSubstr(model + ": tensor '1.weight': shape [16, 16] of F32 needs 1024 bytes"));
+  EXPECT_THAT(load_error(b),
+              HasSubstr(model + ": tensor '1.weight': shape [16, 16] of F32 needs 1024 bytes"));
   fs::remove(model);
   EXPECT_THAT(load_error(b), HasSubstr(model + ": cannot open: No such file or directory"));
 }
@@ -252,7 +261,8 @@ TEST(Checkpoint, WithoutEmaStateTheEmaStartsFromTheLoadedWeights) {
 TEST(Checkpoint, MetricsKeepOnlyTheEpochsTheCheckpointHad) {
   TempDir dir("dpt_checkpoint");
   const std::string path = dir.file("metrics.jsonl");
-  spit(path, "{\"epoch\": 1, \"a\": 1}\n{\"epoch\": 2, \"a\": 2}\n{\"epoch\": 3, \"a\": 3}\n{\"epoch\": 4, \"a\"");
+  spit(path,
+       "{\"epoch\": 1, \"a\": 1}\n{\"epoch\": 2, \"a\": 2}\n{\"epoch\": 3, \"a\": 3}\n{\"epoch\": 4, \"a\"");
   io::metrics_keep_epochs(path, 2);
   EXPECT_EQ(slurp(path), "{\"epoch\": 1, \"a\": 1}\n{\"epoch\": 2, \"a\": 2}\n");
   io::metrics_keep_epochs(dir.file("none.jsonl"), 2);
@@ -333,7 +343,8 @@ TEST(CheckpointConfig, KeysParseRoundTripAndRejectBadValues) {
   TempDir dir("dpt_checkpoint");
   const std::string path = dir.file("c.yaml");
   spit(path,
-       "model: {name: mlp}\ndeterministic: true\non_nonfinite: skip\ncheckpoint: {every_epochs: 2, keep_last: 0}\n");
+       "model: {name: mlp}\ndeterministic: true\non_nonfinite: skip\ncheckpoint: {every_epochs: 2, "
+       "keep_last: 0}\n");
   io::Config c = io::load_config(path);
   EXPECT_TRUE(c.deterministic);
   EXPECT_EQ(c.on_nonfinite, "skip");
@@ -347,7 +358,8 @@ TEST(CheckpointConfig, KeysParseRoundTripAndRejectBadValues) {
   EXPECT_EQ(defaults.checkpoint.keep_last, 3);
   EXPECT_THAT(error_of([&] { io::load_config(path, {"on_nonfinite=ignore"}); }),
               HasSubstr("unknown action 'ignore' (expected one of: stop, skip)"));
-  EXPECT_THAT(error_of([&] { io::load_config(path, {"checkpoint.keep_last=-1"}); }), HasSubstr("checkpoint.keep_last"));
+  EXPECT_THAT(error_of([&] { io::load_config(path, {"checkpoint.keep_last=-1"}); }),
+              HasSubstr("checkpoint.keep_last"));
   EXPECT_THAT(error_of([&] { io::load_config(path, {"checkpoint.every=1"}); }),
               HasSubstr("unknown key 'checkpoint.every'"));
 }

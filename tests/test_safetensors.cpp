@@ -26,7 +26,9 @@ using ::testing::HasSubstr;
 
 namespace {
 
-Tensor f32(const std::vector<float>& values, const Shape& shape) { return Tensor::from_vector(values, shape); }
+Tensor f32(const std::vector<float>& values, const Shape& shape) {
+  return Tensor::from_vector(values, shape);
+}
 
 std::string le64(uint64_t v) {
   std::string s(8, '\0');
@@ -35,7 +37,9 @@ std::string le64(uint64_t v) {
 }
 
 // A safetensors file assembled by hand from a header text and data bytes.
-std::string file_of(const std::string& header, const std::string& data) { return le64(header.size()) + header + data; }
+std::string file_of(const std::string& header, const std::string& data) {
+  return le64(header.size()) + header + data;
+}
 
 SafetensorsView parse(const std::string& bytes) {
   return parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "f.safetensors");
@@ -53,8 +57,9 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 TEST(Json, ParsesNestedValuesAndReadsTypedFields) {
-  JsonValue v = json_parse(R"( {"a": [1, -2.5e3, true, null], "b": {"c": "x\"\u00e9\ud83d\ude00"}, "n": -9223372036854775808} )",
-                           "t.json");
+  JsonValue v = json_parse(
+      R"( {"a": [1, -2.5e3, true, null], "b": {"c": "x\"\u00e9\ud83d\ude00"}, "n": -9223372036854775808} )",
+      "t.json");
   const auto& a = v.at("a", "t").as_array("t");
   ASSERT_EQ(a.size(), 4u);
   EXPECT_EQ(a[0].as_int("t"), 1);
@@ -64,12 +69,14 @@ TEST(Json, ParsesNestedValuesAndReadsTypedFields) {
   EXPECT_EQ(v.at("b", "t").at("c", "t").as_string("t"), "x\"\xc3\xa9\xf0\x9f\x98\x80");
   EXPECT_EQ(v.at("n", "t").as_int("t"), std::numeric_limits<int64_t>::min());
   EXPECT_THAT(error_of([&] { v.at("missing", "t.json"); }), HasSubstr("t.json: missing key 'missing'"));
-  EXPECT_THAT(error_of([&] { a[1].as_int("t.json: key 'a'"); }), HasSubstr("expected an integer, got -2.5e3"));
+  EXPECT_THAT(error_of([&] { a[1].as_int("t.json: key 'a'"); }),
+              HasSubstr("expected an integer, got -2.5e3"));
   EXPECT_THAT(error_of([&] { a[0].as_string("w"); }), HasSubstr("w: expected a string, got 1"));
 }
 
 TEST(Json, DoublesAndIntegersRoundTripExactly) {
-  const double values[] = {0.1, -1.0 / 3.0, 1e-300, 6.02214076e23, 5e-324, std::numeric_limits<double>::max(), 0.0};
+  const double values[] = {0.1, -1.0 / 3.0, 1e-300, 6.02214076e23, 5e-324, std::numeric_limits<double>::max(),
+                           0.0};
   for (double d : values) {
     JsonValue back = json_parse(JsonValue(d).dump(), "t");
     EXPECT_EQ(back.as_double("t"), d) << JsonValue(d).dump();
@@ -98,7 +105,8 @@ TEST(Json, MalformedTextNamesTheByte) {
       {"{} x", "byte 3: expected the end"},
   };
   for (const auto& [text, expected] : cases)
-    EXPECT_THAT(error_of([&] { json_parse(text, "bad.json"); }), HasSubstr(std::string("bad.json: malformed JSON at ") + expected))
+    EXPECT_THAT(error_of([&] { json_parse(text, "bad.json"); }),
+                HasSubstr(std::string("bad.json: malformed JSON at ") + expected))
         << text;
 }
 
@@ -161,33 +169,38 @@ TEST(Safetensors, DamagedFilesAreClearErrors) {
       {file_of("{\"a\": ", ""), "f.safetensors (header): malformed JSON at byte 6"},
       {file_of("[1]", ""), "f.safetensors: header: expected an object, got an array"},
       {file_of(R"({"a": {"shape": [2], "data_offsets": [0, 8]}})", data), "tensor 'a': missing key 'dtype'"},
-      {file_of(R"({"a": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}})", data), "unknown dtype 'F33'"},
-      {file_of(R"({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", data), "negative dimension -2"},
+      {file_of(R"({"a": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}})", data),
+       "unknown dtype 'F33'"},
+      {file_of(R"({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", data),
+       "negative dimension -2"},
       {file_of(R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 8], "data_offsets": [0, 8]}})", data),
        "too large to exist"},
       {file_of(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", data),
        "tensor 'a': shape [3] of F32 needs 12 bytes, but data_offsets [0, 8] hold 8"},
-      {file_of(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", data), "not an ordered pair"},
+      {file_of(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", data),
+       "not an ordered pair"},
       {file_of(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", data),
        "data_offsets [0, 16] reach past the 8 bytes of data in the file (truncated?)"},
-      {file_of(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
-               data),
+      {file_of(
+           R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+           data),
        "tensors 'a' and 'b' overlap"},
       {file_of(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", data),
        "bytes 0..4 of the data belong to no tensor"},
       {file_of(entry, data + "xyz"), "3 bytes after the last tensor"},
       {file_of(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": 1}})", data),
        "unexpected key 'x'"},
-      {file_of(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0]}})", data), "must be [begin, end]"},
+      {file_of(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0]}})", data),
+       "must be [begin, end]"},
       {file_of(R"({"__metadata__": {"k": 1}})", ""), "__metadata__ 'k': expected a string, got 1"},
   };
-  for (const auto& [bytes, expected] : cases) EXPECT_THAT(parse_error(bytes), HasSubstr(expected)) << expected;
+  for (const auto& [bytes, expected] : cases)
+    EXPECT_THAT(parse_error(bytes), HasSubstr(expected)) << expected;
 }
 
 TEST(Safetensors, EveryTruncationAndRandomCorruptionIsAnErrorOrAValidFile) {
   TempDir dir("dpt_safetensors");
-  safetensors_write(dir.file("m.safetensors"),
-                    {{"w", f32({1, 2, 3, 4}, {2, 2})}, {"b", f32({5, 6}, {2})}});
+  safetensors_write(dir.file("m.safetensors"), {{"w", f32({1, 2, 3, 4}, {2, 2})}, {"b", f32({5, 6}, {2})}});
   const std::string good = slurp(dir.file("m.safetensors"));
   for (size_t n = 0; n < good.size(); ++n) EXPECT_THROW(parse(good.substr(0, n)), Error) << "prefix of " << n;
   std::mt19937 rng(7);
@@ -213,16 +226,24 @@ TEST(Safetensors, LoadIntoChecksNamesShapesAndDtypesBeforeCopying) {
   EXPECT_EQ(b.to_vector(), (std::vector<float>{5, 6}));
 
   Tensor untouched = Tensor::zeros({2, 2});
-  EXPECT_THAT(error_of([&] { safetensors_load_into(f, {{"w", untouched}, {"b", Tensor::zeros({3})}}, "the model"); }),
+  EXPECT_THAT(error_of([&] {
+                safetensors_load_into(f, {{"w", untouched}, {"b", Tensor::zeros({3})}}, "the model");
+              }),
               HasSubstr(path + ": tensor 'b' has shape [2], the model expects [3]"));
   EXPECT_EQ(untouched.to_vector(), (std::vector<float>(4, 0.0f)));  // nothing copied before the check failed
-  EXPECT_THAT(error_of([&] { safetensors_load_into(f, {{"w", w}, {"b", b}, {"c", b}}, "the model"); }),
+  EXPECT_THAT(error_of([&] {
+                safetensors_load_into(f, {{"w", w}, {"b", b}, {"c", b}}, "the model");
+              }),
               HasSubstr(path + ": no tensor 'c', which the model has"));
-  EXPECT_THAT(error_of([&] { safetensors_load_into(f, {{"w", w}}, "the model"); }),
+  EXPECT_THAT(error_of([&] {
+                safetensors_load_into(f, {{"w", w}}, "the model");
+              }),
               HasSubstr(path + ": tensor 'b' is not part of the model"));
   safetensors_load_into(f, {{"w", w}}, "the model", [](const std::string& name) { return name == "b"; });
   Tensor as_i64 = Tensor::zeros({2}, DType::i64);
-  EXPECT_THAT(error_of([&] { safetensors_load_into(f, {{"w", w}, {"b", as_i64}}, "the model"); }),
+  EXPECT_THAT(error_of([&] {
+                safetensors_load_into(f, {{"w", w}, {"b", as_i64}}, "the model");
+              }),
               HasSubstr("tensor 'b' is F32, the model expects I64"));
 }
 

@@ -75,13 +75,16 @@ class TrainCheckpoint : public ::testing::Test {
   }
 
   // `train c.yaml` with its output in dir_/name, on `np` ranks (1: no mpirun).
-  static Result train(const std::string& name, int np, const std::string& args = "", const std::string& env = "") {
+  static Result train(const std::string& name, int np, const std::string& args = "",
+                      const std::string& env = "") {
     std::string cmd = env + " ";
     if (np > 1)
-      cmd += "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none -np " +
-             std::to_string(np) + " ";
-    return run(cmd + train_ + " " + (dir_ / "c.yaml").string() + " --set output.dir=" + (dir_ / name).string() + " " +
-               args);
+      cmd +=
+          "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none "
+          "-np " +
+          std::to_string(np) + " ";
+    return run(cmd + train_ + " " + (dir_ / "c.yaml").string() +
+               " --set output.dir=" + (dir_ / name).string() + " " + args);
   }
 
   // The final parameters of an uninterrupted run on `np` ranks, made once per suite.
@@ -141,8 +144,9 @@ TEST_F(TrainCheckpoint, TwoRankCheckpointResumesOnOneRank) {
   ASSERT_EQ(stopped.exit_code, 128 + 15) << stopped.err;
   Result resumed = train("shrink", 1, "--resume " + path("shrink/checkpoints/step-20.safetensors").string());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_THAT(resumed.out, HasSubstr("resumed with 1 rank(s) x batch 16; the checkpoint had 2 x 16: the data order "
-                                     "follows the new world size"));
+  EXPECT_THAT(resumed.out,
+              HasSubstr("resumed with 1 rank(s) x batch 16; the checkpoint had 2 x 16: the data order "
+                        "follows the new world size"));
   // Epoch 2 goes on from sample 20 x 16 ... of its order: 8 of 32 one-rank steps were done.
   EXPECT_THAT(resumed.out, HasSubstr("checkpoint " + path("shrink/checkpoints/step-44.json").string()));
   EXPECT_THAT(resumed.out, HasSubstr("epoch 3: "));
@@ -157,7 +161,8 @@ TEST_F(TrainCheckpoint, FullDiskKeepsThePreviousCheckpointAndSaysWhy) {
   // link to /dev/full, whose writes the kernel answers with ENOSPC as well.
   const fs::path disk = path("disk");
   fs::create_directories(disk);
-  const bool mounted = std::system(("mount -t tmpfs -o size=700k tmpfs " + disk.string() + " 2>/dev/null").c_str()) == 0;
+  const bool mounted =
+      std::system(("mount -t tmpfs -o size=700k tmpfs " + disk.string() + " 2>/dev/null").c_str()) == 0;
   std::printf("full disk: %s\n", mounted ? "a 700 KB tmpfs" : "a link to /dev/full (mount not permitted)");
   const std::string big = "--set model.hidden=[512] --set output.dir=" + (disk / "run").string();
   Result died = train("unused", 1, big, "DPT_DEBUG_FAULT=sigkill@40");
@@ -177,7 +182,8 @@ TEST_F(TrainCheckpoint, FullDiskKeepsThePreviousCheckpointAndSaysWhy) {
   EXPECT_THAT(r.err, HasSubstr("error: checkpoint step-64 not saved: "));
   EXPECT_THAT(r.err, HasSubstr("No space left on device"));
   EXPECT_THAT(r.err, HasSubstr("the last complete checkpoint is " + ckpt + "/step-32.json"));
-  EXPECT_EQ(files, (std::vector<std::string>{"step-32.json", "step-32.optimizer.safetensors", "step-32.safetensors"}));
+  EXPECT_EQ(files, (std::vector<std::string>{"step-32.json", "step-32.optimizer.safetensors",
+                                             "step-32.safetensors"}));
 
   // The previous checkpoint is whole: moved to a disk with room, the run resumes from it
   // and ends where an uninterrupted one-rank run does, bit for bit.
@@ -194,7 +200,8 @@ TEST_F(TrainCheckpoint, NonFiniteGradientsStopEveryRankAndKeepTheLastGoodCheckpo
   Result r = train("nan", 2, "", "DPT_DEBUG_FAULT=nan@20:1");
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_THAT(r.err, HasSubstr("error: step 20 (epoch 2, step 4 of 16): non-finite gradients"));
-  EXPECT_THAT(r.err, HasSubstr("the last good checkpoint is " + path("nan/checkpoints/step-16.json").string()));
+  EXPECT_THAT(r.err,
+              HasSubstr("the last good checkpoint is " + path("nan/checkpoints/step-16.json").string()));
   EXPECT_EQ(io::checkpoint_steps(path("nan/checkpoints").string()), (std::vector<int64_t>{16}));
   // That checkpoint loads, and its weights are finite.
   nn::ModulePtr model =
@@ -218,7 +225,8 @@ TEST_F(TrainCheckpoint, NonFiniteGradientsStopEveryRankAndKeepTheLastGoodCheckpo
 TEST_F(TrainCheckpoint, BadCheckpointsAreOneLineAndExitCode2) {
   Result made = train("bad", 1, "--set epochs=1");
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  const fs::path json = path("bad/checkpoints/step-32.json"), model = path("bad/checkpoints/step-32.safetensors");
+  const fs::path json = path("bad/checkpoints/step-32.json"),
+                 model = path("bad/checkpoints/step-32.safetensors");
   const std::string json_text = read_all(json), model_bytes = read_all(model);
   auto expect_error = [&](const std::string& args, const std::string& needle) {
     Result r = train("bad", 1, "--resume " + json.string() + " " + args);
@@ -228,7 +236,8 @@ TEST_F(TrainCheckpoint, BadCheckpointsAreOneLineAndExitCode2) {
   };
   expect_error("--set model.hidden=[16]",
                model.string() + ": tensor '1.weight' has shape [32, 64], the model 'mlp' expects [16, 64]");
-  expect_error("--set 'model={name: mnist_cnn}'", "a checkpoint of model 'mlp', but the config's model is 'mnist_cnn'");
+  expect_error("--set 'model={name: mnist_cnn}'",
+               "a checkpoint of model 'mlp', but the config's model is 'mnist_cnn'");
   std::ofstream(model, std::ios::binary) << model_bytes.substr(0, model_bytes.size() / 2);
   expect_error("", model.string() + ": tensor '");
   std::ofstream(model, std::ios::binary) << model_bytes;

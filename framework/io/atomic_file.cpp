@@ -16,7 +16,9 @@
 namespace dpt::io {
 namespace {
 
-std::string reason(int error) { return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")"; }
+std::string reason(int error) {
+  return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")";
+}
 
 // Closes the descriptor on every path out of a function.
 class Fd {
@@ -86,7 +88,8 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
 }
 
 void remove_file(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) DPT_FAIL() << path << ": cannot remove: " << reason(errno);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    DPT_FAIL() << path << ": cannot remove: " << reason(errno);
 }
 
 std::string read_file(const std::string& path) {

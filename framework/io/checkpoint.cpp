@@ -42,8 +42,8 @@ nn::NamedTensors state_tensors(const TrainingObjects& o, bool with_ema) {
   nn::NamedTensors out;
   for (const auto& s : o.optimizer.state_tensors()) {
     auto it = names.find(s.param.impl());
-    DPT_CHECK(it != names.end()) << "checkpoint: the optimizer holds a parameter of shape " << shape_str(s.param.shape())
-                                 << " that is not in the model";
+    DPT_CHECK(it != names.end()) << "checkpoint: the optimizer holds a parameter of shape "
+                                 << shape_str(s.param.shape()) << " that is not in the model";
     out.emplace_back(s.kind + "." + it->second, s.value);
   }
   if (with_ema)
@@ -122,8 +122,8 @@ void prune(const std::string& dir, int64_t keep_last) {
 }
 
 // Everything but the tensors. Keys are grouped as checkpoint_load reads them.
-JsonValue checkpoint_json(const TrainingObjects& objects, const CheckpointInfo& info, const std::string& model_file,
-                          const std::string& state_file) {
+JsonValue checkpoint_json(const TrainingObjects& objects, const CheckpointInfo& info,
+                          const std::string& model_file, const std::string& state_file) {
   const TrainingProgress& p = info.progress;
   JsonValue rng = JsonValue::array();
   for (nn::Dropout* d : dropouts(objects.model)) rng.push(d->rng().state());
@@ -158,8 +158,8 @@ JsonValue checkpoint_json(const TrainingObjects& objects, const CheckpointInfo& 
 
 }  // namespace
 
-std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects, const CheckpointInfo& info,
-                            int64_t keep_last) {
+std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
+                            const CheckpointInfo& info, int64_t keep_last) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   DPT_CHECK(!ec) << dir << ": cannot create the checkpoint directory: " << ec.message();
@@ -175,8 +175,7 @@ std::string checkpoint_save(const std::string& dir, const TrainingObjects& objec
     safetensors_write(dir + "/" + model_file, objects.model.state_dict(), metadata);
     safetensors_write(dir + "/" + state_file, state_tensors(objects, objects.ema != nullptr), metadata);
 
-    const std::string text =
-        checkpoint_json(objects, info, model_file, state_file).dump() + "\n";
+    const std::string text = checkpoint_json(objects, info, model_file, state_file).dump() + "\n";
     write_file_atomic(json_path, {text});
   } catch (const Error& e) {
     // Free what this checkpoint took; without its JSON it would never be used.
@@ -185,8 +184,9 @@ std::string checkpoint_save(const std::string& dir, const TrainingObjects& objec
     ::unlink((dir + "/" + state_file).c_str());
     std::vector<int64_t> kept = checkpoint_steps(dir);
     DPT_FAIL() << "checkpoint " << name << " not saved: " << e.what() << "; "
-               << (kept.empty() ? std::string("no earlier checkpoint exists")
-                                : "the last complete checkpoint is " + dir + "/" + stem(kept.back()) + ".json");
+               << (kept.empty()
+                       ? std::string("no earlier checkpoint exists")
+                       : "the last complete checkpoint is " + dir + "/" + stem(kept.back()) + ".json");
   }
   prune(dir, keep_last);
   return json_path;
@@ -231,8 +231,8 @@ CheckpointInfo checkpoint_load(const std::string& json_path, const TrainingObjec
   const std::string text = read_file(json_path);
   const JsonValue root = json_parse(text, json_path);
   Fields f(root, json_path);
-  DPT_CHECK(f.string("format") == kFormat) << f.where("format") << ": expected \"" << kFormat << "\", got \""
-                                           << f.string("format") << "\"";
+  DPT_CHECK(f.string("format") == kFormat)
+      << f.where("format") << ": expected \"" << kFormat << "\", got \"" << f.string("format") << "\"";
   DPT_CHECK(f.integer("version", 0) == kVersion)
       << f.where("version") << ": this dpt reads version " << kVersion << ", the file is version "
       << f.integer("version", 0);
@@ -263,8 +263,8 @@ CheckpointInfo checkpoint_load(const std::string& json_path, const TrainingObjec
       << objects.model_name << "'";
   const std::string& optimizer_name = f.string("optimizer.name");
   DPT_CHECK(optimizer_name == objects.optimizer_name)
-      << json_path << ": a checkpoint with " << optimizer_name << " optimizer state, but the config's optimizer is "
-      << objects.optimizer_name;
+      << json_path << ": a checkpoint with " << optimizer_name
+      << " optimizer state, but the config's optimizer is " << objects.optimizer_name;
   const int64_t optimizer_steps = f.integer("optimizer.steps", 0);
   const JsonValue& ema = f.get("ema");
   info.has_ema = !ema.is_null();
@@ -274,17 +274,18 @@ CheckpointInfo checkpoint_load(const std::string& json_path, const TrainingObjec
     rng_states.push_back(s.as_string(f.where("rng.dropout")));
   std::vector<nn::Dropout*> drops = dropouts(objects.model);
   DPT_CHECK(rng_states.size() == drops.size())
-      << f.where("rng.dropout") << ": " << rng_states.size() << " dropout generator states, but the model has "
-      << drops.size() << " dropout layers";
+      << f.where("rng.dropout") << ": " << rng_states.size()
+      << " dropout generator states, but the model has " << drops.size() << " dropout layers";
 
   // Both tensor files are read and parsed before anything is copied.
   SafetensorsFile model_file = safetensors_read(f.sibling("model.file"));
   SafetensorsFile state_file = safetensors_read(f.sibling("optimizer.file"));
   const bool load_ema = objects.ema && info.has_ema;
   safetensors_load_into(model_file, objects.model.state_dict(), "the model '" + objects.model_name + "'");
-  safetensors_load_into(state_file, state_tensors(objects, load_ema), "the " + objects.optimizer_name + " optimizer" +
-                                                                          (load_ema ? " and EMA" : "") + " state",
-                        [&](const std::string& name) { return !objects.ema && name.rfind("ema.", 0) == 0; });
+  safetensors_load_into(
+      state_file, state_tensors(objects, load_ema),
+      "the " + objects.optimizer_name + " optimizer" + (load_ema ? " and EMA" : "") + " state",
+      [&](const std::string& name) { return !objects.ema && name.rfind("ema.", 0) == 0; });
   objects.optimizer.set_step_count(optimizer_steps);
   for (size_t i = 0; i < drops.size(); ++i) {
     try {

@@ -64,8 +64,8 @@ struct CheckpointInfo {
 // `keep_last` remain (0 keeps all), with any files a crashed writer left behind. Returns
 // the JSON's path. On failure throws dpt::Error naming the file and the reason; the
 // checkpoints already in `dir` are intact.
-std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects, const CheckpointInfo& info,
-                            int64_t keep_last);
+std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
+                            const CheckpointInfo& info, int64_t keep_last);
 
 // Steps of the complete checkpoints (those with a JSON) in `dir`, ascending; none if the
 // directory does not exist.

@@ -17,12 +17,18 @@ constexpr int kMaxDepth = 64;
 
 const char* kind_name(JsonValue::Kind kind) {
   switch (kind) {
-    case JsonValue::Kind::null: return "null";
-    case JsonValue::Kind::boolean: return "a boolean";
-    case JsonValue::Kind::number: return "a number";
-    case JsonValue::Kind::string: return "a string";
-    case JsonValue::Kind::array: return "an array";
-    case JsonValue::Kind::object: return "an object";
+    case JsonValue::Kind::null:
+      return "null";
+    case JsonValue::Kind::boolean:
+      return "a boolean";
+    case JsonValue::Kind::number:
+      return "a number";
+    case JsonValue::Kind::string:
+      return "a string";
+    case JsonValue::Kind::array:
+      return "an array";
+    case JsonValue::Kind::object:
+      return "an object";
   }
   return "?";
 }
@@ -83,7 +89,8 @@ class Parser {
   char peek() const { return at_end() ? '\0' : text_[pos_]; }
 
   void skip_space() {
-    while (!at_end() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+    while (!at_end() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
       ++pos_;
   }
 
@@ -101,13 +108,23 @@ class Parser {
     if (depth >= kMaxDepth) fail("nested deeper than " + std::to_string(kMaxDepth) + " levels");
     if (at_end()) fail("expected a value, found the end of the text");
     switch (peek()) {
-      case '{': return object(depth);
-      case '[': return array(depth);
-      case '"': return JsonValue(string());
-      case 't': literal("true"); return JsonValue(true);
-      case 'f': literal("false"); return JsonValue(false);
-      case 'n': literal("null"); return JsonValue();
-      default: return number();
+      case '{':
+        return object(depth);
+      case '[':
+        return array(depth);
+      case '"':
+        return JsonValue(string());
+      case 't':
+        literal("true");
+        return JsonValue(true);
+      case 'f':
+        literal("false");
+        return JsonValue(false);
+      case 'n':
+        literal("null");
+        return JsonValue();
+      default:
+        return number();
     }
   }
 
@@ -176,10 +193,14 @@ class Parser {
     for (int i = 0; i < 4; ++i) {
       char c = text_[pos_++];
       code <<= 4;
-      if (c >= '0' && c <= '9') code |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') code |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') code |= static_cast<uint32_t>(c - 'A' + 10);
-      else fail("expected 4 hex digits after \\u");
+      if (c >= '0' && c <= '9')
+        code |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        code |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        code |= static_cast<uint32_t>(c - 'A' + 10);
+      else
+        fail("expected 4 hex digits after \\u");
     }
     return code;
   }
@@ -203,14 +224,30 @@ class Parser {
       if (at_end()) fail("unterminated escape");
       char e = text_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t code = hex4();
           if (code >= 0xdc00 && code <= 0xdfff) fail("a low surrogate \\u escape without a high one");
@@ -224,7 +261,9 @@ class Parser {
           append_utf8(out, code);
           break;
         }
-        default: --pos_; fail(std::string("unknown escape '\\") + e + "'");
+        default:
+          --pos_;
+          fail(std::string("unknown escape '\\") + e + "'");
       }
     }
   }
@@ -377,10 +416,18 @@ std::string JsonValue::dump() const {
 
 void JsonValue::dump_to(std::string& out) const {
   switch (kind_) {
-    case Kind::null: out += "null"; break;
-    case Kind::boolean: out += bool_ ? "true" : "false"; break;
-    case Kind::number: out += text_; break;
-    case Kind::string: append_quoted(out, text_); break;
+    case Kind::null:
+      out += "null";
+      break;
+    case Kind::boolean:
+      out += bool_ ? "true" : "false";
+      break;
+    case Kind::number:
+      out += text_;
+      break;
+    case Kind::string:
+      append_quoted(out, text_);
+      break;
     case Kind::array:
       out += '[';
       for (size_t i = 0; i < items_.size(); ++i) {
@@ -408,6 +455,8 @@ std::string JsonValue::describe() const {
   return text.size() <= 40 ? text : std::string(kind_name(kind_));
 }
 
-JsonValue json_parse(std::string_view text, const std::string& source) { return Parser(text, source).document(); }
+JsonValue json_parse(std::string_view text, const std::string& source) {
+  return Parser(text, source).document();
+}
 
 }  // namespace dpt::io

@@ -18,24 +18,29 @@
 namespace dpt::io {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; so is this reader");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; so is this reader");
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 
 uint64_t dtype_bytes(const std::string& dtype) {
   static const std::map<std::string, uint64_t> sizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},   {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
-      {"BF16", 2}, {"I32", 4}, {"U32", 4},  {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+      {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8}};
   auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
 
 const char* dtype_code(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::i64: return "I64";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
+    case DType::f32:
+      return "F32";
+    case DType::i64:
+      return "I64";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
   }
   return "?";
 }
@@ -57,16 +62,18 @@ SafetensorsEntry parse_entry(const std::string& key, const JsonValue& value, uin
   }
   e.dtype = value.at("dtype", where).as_string(where + " dtype");
   e.element_size = dtype_bytes(e.dtype);
-  DPT_CHECK(e.element_size > 0) << where << ": unknown dtype '" << e.dtype
-                                << "' (expected one of BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, "
-                                   "U64, F8_E5M2, F8_E4M3)";
+  DPT_CHECK(e.element_size > 0)
+      << where << ": unknown dtype '" << e.dtype
+      << "' (expected one of BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, "
+         "U64, F8_E5M2, F8_E4M3)";
   uint64_t numel = 1;
   bool overflow = false;
   for (const JsonValue& d : value.at("shape", where).as_array(where + " shape")) {
     int64_t dim = d.as_int(where + " shape");
     DPT_CHECK(dim >= 0) << where << ": negative dimension " << dim << " in its shape";
     e.shape.push_back(dim);
-    if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(dim)) overflow = true;
+    if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(dim))
+      overflow = true;
     numel *= static_cast<uint64_t>(dim);
   }
   if (numel != 0 && numel > std::numeric_limits<uint64_t>::max() / e.element_size) overflow = true;
@@ -81,9 +88,9 @@ SafetensorsEntry parse_entry(const std::string& key, const JsonValue& value, uin
                                         << "] are not an ordered pair of non-negative offsets";
   e.begin = static_cast<uint64_t>(begin);
   e.end = static_cast<uint64_t>(end);
-  DPT_CHECK(e.end - e.begin == bytes) << where << ": shape " << shape_str(e.shape) << " of " << e.dtype << " needs "
-                                      << bytes << " bytes, but data_offsets [" << begin << ", " << end << "] hold "
-                                      << e.end - e.begin;
+  DPT_CHECK(e.end - e.begin == bytes)
+      << where << ": shape " << shape_str(e.shape) << " of " << e.dtype << " needs " << bytes
+      << " bytes, but data_offsets [" << begin << ", " << end << "] hold " << e.end - e.begin;
   DPT_CHECK(e.end <= data_size) << where << ": data_offsets [" << begin << ", " << end << "] reach past the "
                                 << data_size << " bytes of data in the file (truncated?)";
   return e;
@@ -107,7 +114,8 @@ void check_tiling(const std::vector<SafetensorsEntry>& tensors, uint64_t data_si
     cursor = e.end;
     previous = &e;
   }
-  DPT_CHECK(cursor == data_size) << name << ": " << data_size - cursor << " bytes after the last tensor belong to "
+  DPT_CHECK(cursor == data_size) << name << ": " << data_size - cursor
+                                 << " bytes after the last tensor belong to "
                                  << "no tensor (the data is " << data_size << " bytes)";
 }
 
@@ -120,14 +128,15 @@ const SafetensorsEntry* SafetensorsView::find(const std::string& name) const {
 }
 
 SafetensorsView parse_safetensors(const uint8_t* bytes, size_t size, const std::string& name) {
-  DPT_CHECK(size >= 8) << name << ": " << size
-                       << " bytes is too short for a safetensors file (it starts with an 8-byte header length)";
+  DPT_CHECK(size >= 8)
+      << name << ": " << size
+      << " bytes is too short for a safetensors file (it starts with an 8-byte header length)";
   const uint64_t header_size = read_u64_le(bytes);
   DPT_CHECK(header_size <= kMaxHeaderBytes)
       << name << ": header length " << header_size << " is over the format's limit of " << kMaxHeaderBytes
       << " bytes (not a safetensors file?)";
-  DPT_CHECK(header_size <= size - 8) << name << ": header length " << header_size << " reaches past the end of the "
-                                     << size << "-byte file (truncated?)";
+  DPT_CHECK(header_size <= size - 8) << name << ": header length " << header_size
+                                     << " reaches past the end of the " << size << "-byte file (truncated?)";
   SafetensorsView view;
   view.data_start = 8 + header_size;
   view.data_size = size - view.data_start;
@@ -180,8 +189,9 @@ void safetensors_load_into(const SafetensorsFile& file, const nn::NamedTensors& 
     DPT_CHECK(e.dtype == dtype_code(target.dtype()))
         << file.path << ": tensor '" << name << "' is " << e.dtype << ", " << what << " expects "
         << dtype_code(target.dtype());
-    DPT_CHECK(e.shape == target.shape()) << file.path << ": tensor '" << name << "' has shape " << shape_str(e.shape)
-                                         << ", " << what << " expects " << shape_str(target.shape());
+    DPT_CHECK(e.shape == target.shape())
+        << file.path << ": tensor '" << name << "' has shape " << shape_str(e.shape) << ", " << what
+        << " expects " << shape_str(target.shape());
   }
   for (const auto& [name, target] : into) {
     auto it = unused.find(name);
@@ -205,8 +215,10 @@ void safetensors_write(const std::string& path, const nn::NamedTensors& tensors,
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     DPT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i64)
-        << path << ": tensor '" << name << "' is " << dtype_name(t.dtype()) << ", only f32 and i64 are written";
-    DPT_CHECK(name != "__metadata__" && !header.find(name)) << path << ": tensor name '" << name << "' repeats";
+        << path << ": tensor '" << name << "' is " << dtype_name(t.dtype())
+        << ", only f32 and i64 are written";
+    DPT_CHECK(name != "__metadata__" && !header.find(name))
+        << path << ": tensor name '" << name << "' repeats";
     Tensor h = t.to(Device::cpu()).contiguous();
     const uint64_t bytes = static_cast<uint64_t>(h.numel()) * dtype_size(h.dtype());
     JsonValue shape = JsonValue::array();
@@ -226,7 +238,8 @@ void safetensors_write(const std::string& path, const nn::NamedTensors& tensors,
   std::memcpy(prefix, &length, 8);
   std::vector<std::string_view> pieces{std::string_view(prefix, 8), text};
   for (const Tensor& h : host)
-    pieces.emplace_back(static_cast<const char*>(h.raw_data()), static_cast<size_t>(h.numel()) * dtype_size(h.dtype()));
+    pieces.emplace_back(static_cast<const char*>(h.raw_data()),
+                        static_cast<size_t>(h.numel()) * dtype_size(h.dtype()));
   write_file_atomic(path, pieces);
 }
 

@@ -67,6 +67,7 @@ void safetensors_load_into(const SafetensorsFile& file, const nn::NamedTensors& 
 
 // Writes `tensors` (f32 or i64, any device and layout) atomically (write_file_atomic), in
 // the given order, data aligned to 8 bytes, with `metadata` as "__metadata__".
-void safetensors_write(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata = {});
+void safetensors_write(const std::string& path, const nn::NamedTensors& tensors,
+                       const Metadata& metadata = {});
 
 }  // namespace dpt::io

@@ -33,7 +33,10 @@ bool gradients_finite(const std::vector<Tensor>& params) {
 }
 
 NonfiniteGuard::NonfiniteGuard(const nn::Module& model, bool keep_buffers, bool check_loss)
-    : params_(model.parameters()), buffers_(model.named_buffers()), keep_buffers_(keep_buffers), check_loss_(check_loss) {
+    : params_(model.parameters()),
+      buffers_(model.named_buffers()),
+      keep_buffers_(keep_buffers),
+      check_loss_(check_loss) {
   if (keep_buffers_)
     for (const auto& [name, t] : buffers_) saved_.emplace_back(name, t.clone());
 }
