@@ -134,7 +134,12 @@ io::TrainingProgress resume_from(const std::string& path, const io::TrainingObje
   io::CheckpointInfo info = io::checkpoint_load(path, objects);
   const io::TrainingProgress& p = info.progress;
   const int world_size = dist::info().world_size;
+  // Results depend on the thread count (how oneDNN splits its sums): a deterministic run
+  // left to choose takes the checkpoint's.
+  const bool pin_threads = config.deterministic && config.threads == 0 && info.threads != threads_get();
+  if (pin_threads) threads_set(info.threads);
   if (dist::info().rank != 0) return p;
+  if (pin_threads) std::printf("deterministic: %d threads per rank, as in the checkpoint's run\n", info.threads);
   std::printf("resumed from %s: step %lld, epoch %lld, step %lld of the epoch\n", path.c_str(),
               static_cast<long long>(p.step), static_cast<long long>(p.epoch + 1),
               static_cast<long long>(p.step_in_epoch));

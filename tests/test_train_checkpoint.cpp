@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/threading.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
@@ -152,6 +153,34 @@ TEST_F(TrainCheckpoint, TwoRankCheckpointResumesOnOneRank) {
   EXPECT_THAT(resumed.out, HasSubstr("epoch 3: "));
   EXPECT_EQ(lines(read_all(path("shrink/metrics.jsonl"))), 3);
   EXPECT_THAT(read_all(path("shrink/summary.json")), HasSubstr("\"world_size\": 1"));
+}
+
+TEST_F(TrainCheckpoint, DeterministicRunsRepeatExactlyOnThreeRanks) {
+  // Three ranks: an all-reduce sums three values, so the order of the sum matters.
+  Result a = train("three_a", 3, "--set epochs=1"), b = train("three_b", 3, "--set epochs=1");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_TRUE(read_all(path("three_a/model.safetensors")) == read_all(path("three_b/model.safetensors")));
+}
+
+TEST_F(TrainCheckpoint, DeterministicResumeTakesTheCheckpointsThreadCount) {
+  // mnist_cnn's convolutions give other bits with 1 thread than with 2 (oneDNN splits its
+  // sums by thread), so a resumed run left to choose (threads: 0, all cores) must take the
+  // one thread of the checkpoint's run to end where that run would have.
+  const std::string cnn =
+      "--set 'model={name: mnist_cnn}' --set 'dataset={name: synthetic, shape: [1, 12, 12], classes: 4, "
+      "size: 256}' "
+      "--set threads=1 --set epochs=2 --set dataset.augment=true";
+  Result whole = train("cnn_whole", 1, cnn);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  Result stopped = train("cnn", 1, cnn, "DPT_DEBUG_FAULT=sigterm@11");
+  ASSERT_EQ(stopped.exit_code, 128 + 15) << stopped.err;
+  Result resumed = train("cnn", 1, cnn + " --set threads=0 --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  if (threads_available() > 1) {
+    EXPECT_THAT(resumed.out, HasSubstr("deterministic: 1 threads per rank, as in the checkpoint's run"));
+  }
+  EXPECT_TRUE(read_all(path("cnn/model.safetensors")) == read_all(path("cnn_whole/model.safetensors")));
 }
 
 TEST_F(TrainCheckpoint, FullDiskKeepsThePreviousCheckpointAndSaysWhy) {
