@@ -1,13 +1,11 @@
 // train: the entry point. config -> MPI -> data -> model (DDP when several ranks) ->
 // optimizer -> epochs of train and evaluate -> metrics.jsonl and summary.json (rank 0).
 // Any dpt::Error ends the run with one line on stderr and exit code 2; on several ranks
-// it ends every rank (MPI_Abort), so no rank waits forever on one that died. Non-finite
-// gradients stop every rank at the same step (exit code 3); SIGTERM/SIGINT write a
-// checkpoint and exit with 128 + the signal; --resume continues from a checkpoint.
+// it ends every rank (MPI_Abort), so no rank waits forever on one that died. Checkpoints,
+// --resume, SIGTERM/SIGINT (exit 128 + signal) and non-finite gradients (exit 3): io/run_control.h.
 //
 //   mpirun -np 2 build/train configs/default.yaml [--set key=value ...] [--resume PATH|auto]
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -24,20 +22,17 @@
 #include "distributed/dist.h"
 #include "datasets/mnist.h"
 #include "datasets/synthetic.h"
-#include "io/checkpoint.h"
 #include "io/config.h"
-#include "io/fault_injection.h"
 #include "io/json.h"
 #include "io/progress.h"
+#include "io/run_control.h"
 #include "io/safetensors.h"
 #include "io/stop_signal.h"
 #include "models/registry.h"
 #include "models/summary.h"
-#include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "optim/adamw.h"
 #include "optim/ema.h"
-#include "optim/nonfinite.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
 
@@ -128,32 +123,6 @@ int compute_threads(int64_t configured) {
   return std::max(1, available / dist::info().local_size);
 }
 
-// Restores a checkpoint into `objects` and says so (rank 0); returns where to continue.
-io::TrainingProgress resume_from(const std::string& path, const io::TrainingObjects& objects,
-                                 const io::Config& config) {
-  io::CheckpointInfo info = io::checkpoint_load(path, objects);
-  const io::TrainingProgress& p = info.progress;
-  const int world_size = dist::info().world_size;
-  // Results depend on the thread count (how oneDNN splits its sums): a deterministic run
-  // left to choose takes the checkpoint's.
-  const bool pin_threads = config.deterministic && config.threads == 0 && info.threads != threads_get();
-  if (pin_threads) threads_set(info.threads);
-  if (dist::info().rank != 0) return p;
-  if (pin_threads) std::printf("deterministic: %d threads per rank, as in the checkpoint's run\n", info.threads);
-  std::printf("resumed from %s: step %lld, epoch %lld, step %lld of the epoch\n", path.c_str(),
-              static_cast<long long>(p.step), static_cast<long long>(p.epoch + 1),
-              static_cast<long long>(p.step_in_epoch));
-  if (info.world_size != world_size || info.batch_size != config.batch_size)
-    std::printf("resumed with %d rank(s) x batch %lld; the checkpoint had %d x %lld: the data order follows the new "
-                "world size\n",
-                world_size, static_cast<long long>(config.batch_size), info.world_size,
-                static_cast<long long>(info.batch_size));
-  if (config.deterministic && info.threads != threads_get())
-    std::printf("note: %d threads per rank, the checkpoint's run had %d: not bit-for-bit the same as that run\n",
-                threads_get(), info.threads);
-  return p;
-}
-
 int run(const io::Config& config, const std::string& resume) {
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
@@ -195,90 +164,47 @@ int run(const io::Config& config, const std::string& resume) {
   float lr = static_cast<float>(config.optimizer.lr) * (config.lr_scaling == "linear" ? world.world_size : 1);
   optim::LrSchedule schedule(lr, schedule_options(config.schedule), steps, config.epochs);
 
-  const std::string checkpoint_dir = config.output.dir + "/checkpoints";
-  const io::TrainingObjects objects{*net, config.model.name, *optimizer, config.optimizer.name, ema.get()};
-  const std::string resume_path = resume.empty() ? "" : io::checkpoint_resolve(resume, checkpoint_dir);
-  if (resume == "auto" && resume_path.empty() && main_rank)
-    std::printf("--resume auto: no checkpoint in %s, starting from scratch\n", checkpoint_dir.c_str());
-  io::TrainingProgress at = resume_path.empty() ? io::TrainingProgress{} : resume_from(resume_path, objects, config);
-
+  io::Progress progress(config.epochs, config.log_every);
+  io::RunControl control(config, {*net, config.model.name, *optimizer, config.optimizer.name, ema.get()}, progress);
+  control.resume(resume);
+  io::TrainingProgress& at = control.progress();
   std::string metrics_path = config.output.dir + "/metrics.jsonl";
   if (main_rank) {
     std::filesystem::create_directories(config.output.dir);
-    if (resume_path.empty()) std::filesystem::remove(metrics_path);
+    if (!control.resumed()) std::filesystem::remove(metrics_path);
     io::metrics_keep_epochs(metrics_path, at.epoch);
     io::write_file(config.output.dir + "/config.yaml", io::config_to_yaml(config));
   }
-  // Rank 0 saves; a checkpoint names the step and epoch the run continues from.
-  auto save = [&](int64_t epoch, int64_t step_in_epoch, float lr) {
-    at.epoch = epoch;
-    at.step_in_epoch = step_in_epoch;
-    at.samples_in_epoch = step_in_epoch * config.batch_size * world.world_size;
-    if (step_in_epoch == 0) at.epoch_loss_sum = 0, at.epoch_steps_applied = 0;
-    io::CheckpointInfo info{at, world.world_size, config.batch_size, threads_get(), config.deterministic, lr,
-                            io::config_to_yaml(config)};
-    std::printf("checkpoint %s\n", io::checkpoint_save(checkpoint_dir, objects, info, config.checkpoint.keep_last).c_str());
-  };
-  const io::FaultInjection faults = io::FaultInjection::from_env(world.rank);
-  optim::NonfiniteGuard guard(*net, config.on_nonfinite == "skip", world.world_size == 1);
 
-  io::Progress progress(config.epochs, config.log_every);
   const int64_t global_batch = config.batch_size * world.world_size;
-  double& best_acc = at.best_test_acc;
-  double& final_acc = at.final_test_acc;
-  double& train_time = at.train_time_s;
+  double &best_acc = at.best_test_acc, &final_acc = at.final_test_acc, &train_time = at.train_time_s;
   int64_t& train_images = at.train_images;
   auto run_start = Clock::now();
   for (int64_t epoch = at.epoch; epoch < config.epochs; ++epoch) {
     auto epoch_start = Clock::now();
     // A resumed epoch goes on after the samples its checkpoint had trained on.
-    const int64_t consumed = epoch == at.epoch ? at.samples_in_epoch : 0;
-    int64_t step = consumed / world.world_size / config.batch_size;
-    const int64_t first_step = step;
-    train_loader.start_epoch(data::train_shard_rest(data.train.size(), config.seed, epoch, world.rank,
-                                                    world.world_size, true, consumed),
-                             epoch, first_step);
+    const int64_t done = control.samples_done(epoch), first_step = done / global_batch;
+    train_loader.start_epoch(
+        data::train_shard_rest(data.train.size(), config.seed, epoch, world.rank, world.world_size, true, done), epoch,
+        first_step);
     data::Batch batch;
-    double loss_sum = 0;  // this rank's, over the steps applied since the epoch (re)started
-    int64_t applied = 0;
-    // A resumed epoch's earlier steps: their mean-over-ranks loss sum and count.
-    const double carried_loss = epoch == at.epoch ? at.epoch_loss_sum : 0;
-    const int64_t carried_steps = epoch == at.epoch ? at.epoch_steps_applied : 0;
+    double loss_sum = 0;
+    int64_t step = first_step, applied = 0;
     while (step < steps && train_loader.next(batch)) {
-      faults.before_step(at.step + 1);
-      guard.before_forward();
-      Tensor loss = cross_entropy((*model)(batch.images), batch.labels, static_cast<float>(config.label_smoothing));
-      if (faults.nan_at(at.step + 1)) loss = mul(loss, NAN);
+      control.before_forward();
+      Tensor loss = control.loss_hook(
+          cross_entropy((*model)(batch.images), batch.labels, static_cast<float>(config.label_smoothing)));
       optimizer->zero_grad();
       loss.backward();
-      const float lr = schedule.lr_at(epoch * steps + step);
-      ++at.step;
+      const float step_lr = schedule.lr_at(epoch * steps + step);
       ++step;
-      if (guard.step_finite(loss)) {
-        optimizer->step(lr);
+      const io::RunControl::StepAction action = control.after_backward(loss, epoch, step, steps);
+      if (action == io::RunControl::StepAction::stop) return 3;
+      if (action == io::RunControl::StepAction::apply) {
+        optimizer->step(step_lr);
         if (ema) ema->update(*net);
         loss_sum += loss.item();
         ++applied;
-      } else {
-        // Every rank sees the same all-reduced gradients, so every rank gets here together.
-        std::vector<int64_t> kept = io::checkpoint_steps(checkpoint_dir);
-        if (main_rank)
-          std::fprintf(stderr, "%s: step %lld (epoch %lld, step %lld of %lld): non-finite gradients (NaN or Inf; "
-                               "rank 0's loss %g)%s\n",
-                       config.on_nonfinite == "skip" ? "warning" : "error", static_cast<long long>(at.step),
-                       static_cast<long long>(epoch + 1), static_cast<long long>(step),
-                       static_cast<long long>(steps), loss.item(),
-                       config.on_nonfinite == "skip"
-                           ? "; step skipped"
-                           : ("; stopped, the last good checkpoint is " +
-                              (kept.empty() ? std::string("none (no checkpoint written yet)")
-                                            : checkpoint_dir + "/step-" + std::to_string(kept.back()) + ".json"))
-                                 .c_str());
-        if (config.on_nonfinite == "stop") {
-          if (world.world_size > 1) dist::world()->barrier()->wait();  // rank 0 has said why
-          return 3;
-        }
-        ++at.skipped_steps;
       }
       double elapsed = seconds_since(epoch_start);
       if (main_rank) {
@@ -288,24 +214,13 @@ int run(const io::Config& config, const std::string& resume) {
         progress.update(epoch + 1, step, steps, loss_sum / static_cast<double>(std::max<int64_t>(applied, 1)), rate,
                         eta);
       }
-      if (int signal = io::stop_signal_agreed()) {
-        at.epoch_loss_sum = carried_loss + sum_over_ranks({static_cast<float>(loss_sum)})[0] / world.world_size;
-        at.epoch_steps_applied = carried_steps + applied;
-        if (main_rank) {
-          progress.finish_line();
-          std::printf("signal %d: stopping after step %lld\n", signal, static_cast<long long>(at.step));
-          save(epoch, step, lr);
-        }
-        if (world.world_size > 1) dist::world()->barrier()->wait();  // no rank exits before the checkpoint is written
-        return 128 + signal;
-      }
+      if (int signal = control.stop_requested(epoch, step, step_lr, loss_sum, applied)) return 128 + signal;
     }
     if (main_rank) progress.finish_line();
     double epoch_train_time = seconds_since(epoch_start);
     train_time += epoch_train_time;
     train_images += (step - first_step) * global_batch;
-    double train_loss = (carried_loss + sum_over_ranks({static_cast<float>(loss_sum)})[0] / world.world_size) /
-                        static_cast<double>(carried_steps + applied);
+    double train_loss = control.epoch_loss(epoch, loss_sum, applied);
     EvalResult eval;
     if (ema) {
       optim::Ema::Swap averaged(*ema, *net);
@@ -316,21 +231,21 @@ int run(const io::Config& config, const std::string& resume) {
     final_acc = eval.accuracy;
     best_acc = std::max(best_acc, eval.accuracy);
     double images_per_sec = static_cast<double>((step - first_step) * global_batch) / epoch_train_time;
-    if (!main_rank) continue;
-    std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
-                static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
-    std::fflush(stdout);
-    io::append_line(metrics_path, io::JsonObject()
-                                      .add("epoch", epoch + 1)
-                                      .add("train_loss", train_loss)
-                                      .add("test_loss", eval.loss)
-                                      .add("test_acc", eval.accuracy)
-                                      .add("images_per_sec", images_per_sec)
-                                      .add("epoch_time_s", seconds_since(epoch_start))
-                                      .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1)))
-                                      .str());
-    if (config.checkpoint.every_epochs > 0 && (epoch + 1) % config.checkpoint.every_epochs == 0)
-      save(epoch + 1, 0, schedule.lr_at((epoch + 1) * steps - 1));
+    if (main_rank) {
+      std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
+                  static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
+      std::fflush(stdout);
+      io::append_line(metrics_path, io::JsonObject()
+                                        .add("epoch", epoch + 1)
+                                        .add("train_loss", train_loss)
+                                        .add("test_loss", eval.loss)
+                                        .add("test_acc", eval.accuracy)
+                                        .add("images_per_sec", images_per_sec)
+                                        .add("epoch_time_s", seconds_since(epoch_start))
+                                        .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1)))
+                                        .str());
+    }
+    control.epoch_end(epoch, schedule.lr_at((epoch + 1) * steps - 1));  // after the metrics line
   }
   if (!main_rank) return 0;
   io::safetensors_write(config.output.dir + "/model.safetensors", net->state_dict(), {{"format", "pt"}});
@@ -382,7 +297,7 @@ int main(int argc, char** argv) {
   }
   int code = 0;
   std::string message;
-  bool failed = false;  // an exception: this rank's alone, unlike run()'s own exit codes
+  bool failed = false;  // an exception is this rank's alone; run()'s exit codes are every rank's
   io::stop_signals_install();
   try {
     dist::init();
