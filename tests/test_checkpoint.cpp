@@ -161,6 +161,11 @@ TEST(Checkpoint, KeepLastPrunesOldAndOrphanedFiles) {
   EXPECT_EQ(files, (std::vector<std::string>{"notes.txt", "step-5.json", "step-5.optimizer.safetensors",
                                              "step-5.safetensors", "step-6.json",
                                              "step-6.optimizer.safetensors", "step-6.safetensors"}));
+  // A run resumed from an earlier checkpoint abandons the later ones: its own stay.
+  io::checkpoint_save(dir.path(), a.objects(), info_at(4), 2);
+  EXPECT_EQ(io::checkpoint_steps(dir.path()), (std::vector<int64_t>{4}));
+  io::checkpoint_save(dir.path(), a.objects(), info_at(5), 2);
+  EXPECT_EQ(io::checkpoint_steps(dir.path()), (std::vector<int64_t>{4, 5}));
 }
 
 TEST(Checkpoint, ResolveFindsTheCheckpointAResumeMeans) {
@@ -168,7 +173,7 @@ TEST(Checkpoint, ResolveFindsTheCheckpointAResumeMeans) {
   const std::string ckpt = dir.file("checkpoints");
   EXPECT_EQ(io::checkpoint_resolve("auto", ckpt), "");  // nothing yet: a fresh start
   Trainer a("sgd", 1);
-  for (int64_t s : {4, 12, 8}) io::checkpoint_save(ckpt, a.objects(), info_at(s), 0);
+  for (int64_t s : {4, 8, 12}) io::checkpoint_save(ckpt, a.objects(), info_at(s), 0);
   EXPECT_EQ(io::checkpoint_resolve("auto", ckpt), ckpt + "/step-12.json");
   EXPECT_EQ(io::checkpoint_resolve(ckpt, "elsewhere"), ckpt + "/step-12.json");
   EXPECT_EQ(io::checkpoint_resolve(ckpt + "/step-8.safetensors", ""), ckpt + "/step-8.json");

@@ -105,9 +105,12 @@ bool parse_step_file(const std::string& name, StepFile& out) {
   return true;
 }
 
-void prune(const std::string& dir, int64_t keep_last) {
-  std::vector<int64_t> steps = checkpoint_steps(dir);
-  std::set<int64_t> kept(steps.begin(), steps.end());
+// Keeps checkpoint `newest` (just written) and the keep_last - 1 before it. Checkpoints of
+// later steps are removed too: a run resumed from an older checkpoint has abandoned them.
+void prune(const std::string& dir, int64_t newest, int64_t keep_last) {
+  std::set<int64_t> kept;
+  for (int64_t step : checkpoint_steps(dir))
+    if (step <= newest) kept.insert(step);
   if (keep_last > 0)
     while (static_cast<int64_t>(kept.size()) > keep_last) kept.erase(kept.begin());
   // JSONs first: a checkpoint stops existing before its tensors go.
@@ -188,7 +191,7 @@ std::string checkpoint_save(const std::string& dir, const TrainingObjects& objec
                        ? std::string("no earlier checkpoint exists")
                        : "the last complete checkpoint is " + dir + "/" + stem(kept.back()) + ".json");
   }
-  prune(dir, keep_last);
+  prune(dir, p.step, keep_last);
   return json_path;
 }
 

@@ -59,10 +59,10 @@ struct CheckpointInfo {
   bool has_ema = false;     // set by checkpoint_load
 };
 
-// Writes checkpoint info.progress.step into `dir` (created if missing): the model and
-// optimizer files, then the JSON; then removes older checkpoints so that the newest
-// `keep_last` remain (0 keeps all), with any files a crashed writer left behind. Returns
-// the JSON's path. On failure throws dpt::Error naming the file and the reason; the
+// Writes checkpoint S = info.progress.step into `dir` (created if missing): the model and
+// optimizer files, then the JSON. Then removes checkpoints of steps after S (abandoned by
+// a run resumed from an earlier one) and before the `keep_last` newest up to S (0 keeps
+// all), with any files a crashed writer left behind. Returns the JSON's path. On failure throws dpt::Error naming the file and the reason; the
 // checkpoints already in `dir` are intact.
 std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
                             const CheckpointInfo& info, int64_t keep_last);
