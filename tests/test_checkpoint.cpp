@@ -263,6 +263,20 @@ TEST(Checkpoint, WithoutEmaStateTheEmaStartsFromTheLoadedWeights) {
   EXPECT_EQ(b.ema->updates(), 0);
 }
 
+TEST(Checkpoint, ModelWeightsLoadFromPyTorchStyleFiles) {
+  TempDir dir("dpt_checkpoint");
+  Trainer a("sgd", 1), b("sgd", 2);
+  nn::NamedTensors state = a.model->state_dict();
+  state.emplace_back("1.num_batches_tracked", Tensor::from_vector(std::vector<int64_t>{7}, {}));
+  io::safetensors_write(dir.file("torch.safetensors"), state);
+  io::model_load_weights(dir.file("torch.safetensors"), *b.model, "mlp");
+  EXPECT_EQ(flat(a.model->state_dict()), flat(b.model->state_dict()));
+  state.emplace_back("1.extra", Tensor::zeros({1}));
+  io::safetensors_write(dir.file("other.safetensors"), state);
+  EXPECT_THAT(error_of([&] { io::model_load_weights(dir.file("other.safetensors"), *b.model, "mlp"); }),
+              HasSubstr("tensor '1.extra' is not part of the model 'mlp'"));
+}
+
 TEST(Checkpoint, MetricsKeepOnlyTheEpochsTheCheckpointHad) {
   TempDir dir("dpt_checkpoint");
   const std::string path = dir.file("metrics.jsonl");

@@ -309,6 +309,15 @@ CheckpointInfo checkpoint_load(const std::string& json_path, const TrainingObjec
   return info;
 }
 
+void model_load_weights(const std::string& path, nn::Module& model, const std::string& model_name) {
+  const std::string suffix = ".num_batches_tracked";
+  safetensors_load_into(safetensors_read(path), model.state_dict(), "the model '" + model_name + "'",
+                        [&](const std::string& name) {
+                          return name.size() >= suffix.size() &&
+                                 name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+                        });
+}
+
 void metrics_keep_epochs(const std::string& path, int64_t epochs) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return;

@@ -84,6 +84,12 @@ std::string checkpoint_resolve(const std::string& arg, const std::string& dir);
 // tensor, and what was expected.
 CheckpointInfo checkpoint_load(const std::string& json_path, const TrainingObjects& objects);
 
+// Loads a model file (a checkpoint's step-S.safetensors, a run's model.safetensors, or a
+// PyTorch state dict saved as safetensors) into `model`: every parameter and buffer by
+// name, shape and dtype, checked before anything is copied; PyTorch's batch-norm
+// "num_batches_tracked" counters, which dpt does not keep, are ignored.
+void model_load_weights(const std::string& path, nn::Module& model, const std::string& model_name);
+
 // Keeps the lines of a metrics.jsonl whose "epoch" is at most `epochs` (the epochs a
 // resumed checkpoint had finished), so a resumed run does not list an epoch twice.
 // Nothing happens when the file does not exist.
