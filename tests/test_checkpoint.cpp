@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "datasets/sampler.h"
 #include "error_of.h"
@@ -113,12 +114,13 @@ TEST(Checkpoint, RestoredCopyTrainsOnBitForBit) {
 
     Trainer b(optimizer, 2);  // another initialisation, fresh optimizer state and generators
     ASSERT_NE(flat(a.model->state_dict()), flat(b.model->state_dict()));
-    io::CheckpointInfo info = io::checkpoint_load(json, b.objects());
+    io::CheckpointRecord record = io::checkpoint_load(json, b.objects());
+    const io::CheckpointInfo& info = record.info;
     EXPECT_EQ(info.progress.step, 3);
     EXPECT_EQ(info.progress.samples_in_epoch, 16);
     EXPECT_EQ(info.progress.best_test_acc, 0.25);
     EXPECT_EQ(info.config_yaml, "model: {name: mlp}\n");
-    EXPECT_TRUE(info.has_ema);
+    EXPECT_TRUE(record.has_ema);
     EXPECT_EQ(flat(a.model->state_dict()), flat(b.model->state_dict()));
     EXPECT_EQ(b.optimizer->step_count(), a.optimizer->step_count());
 
@@ -248,6 +250,28 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
               HasSubstr(model + ": tensor '1.weight': shape [16, 16] of F32 needs 1024 bytes"));
   fs::remove(model);
   EXPECT_THAT(load_error(b), HasSubstr(model + ": cannot open: No such file or directory"));
+}
+
+TEST(Checkpoint, JsonParserRejectsEveryTruncationAndSurvivesCorruption) {
+  TempDir dir("dpt_checkpoint");
+  Trainer a("adamw", 1);
+  const std::string good = slurp(io::checkpoint_save(dir.path(), a.objects(), info_at(3), 0));
+  io::CheckpointRecord r = io::checkpoint_parse_json(good, "c.json");
+  EXPECT_EQ(r.model_file, "step-3.safetensors");
+  EXPECT_EQ(r.optimizer_file, "step-3.optimizer.safetensors");
+  EXPECT_EQ(r.dropout_rng.size(), 1u);
+  // Cut anywhere before its closing brace, the JSON is an error, never a crash.
+  for (size_t n = 0; n + 1 < good.size() - 1; n += 7)
+    EXPECT_THROW(io::checkpoint_parse_json(good.substr(0, n), "c"), Error);
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bad = good;
+    for (int k = 0; k < 2; ++k) bad[rng() % bad.size()] = static_cast<char>(rng());
+    try {
+      io::checkpoint_parse_json(bad, "c.json");
+    } catch (const Error&) {
+    }
+  }
 }
 
 TEST(Checkpoint, WithoutEmaStateTheEmaStartsFromTheLoadedWeights) {

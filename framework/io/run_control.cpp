@@ -53,7 +53,7 @@ void RunControl::resume(const std::string& arg) {
       std::printf("--resume %s: no checkpoint in %s, starting from scratch\n", arg.c_str(), dir_.c_str());
     return;
   }
-  CheckpointInfo info = checkpoint_load(path, objects_);
+  const CheckpointInfo info = checkpoint_load(path, objects_).info;
   at_ = info.progress;
   resumed_ = true;
   // Results depend on the thread count (how oneDNN splits its sums): a deterministic run
