@@ -62,6 +62,12 @@ struct DistributedConfig {
   std::string backend = "auto";         // auto | mpi | nccl (auto: NCCL for CUDA tensors, else MPI)
 };
 
+// Checkpoints go to <output.dir>/checkpoints (io/checkpoint.h has the layout).
+struct CheckpointConfig {
+  int64_t every_epochs = 1;  // a checkpoint after every N-th epoch; 0 = only on SIGTERM/SIGINT
+  int64_t keep_last = 3;     // older checkpoints are removed; 0 keeps all
+};
+
 struct OutputConfig {
   std::string dir;  // default runs/<config file stem>
 };
@@ -82,6 +88,13 @@ struct Config {
   std::string lr_scaling = "none";
   // Exponential moving average of the weights, used for evaluation; 0 = off.
   double ema_decay = 0;
+  // Bit-for-bit reproducible CPU runs from the seed for a given world size and thread
+  // count (README: "Determinism").
+  bool deterministic = false;
+  // A step whose gradients are not finite (NaN or Inf): stop (exit code 3, the last good
+  // checkpoint kept) or skip (the update is not applied; training continues).
+  std::string on_nonfinite = "stop";
+  CheckpointConfig checkpoint;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   DistributedConfig distributed;
