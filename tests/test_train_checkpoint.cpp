@@ -275,10 +275,22 @@ TEST_F(TrainCheckpoint, BadCheckpointsAreOneLineAndExitCode2) {
   std::ofstream(json) << no_step;
   expect_error("", json.string() + ": missing key 'position.step'");
   expect_error("--set epochs=2 --resume nowhere.json", "--resume nowhere.json: ");
-  Result again = train("bad", 1);  // a fresh run where an earlier one left checkpoints
+  // A fresh run where an interrupted one (no summary.json) left checkpoints.
+  fs::remove(path("bad/summary.json"));
+  Result again = train("bad", 1);
   EXPECT_EQ(again.exit_code, 2);
   EXPECT_THAT(again.err,
               HasSubstr(path("bad/checkpoints").string() +
-                        " holds checkpoints of an earlier run (the newest is step-32.json): continue it "
-                        "with --resume auto"));
+                        " holds checkpoints of an interrupted earlier run (the newest is step-32.json): continue "
+                        "it with --resume auto"));
+}
+
+TEST_F(TrainCheckpoint, AFreshRunReplacesAFinishedRunsCheckpoints) {
+  Result first = train("twice", 1, "--set epochs=2");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(io::checkpoint_steps(path("twice/checkpoints").string()), (std::vector<int64_t>{32, 64}));
+  Result second = train("twice", 1, "--set epochs=1");
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_THAT(second.out, HasSubstr("starting afresh: removed the checkpoints of the finished earlier run"));
+  EXPECT_EQ(io::checkpoint_steps(path("twice/checkpoints").string()), (std::vector<int64_t>{32}));
 }

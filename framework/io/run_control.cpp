@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "core/threading.h"
 #include "distributed/dist.h"
@@ -42,12 +43,24 @@ void RunControl::resume(const std::string& arg) {
   const bool main_rank = dist::info().rank == 0;
   const std::string path = arg.empty() ? "" : checkpoint_resolve(arg, dir_);
   // A fresh run's checkpoints must not mix with an earlier run's (--resume auto would
-  // pick theirs), and deleting them on a forgotten flag would lose days of training.
+  // pick theirs). Those of a run that finished (it wrote summary.json) are replaced; those
+  // of an interrupted one are kept, since deleting them on a forgotten flag would lose days
+  // of training.
   const std::vector<int64_t> earlier = checkpoint_steps(dir_);
-  DPT_CHECK(!arg.empty() || earlier.empty())
-      << dir_ << " holds checkpoints of an earlier run (the newest is step-" << earlier.back()
+  const std::string summary = config_.output.dir + "/summary.json";
+  const bool earlier_finished = std::filesystem::exists(summary);
+  DPT_CHECK(!arg.empty() || earlier.empty() || earlier_finished)
+      << dir_ << " holds checkpoints of an interrupted earlier run (the newest is step-" << earlier.back()
       << ".json): continue it with --resume auto, or start over after removing them or with another "
          "output.dir";
+  if (arg.empty()) {
+    barrier();  // every rank has looked before rank 0 removes anything
+    if (main_rank && !earlier.empty()) {
+      std::filesystem::remove_all(dir_);
+      std::printf("starting afresh: removed the checkpoints of the finished earlier run in %s\n", dir_.c_str());
+    }
+    if (main_rank) std::filesystem::remove(summary);  // written again when this run finishes
+  }
   if (path.empty()) {
     if (!arg.empty() && main_rank)
       std::printf("--resume %s: no checkpoint in %s, starting from scratch\n", arg.c_str(), dir_.c_str());
