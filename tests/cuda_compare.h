@@ -39,9 +39,12 @@ struct Tolerance {
 // for their 8 (bf16) or 11 (f16) significant bits.
 inline Tolerance tolerance_for(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return {1e-2, 1.6e-2};
-    case DType::f16: return {1e-3, 2e-3};
-    default: return {1e-4, 1e-4};
+    case DType::bf16:
+      return {1e-2, 1.6e-2};
+    case DType::f16:
+      return {1e-3, 2e-3};
+    default:
+      return {1e-4, 1e-4};
   }
 }
 
@@ -82,7 +85,8 @@ inline void expect_cuda_matches_cpu(const std::string& what, const OpFn& f, cons
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!inputs[k].requires_grad()) continue;
     ASSERT_TRUE(gpu[k].grad().defined()) << what << ": input " << k << " got no gradient on CUDA";
-    EXPECT_TRUE(gpu[k].grad().device() == Device::cuda(0)) << what << ": gradient " << k << " left the device";
+    EXPECT_TRUE(gpu[k].grad().device() == Device::cuda(0))
+        << what << ": gradient " << k << " left the device";
     expect_tensors_close(gpu[k].grad(), cpu[k].grad(), what + " gradient of input " + std::to_string(k), tol);
   }
 }

@@ -142,7 +142,8 @@ TEST_F(CudaGradCheck, Conv2d) {
 TEST_F(CudaGradCheck, BatchNormTrainingAndEval) {
   Tensor x = leaf({3, 4, 3, 5}, 25, -1.0f, 2.0f), w = leaf({4}, 26, 0.5f, 1.5f), b = leaf({4}, 27);
   check([](const Inputs& t) { return batch_norm2d(t[0], t[1], t[2], Tensor(), Tensor(), true); }, {x, w, b});
-  Tensor rm = random_tensor({4}, 28).to(Device::cuda(0)), rv = random_tensor({4}, 29, 0.5f, 1.5f).to(Device::cuda(0));
+  Tensor rm = random_tensor({4}, 28).to(Device::cuda(0)),
+         rv = random_tensor({4}, 29, 0.5f, 1.5f).to(Device::cuda(0));
   check([&](const Inputs& t) { return batch_norm2d(t[0], t[1], t[2], rm, rv, false); }, {x, w, b});
   GradCheckOptions fine = kOnGpu;
   fine.eps = 5e-3;  // small next to the 0.5 margin times the weight

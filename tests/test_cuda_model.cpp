@@ -60,7 +60,8 @@ Tensor loss_and_gradients(nn::Module& model, const Tensor& x, const Tensor& labe
   return loss;
 }
 
-void expect_step_matches(const std::string& yaml, const models::ModelSpec& spec, int64_t batch, Tolerance tol) {
+void expect_step_matches(const std::string& yaml, const models::ModelSpec& spec, int64_t batch,
+                         Tolerance tol) {
   auto on_cpu = build(yaml, spec, Device::cpu()), on_gpu = build(yaml, spec, Device::cuda(0));
   Tensor x = random_tensor({batch, spec.in_channels, spec.height, spec.width}, 1);
   Tensor labels = random_labels(batch, 2);
@@ -73,17 +74,21 @@ void expect_step_matches(const std::string& yaml, const models::ModelSpec& spec,
   for (size_t i = 0; i < cpu_params.size(); ++i) {
     const std::string& name = cpu_params[i].first;
     ASSERT_TRUE(gpu_params[i].second.grad().defined()) << yaml << ": " << name << " got no gradient on CUDA";
-    expect_tensors_close(gpu_params[i].second.grad(), cpu_params[i].second.grad(), yaml + " grad of " + name, tol);
+    expect_tensors_close(gpu_params[i].second.grad(), cpu_params[i].second.grad(), yaml + " grad of " + name,
+                         tol);
   }
   // The running statistics the training forward left behind.
   auto cpu_buffers = on_cpu->named_buffers(), gpu_buffers = on_gpu->named_buffers();
   for (size_t i = 0; i < cpu_buffers.size(); ++i)
-    expect_tensors_close(gpu_buffers[i].second, cpu_buffers[i].second, yaml + " " + cpu_buffers[i].first, tol);
+    expect_tensors_close(gpu_buffers[i].second, cpu_buffers[i].second, yaml + " " + cpu_buffers[i].first,
+                         tol);
 }
 
 }  // namespace
 
-TEST_F(CudaModel, MnistCnnStepMatchesCpu) { expect_step_matches("{name: mnist_cnn}", kMnist, 32, kMnistTolerance); }
+TEST_F(CudaModel, MnistCnnStepMatchesCpu) {
+  expect_step_matches("{name: mnist_cnn}", kMnist, 32, kMnistTolerance);
+}
 
 TEST_F(CudaModel, ResNet20StepMatchesCpu) {
   expect_step_matches("{name: resnet20}", kCifar, 8, kResNetTolerance);
@@ -119,7 +124,8 @@ TEST_F(CudaModel, MnistCnnTrainsTheSameOnBothDevices) {
   Tensor eval_x = random_tensor({100, 1, 28, 28}, 5), eval_labels = random_labels(100, 6);
   Tensor logits_cpu = (*on_cpu)(eval_x), logits_gpu = (*on_gpu)(eval_x.to(Device::cuda(0)));
   expect_tensors_close(logits_gpu, logits_cpu, "eval logits", {1e-4, 1e-3});
-  EXPECT_EQ(count_correct(logits_gpu, eval_labels.to(Device::cuda(0))), count_correct(logits_cpu, eval_labels));
+  EXPECT_EQ(count_correct(logits_gpu, eval_labels.to(Device::cuda(0))),
+            count_correct(logits_cpu, eval_labels));
 }
 
 TEST_F(CudaModel, ResNet20EvalMatchesCpu) {

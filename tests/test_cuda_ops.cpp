@@ -84,9 +84,10 @@ Tensor random_labels(int64_t n, int64_t classes, uint64_t seed) {
 
 TEST_F(CudaOps, ElementwiseWithBroadcastingAndStridedViews) {
   using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
-  std::vector<std::pair<const char*, BinaryFn>> ops = {{"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}};
-  std::vector<std::pair<Shape, Shape>> shapes = {
-      {{4, 5}, {4, 5}}, {{2, 3, 4}, {3, 1}}, {{2, 1, 4}, {3, 1}}, {{6, 7}, {1}}, {{1}, {6, 7}}, {{3, 4}, {}}};
+  std::vector<std::pair<const char*, BinaryFn> > ops = {
+      {"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}};
+  std::vector<std::pair<Shape, Shape> > shapes = {{{4, 5}, {4, 5}}, {{2, 3, 4}, {3, 1}}, {{2, 1, 4}, {3, 1}},
+                                                  {{6, 7}, {1}},    {{1}, {6, 7}},       {{3, 4}, {}}};
   uint64_t seed = 1;
   for (const auto& [name, op] : ops)
     for (const auto& [sa, sb] : shapes) {
@@ -97,9 +98,11 @@ TEST_F(CudaOps, ElementwiseWithBroadcastingAndStridedViews) {
   // A transposed view (strided, not contiguous) on either side.
   Tensor base = random_tensor({5, 4}, 50);
   Tensor b = grad_input({4, 5}, 51, 0.5f, 2.0f);
-  expect_cuda_matches_cpu(
-      "mul of a transposed view",
-      [](const Inputs& t) { return mul(t[0].as_strided({4, 5}, {1, 4}, 0), t[1]); }, {base, b});
+  expect_cuda_matches_cpu("mul of a transposed view",
+                          [](const Inputs& t) {
+                            return mul(t[0].as_strided({4, 5}, {1, 4}, 0), t[1]);
+                          },
+                          {base, b});
   expect_cuda_matches_cpu("affine", [](const Inputs& t) { return affine(t[0], -1.5f, 0.25f); },
                           {grad_input({3, 8}, 52)});
   // Empty tensors: no launch, no error.
@@ -122,7 +125,8 @@ TEST_F(CudaOps, SumMeanAndShapes) {
   Tensor x = grad_input({3, 7, 5}, 3);
   expect_cuda_matches_cpu("sum", [](const Inputs& t) { return sum(t[0]); }, {x});
   expect_cuda_matches_cpu("mean", [](const Inputs& t) { return mean(t[0]); }, {x});
-  expect_cuda_matches_cpu("flatten then scale", [](const Inputs& t) { return mul(flatten(t[0]), 2.0f); }, {x});
+  expect_cuda_matches_cpu("flatten then scale", [](const Inputs& t) { return mul(flatten(t[0]), 2.0f); },
+                          {x});
   expect_cuda_matches_cpu("reshape", [](const Inputs& t) { return relu(reshape(t[0], {-1, 5})); }, {x});
   Tensor one = mean(Tensor::zeros({4}, DType::f32, Device::cuda(0)));
   EXPECT_TRUE(one.device() == Device::cuda(0));
@@ -135,11 +139,12 @@ TEST_F(CudaOps, LossesWithAndWithoutSmoothing) {
     Tensor logits = grad_input({37, cols}, 4, -4.0f, 4.0f);
     Tensor labels = random_labels(37, cols, 5);
     for (float s : {0.0f, 0.1f})
-      expect_cuda_matches_cpu("cross_entropy",
-                              [s](const Inputs& t) { return cross_entropy(t[0], t[1], s); }, {logits, labels});
+      expect_cuda_matches_cpu("cross_entropy", [s](const Inputs& t) { return cross_entropy(t[0], t[1], s); },
+                              {logits, labels});
     expect_cuda_matches_cpu("log_softmax", [](const Inputs& t) { return log_softmax(t[0]); }, {logits});
     expect_cuda_matches_cpu("nll_loss of log_softmax",
-                            [](const Inputs& t) { return nll_loss(log_softmax(t[0]), t[1]); }, {logits, labels});
+                            [](const Inputs& t) { return nll_loss(log_softmax(t[0]), t[1]); },
+                            {logits, labels});
   }
 }
 
@@ -147,7 +152,8 @@ TEST_F(CudaOps, CountCorrectTakesTheFirstMaximum) {
   // Rows with ties: the first maximum is the prediction, as std::max_element picks.
   Tensor logits = Tensor::from_vector(std::vector<float>{0, 5, 5, 1, 1, 1, 2, 9, -1, 3, 3, 0}, {4, 3});
   Tensor labels = labels_of({1, 0, 1, 0});
-  EXPECT_EQ(count_correct(logits.to(Device::cuda(0)), labels.to(Device::cuda(0))), count_correct(logits, labels));
+  EXPECT_EQ(count_correct(logits.to(Device::cuda(0)), labels.to(Device::cuda(0))),
+            count_correct(logits, labels));
   EXPECT_EQ(count_correct(logits, labels), 4);
   Tensor many = random_tensor({1000, 10}, 6);
   Tensor many_labels = random_labels(1000, 10, 7);
@@ -157,13 +163,21 @@ TEST_F(CudaOps, CountCorrectTakesTheFirstMaximum) {
 
 TEST_F(CudaOps, BadLabelsAndDevicesAreClearErrors) {
   Tensor logits = random_tensor({2, 3}, 8).to(Device::cuda(0));
-  EXPECT_EQ(error_of([&] { cross_entropy(logits, labels_of({0, 3}).to(Device::cuda(0))); }),
+  EXPECT_EQ(error_of([&] {
+              cross_entropy(logits, labels_of({0, 3}).to(Device::cuda(0)));
+            }),
             "cross_entropy: label 3 at row 1 is outside [0, 3)");
-  EXPECT_EQ(error_of([&] { count_correct(logits, labels_of({-1, 0}).to(Device::cuda(0))); }),
+  EXPECT_EQ(error_of([&] {
+              count_correct(logits, labels_of({-1, 0}).to(Device::cuda(0)));
+            }),
             "count_correct: label -1 at row 0 is outside [0, 3)");
-  EXPECT_EQ(error_of([&] { cross_entropy(logits, labels_of({0, 1})); }),
+  EXPECT_EQ(error_of([&] {
+              cross_entropy(logits, labels_of({0, 1}));
+            }),
             "cross_entropy: labels are on cpu but logits on cuda:0");
-  EXPECT_EQ(error_of([&] { add(logits, random_tensor({2, 3}, 9)); }),
+  EXPECT_EQ(error_of([&] {
+              add(logits, random_tensor({2, 3}, 9));
+            }),
             "elementwise: inputs on different devices (cuda:0 and cpu); move them to one device first");
   Tensor x = random_tensor({2, 3, 4, 4}, 10).to(Device::cuda(0));
   Tensor c = Tensor::full({3}, 1.0f).to(Device::cuda(0));
@@ -172,22 +186,28 @@ TEST_F(CudaOps, BadLabelsAndDevicesAreClearErrors) {
   // A gradient from the wrong device is turned away before any kernel reads it.
   Tensor leaf = random_tensor({2, 3}, 11).to(Device::cuda(0)).set_requires_grad(true);
   Tensor y = relu(leaf);
-  EXPECT_EQ(error_of([&] { y.backward(Tensor::zeros({2, 3})); }),
+  EXPECT_EQ(error_of([&] {
+              y.backward(Tensor::zeros({2, 3}));
+            }),
             "relu backward: expected an f32 gradient on cuda:0, got f32 on cpu");
 }
 
 TEST_F(CudaOps, LinearAndMatmul) {
   Tensor x = grad_input({9, 20}, 12), w = grad_input({7, 20}, 13), b = grad_input({7}, 14);
   expect_cuda_matches_cpu("linear", [](const Inputs& t) { return linear(t[0], t[1], t[2]); }, {x, w, b});
-  expect_cuda_matches_cpu("linear, no bias", [](const Inputs& t) { return linear(t[0], t[1], Tensor()); }, {x, w});
+  expect_cuda_matches_cpu("linear, no bias", [](const Inputs& t) { return linear(t[0], t[1], Tensor()); },
+                          {x, w});
   // Fused ReLU: positive inputs and weights of both signs keep pre-activations off 0.
   Tensor xp = grad_input({9, 20}, 15, 0.5f, 1.0f);
-  Tensor wp = Tensor::from_vector([] {
-                std::vector<float> v = random_tensor({4, 20}, 16, 0.5f, 1.0f).to_vector();
-                std::vector<float> n = random_tensor({3, 20}, 17, -1.0f, -0.5f).to_vector();
-                v.insert(v.end(), n.begin(), n.end());
-                return v;
-              }(), {7, 20}).set_requires_grad(true);
+  Tensor wp = Tensor::from_vector(
+                  [] {
+                    std::vector<float> v = random_tensor({4, 20}, 16, 0.5f, 1.0f).to_vector();
+                    std::vector<float> n = random_tensor({3, 20}, 17, -1.0f, -0.5f).to_vector();
+                    v.insert(v.end(), n.begin(), n.end());
+                    return v;
+                  }(),
+                  {7, 20})
+                  .set_requires_grad(true);
   expect_cuda_matches_cpu("linear + relu", [](const Inputs& t) { return linear(t[0], t[1], t[2], true); },
                           {xp, wp, b});
   expect_cuda_matches_cpu("matmul", [](const Inputs& t) { return matmul(t[0], t[1]); },
@@ -209,7 +229,7 @@ TEST_F(CudaOps, Conv2dShapesAndOptions) {
       {{2, 3, 10, 10}, {4, 3, 3, 3}, {.padding = 2, .dilation = 2}, true, false},
       {{3, 16, 8, 8}, {32, 16, 1, 1}, {.stride = 2}, false, false},
       {{2, 8, 7, 7}, {8, 1, 3, 3}, {.padding = 1, .groups = 8}, true, false},  // depthwise
-      {{4, 1, 28, 28}, {32, 1, 3, 3}, {.padding = 1}, true, true},            // mnist_cnn's first layer
+      {{4, 1, 28, 28}, {32, 1, 3, 3}, {.padding = 1}, true, true},             // mnist_cnn's first layer
   };
   uint64_t seed = 30;
   for (const Case& k : cases) {
@@ -221,7 +241,9 @@ TEST_F(CudaOps, Conv2dShapesAndOptions) {
     Inputs in = k.bias ? Inputs{x, w, b} : Inputs{x, w};
     expect_cuda_matches_cpu(
         "conv2d",
-        [o, relu_fused](const Inputs& t) { return conv2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), o, relu_fused); },
+        [o, relu_fused](const Inputs& t) {
+          return conv2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), o, relu_fused);
+        },
         in);
   }
   // The first layer of a network: no gradient for x, so no backward-data pass.
@@ -240,25 +262,24 @@ TEST_F(CudaOps, BatchNormTrainingEvalAndRunningStats) {
     // Training: outputs, gradients, and the running statistics each side leaves.
     Tensor rm_cpu = random_tensor({6}, 53), rv_cpu = random_tensor({6}, 54, 0.5f, 1.5f);
     Tensor rm_gpu = rm_cpu.to(Device::cuda(0)), rv_gpu = rv_cpu.to(Device::cuda(0));
-    expect_cuda_matches_cpu(
-        "batch_norm2d, training",
-        [&](const Inputs& t) {
-          bool on_gpu = t[0].device().is_cuda();
-          return batch_norm2d(t[0], t[1], t[2], on_gpu ? rm_gpu : rm_cpu, on_gpu ? rv_gpu : rv_cpu, true,
-                              {.momentum = 0.2f}, relu_fused);
-        },
-        {x, w, b});
+    expect_cuda_matches_cpu("batch_norm2d, training",
+                            [&](const Inputs& t) {
+                              bool on_gpu = t[0].device().is_cuda();
+                              return batch_norm2d(t[0], t[1], t[2], on_gpu ? rm_gpu : rm_cpu,
+                                                  on_gpu ? rv_gpu : rv_cpu, true, {.momentum = 0.2f},
+                                                  relu_fused);
+                            },
+                            {x, w, b});
     expect_tensors_close(rm_gpu, rm_cpu, "running_mean");
     expect_tensors_close(rv_gpu, rv_cpu, "running_var (unbiased batch variance)");
     // Eval: the running statistics normalise, and stay as they are.
-    expect_cuda_matches_cpu(
-        "batch_norm2d, eval",
-        [&](const Inputs& t) {
-          bool on_gpu = t[0].device().is_cuda();
-          return batch_norm2d(t[0], t[1], t[2], on_gpu ? rm_gpu : rm_cpu, on_gpu ? rv_gpu : rv_cpu, false, {},
-                              relu_fused);
-        },
-        {x, w, b});
+    expect_cuda_matches_cpu("batch_norm2d, eval",
+                            [&](const Inputs& t) {
+                              bool on_gpu = t[0].device().is_cuda();
+                              return batch_norm2d(t[0], t[1], t[2], on_gpu ? rm_gpu : rm_cpu,
+                                                  on_gpu ? rv_gpu : rv_cpu, false, {}, relu_fused);
+                            },
+                            {x, w, b});
     expect_tensors_close(rm_gpu, rm_cpu, "running_mean after eval");
   }
   // Training without running statistics.
@@ -273,24 +294,25 @@ TEST_F(CudaOps, PoolingMaxAvgGlobal) {
     Shape x;
     int64_t kernel, stride, padding;
   };
-  for (const Case& k : std::vector<Case>{{{2, 3, 8, 8}, 2, 2, 0}, {{2, 3, 7, 9}, 3, 2, 1}, {{1, 4, 5, 5}, 3, 1, 1}}) {
+  for (const Case& k :
+       std::vector<Case>{{{2, 3, 8, 8}, 2, 2, 0}, {{2, 3, 7, 9}, 3, 2, 1}, {{1, 4, 5, 5}, 3, 1, 1}}) {
     SCOPED_TRACE(shape_str(k.x) + " k" + std::to_string(k.kernel) + " s" + std::to_string(k.stride) + " p" +
                  std::to_string(k.padding));
     Tensor x = distinct(k.x, 60).set_requires_grad(true);
-    expect_cuda_matches_cpu("max_pool2d",
-                            [k](const Inputs& t) { return max_pool2d(t[0], k.kernel, k.stride, k.padding); }, {x});
-    expect_cuda_matches_cpu("avg_pool2d",
-                            [k](const Inputs& t) { return avg_pool2d(t[0], k.kernel, k.stride, k.padding); }, {x});
+    expect_cuda_matches_cpu(
+        "max_pool2d", [k](const Inputs& t) { return max_pool2d(t[0], k.kernel, k.stride, k.padding); }, {x});
+    expect_cuda_matches_cpu(
+        "avg_pool2d", [k](const Inputs& t) { return avg_pool2d(t[0], k.kernel, k.stride, k.padding); }, {x});
   }
   expect_cuda_matches_cpu("global_avg_pool2d", [](const Inputs& t) { return global_avg_pool2d(t[0]); },
                           {grad_input({3, 5, 8, 8}, 61)});
 }
 
 TEST_F(CudaOps, ShortcutPad) {
-  expect_cuda_matches_cpu("shortcut_pad, stride 2",
-                          [](const Inputs& t) { return shortcut_pad(t[0], 32, 2); }, {grad_input({2, 16, 8, 8}, 70)});
-  expect_cuda_matches_cpu("shortcut_pad, odd size",
-                          [](const Inputs& t) { return shortcut_pad(t[0], 5, 2); }, {grad_input({1, 3, 7, 5}, 71)});
+  expect_cuda_matches_cpu("shortcut_pad, stride 2", [](const Inputs& t) { return shortcut_pad(t[0], 32, 2); },
+                          {grad_input({2, 16, 8, 8}, 70)});
+  expect_cuda_matches_cpu("shortcut_pad, odd size", [](const Inputs& t) { return shortcut_pad(t[0], 5, 2); },
+                          {grad_input({1, 3, 7, 5}, 71)});
 }
 
 TEST_F(CudaOps, DropoutMasksScaleAndReproduce) {

@@ -83,14 +83,16 @@ void run_steps(Params& params, Optimizer& on_cpu, Optimizer& on_gpu, const std::
 
 TEST_F(CudaOptim, SgdMatchesCpu) {
   for (SgdOptions options : {SgdOptions{0.0f, false}, SgdOptions{0.9f, false}, SgdOptions{0.9f, true}}) {
-    std::string what = "sgd momentum " + std::to_string(options.momentum) + (options.nesterov ? " nesterov" : "");
+    std::string what =
+        "sgd momentum " + std::to_string(options.momentum) + (options.nesterov ? " nesterov" : "");
     Params params;
     Tensor untouched = params.gpu[5].to(Device::cpu());
     Sgd on_cpu(params.groups(params.cpu), options), on_gpu(params.groups(params.gpu), options);
     run_steps(params, on_cpu, on_gpu, what);
     for (size_t i = 0; i < on_cpu.momentum_buffers().size(); ++i) {
       EXPECT_TRUE(on_gpu.momentum_buffers()[i].device() == Device::cuda(0));
-      expect_tensors_close(on_gpu.momentum_buffers()[i], on_cpu.momentum_buffers()[i], what + " velocity", kUpdate);
+      expect_tensors_close(on_gpu.momentum_buffers()[i], on_cpu.momentum_buffers()[i], what + " velocity",
+                           kUpdate);
     }
     EXPECT_EQ(params.gpu[5].to_vector(), untouched.to_vector()) << "a parameter without gradient moved";
   }
@@ -118,7 +120,9 @@ TEST_F(CudaOptim, StateFollowsAModelMovedAfterTheOptimizer) {
   EXPECT_TRUE(sgd.momentum_buffers()[0].device() == Device::cuda(0));
   // A gradient left on the CPU is an error, not a kernel reading host memory.
   weight.set_grad(Tensor::full(weight.shape(), 1.0f));
-  EXPECT_NE(error_of([&] { sgd.step(0.1f); }).find("sgd: parameter [3, 5] on cuda:0 and its gradient [3, 5] on cpu"),
+  EXPECT_NE(error_of([&] {
+              sgd.step(0.1f);
+            }).find("sgd: parameter [3, 5] on cuda:0 and its gradient [3, 5] on cpu"),
             std::string::npos);
 }
 
@@ -137,7 +141,8 @@ TEST_F(CudaOptim, EmaMatchesCpu) {
     on_gpu.update(gpu_model);
   }
   for (size_t i = 0; i < on_cpu.shadow().size(); ++i)
-    expect_tensors_close(on_gpu.shadow()[i].second, on_cpu.shadow()[i].second, on_cpu.shadow()[i].first, kUpdate);
+    expect_tensors_close(on_gpu.shadow()[i].second, on_cpu.shadow()[i].second, on_cpu.shadow()[i].first,
+                         kUpdate);
   nn::BatchNorm2d moved_later(4);
   Ema made_on_cpu(moved_later, 0.9f);
   moved_later.to(Device::cuda(0));

@@ -12,8 +12,8 @@ namespace {
 void add_inplace(const Tensor& dst, const Tensor& src) {
   DPT_CHECK(dst.shape() == src.shape()) << "gradient of shape " << shape_str(src.shape())
                                         << " added to one of shape " << shape_str(dst.shape());
-  DPT_CHECK(dst.device() == src.device()) << "gradient on " << src.device().str() << " added to one on "
-                                          << dst.device().str();
+  DPT_CHECK(dst.device() == src.device())
+      << "gradient on " << src.device().str() << " added to one on " << dst.device().str();
   DPT_CHECK(dst.is_dense()) << "gradient accumulation into a non-dense tensor";
   // Two gradients may differ in layout (an NCHW one from a test or a loss, a
   // channels-last one from a conv): src is brought to dst's, then the buffers add.

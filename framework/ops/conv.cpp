@@ -68,8 +68,8 @@ Tensor conv2d_cuda(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in
   bool need_b = bias_in.defined() && bias_in.requires_grad();
   autograd::record("conv2d", out, {x_in, w_in, bias_in},
                    [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
-                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(), params,
-                    device, need_x, need_w, need_b](const Tensor& grad_out) {
+                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
+                    params, device, need_x, need_w, need_b](const Tensor& grad_out) {
                      check_grad("conv2d backward", grad_out, device);
                      Tensor g = cuda::contiguous(grad_out);
                      if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0

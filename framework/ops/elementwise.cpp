@@ -59,8 +59,9 @@ bool same_dense_layout(const Tensor& a, const Tensor& b) {
 
 Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
   Device device = op_device("elementwise", {&a, &b});
-  Tensor out = same_dense_layout(a, b) ? Tensor::empty_like(a)
-                                       : Tensor::empty(broadcast_shape(a.shape(), b.shape()), DType::f32, device);
+  Tensor out = same_dense_layout(a, b)
+                   ? Tensor::empty_like(a)
+                   : Tensor::empty(broadcast_shape(a.shape(), b.shape()), DType::f32, device);
   binary_on(op, a, b, out);
   return out;
 }
@@ -69,21 +70,23 @@ Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(cpu::BinaryOp::add, a, b);
-  autograd::record("add", out, {a, b}, [sa = a.shape(), sb = b.shape(), device = out.device()](const Tensor& g) {
-    check_grad("add backward", g, device);
-    return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
-  });
+  autograd::record("add", out, {a, b},
+                   [sa = a.shape(), sb = b.shape(), device = out.device()](const Tensor& g) {
+                     check_grad("add backward", g, device);
+                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
+                   });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(cpu::BinaryOp::sub, a, b);
-  autograd::record("sub", out, {a, b}, [sa = a.shape(), sb = b.shape(), device = out.device()](const Tensor& g) {
-    check_grad("sub backward", g, device);
-    Tensor neg = Tensor::empty(g.shape(), DType::f32, device);
-    affine_on(g, -1.0f, 0.0f, neg);
-    return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(neg, sb)};
-  });
+  autograd::record("sub", out, {a, b},
+                   [sa = a.shape(), sb = b.shape(), device = out.device()](const Tensor& g) {
+                     check_grad("sub backward", g, device);
+                     Tensor neg = Tensor::empty(g.shape(), DType::f32, device);
+                     affine_on(g, -1.0f, 0.0f, neg);
+                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(neg, sb)};
+                   });
   return out;
 }
 

@@ -17,8 +17,8 @@ namespace dpt {
 namespace {
 
 // The dispatch points: backend/cuda for CUDA tensors, backend/cpu otherwise.
-void matmul_on(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias, bool relu,
-               const Tensor& out) {
+void matmul_on(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias,
+               bool relu, const Tensor& out) {
 #ifdef DPT_WITH_CUDA
   if (out.device().is_cuda()) return cuda::matmul(a, transpose_a, b, transpose_b, bias, relu, out);
 #endif
@@ -43,7 +43,8 @@ void relu_mask_on(const Tensor& grad_out, const Tensor& out, const Tensor& resul
 }  // namespace
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, bool fuse_relu) {
-  Device device = bias_in.defined() ? op_device("linear", {&x_in, &w_in, &bias_in}) : op_device("linear", {&x_in, &w_in});
+  Device device =
+      bias_in.defined() ? op_device("linear", {&x_in, &w_in, &bias_in}) : op_device("linear", {&x_in, &w_in});
   DPT_CHECK(x_in.dim() == 2) << "linear: input must be 2-D [N, in], got " << shape_str(x_in.shape());
   DPT_CHECK(w_in.dim() == 2) << "linear: weight must be 2-D [out, in], got " << shape_str(w_in.shape());
   DPT_CHECK(x_in.size(1) == w_in.size(1))
@@ -64,8 +65,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
   bool need_b = bias_in.defined() && bias_in.requires_grad();
   autograd::record("linear", out, {x_in, w_in, bias_in},
                    [x = need_w ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
-                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(), device,
-                    need_x, need_w, need_b](const Tensor& grad_out) {
+                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
+                    device, need_x, need_w, need_b](const Tensor& grad_out) {
                      check_grad("linear backward", grad_out, device);
                      Tensor g = contiguous_on_device(grad_out);
                      if (out.defined()) {  // fused ReLU
@@ -100,22 +101,23 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor out = Tensor::empty({a.size(0), b.size(1)}, DType::f32, device);
   if (out.numel() > 0) matmul_on(a, false, b, false, Tensor(), false, out);
   bool need_a = a_in.requires_grad(), need_b = b_in.requires_grad();
-  autograd::record("matmul", out, {a_in, b_in},
-                   [a = need_b ? a.detach() : Tensor(), b = need_a ? b.detach() : Tensor(),
-                    a_shape = a.shape(), b_shape = b.shape(), device, need_a, need_b](const Tensor& grad_out) {
-                     check_grad("matmul backward", grad_out, device);
-                     Tensor g = contiguous_on_device(grad_out);
-                     std::vector<Tensor> grads(2);
-                     if (need_a) {  // dL/da = g b^T
-                       grads[0] = Tensor::empty(a_shape, DType::f32, device);
-                       matmul_on(g, false, b, true, Tensor(), false, grads[0]);
-                     }
-                     if (need_b) {  // dL/db = a^T g
-                       grads[1] = Tensor::empty(b_shape, DType::f32, device);
-                       matmul_on(a, true, g, false, Tensor(), false, grads[1]);
-                     }
-                     return grads;
-                   });
+  autograd::record(
+      "matmul", out, {a_in, b_in},
+      [a = need_b ? a.detach() : Tensor(), b = need_a ? b.detach() : Tensor(), a_shape = a.shape(),
+       b_shape = b.shape(), device, need_a, need_b](const Tensor& grad_out) {
+        check_grad("matmul backward", grad_out, device);
+        Tensor g = contiguous_on_device(grad_out);
+        std::vector<Tensor> grads(2);
+        if (need_a) {  // dL/da = g b^T
+          grads[0] = Tensor::empty(a_shape, DType::f32, device);
+          matmul_on(g, false, b, true, Tensor(), false, grads[0]);
+        }
+        if (need_b) {  // dL/db = a^T g
+          grads[1] = Tensor::empty(b_shape, DType::f32, device);
+          matmul_on(a, true, g, false, Tensor(), false, grads[1]);
+        }
+        return grads;
+      });
   return out;
 }
 

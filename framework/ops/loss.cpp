@@ -22,15 +22,15 @@ Device check_logits_labels(const char* op, const Tensor& logits, const Tensor& l
   DPT_CHECK(labels.dtype() == DType::i64 && labels.dim() == 1 && labels.size(0) == logits.size(0))
       << op << ": expected i64 labels [" << logits.size(0) << "], got " << dtype_name(labels.dtype()) << " "
       << shape_str(labels.shape());
-  DPT_CHECK(labels.device() == device) << op << ": labels are on " << labels.device().str() << " but logits on "
-                                       << device.str();
+  DPT_CHECK(labels.device() == device)
+      << op << ": labels are on " << labels.device().str() << " but logits on " << device.str();
   DPT_CHECK(logits.size(0) > 0) << op << ": empty batch";
 #ifdef DPT_WITH_CUDA
   if (device.is_cuda()) {
     int64_t label = 0;
     int64_t row = cuda::first_bad_label(cuda::contiguous(labels), logits.size(1), &label);
-    DPT_CHECK(row < 0) << op << ": label " << label << " at row " << row << " is outside [0, " << logits.size(1)
-                       << ")";
+    DPT_CHECK(row < 0) << op << ": label " << label << " at row " << row << " is outside [0, "
+                       << logits.size(1) << ")";
     return device;
   }
 #endif
@@ -90,7 +90,8 @@ Tensor nll_backward_on(const Tensor& labels, const Tensor& g, int64_t rows, int6
   return gi;
 }
 
-Tensor cross_entropy_forward_on(const Tensor& in, const Tensor& labels, float smoothing, const Tensor& log_probs) {
+Tensor cross_entropy_forward_on(const Tensor& in, const Tensor& labels, float smoothing,
+                                const Tensor& log_probs) {
 #ifdef DPT_WITH_CUDA
   if (in.device().is_cuda()) {
     Tensor out = Tensor::empty({}, DType::f32, in.device());
@@ -103,8 +104,8 @@ Tensor cross_entropy_forward_on(const Tensor& in, const Tensor& labels, float sm
   return Tensor::full({}, static_cast<float>(loss));
 }
 
-void cross_entropy_backward_on(const Tensor& log_probs, const Tensor& labels, float smoothing, const Tensor& g,
-                               const Tensor& gi) {
+void cross_entropy_backward_on(const Tensor& log_probs, const Tensor& labels, float smoothing,
+                               const Tensor& g, const Tensor& gi) {
 #ifdef DPT_WITH_CUDA
   if (log_probs.device().is_cuda()) return cuda::cross_entropy_backward(log_probs, labels, smoothing, g, gi);
 #endif

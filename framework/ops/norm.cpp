@@ -41,8 +41,8 @@ Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tens
   if (training) {
     mean = Tensor::empty(channels, DType::f32, device);
     stat = Tensor::empty(channels, DType::f32, device);
-    cuda::batch_norm_forward_training(x, weight, bias, running_mean, running_var, options.momentum, options.eps,
-                                      out, mean, stat);
+    cuda::batch_norm_forward_training(x, weight, bias, running_mean, running_var, options.momentum,
+                                      options.eps, out, mean, stat);
   } else {
     mean = running_mean.clone();
     stat = running_var.clone();
@@ -51,27 +51,28 @@ Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tens
   if (fuse_relu) cuda::relu_forward(out, out);
 
   bool need_x = x_in.requires_grad(), need_w = weight_in.requires_grad(), need_b = bias_in.requires_grad();
-  autograd::record("batch_norm2d", out, {x_in, weight_in, bias_in},
-                   [x = x.detach(), weight = weight.detach(), mean, stat, out = fuse_relu ? out.detach() : Tensor(),
-                    training, eps = options.eps, device, need_x, need_w, need_b](const Tensor& grad_out) {
-                     check_grad("batch_norm2d backward", grad_out, device);
-                     Tensor g = cuda::contiguous(grad_out);
-                     if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
-                       Tensor masked = Tensor::empty(g.shape(), DType::f32, device);
-                       cuda::relu_backward(out, g, masked);
-                       g = masked;
-                     }
-                     // cuDNN computes all three at once; the unwanted ones are dropped.
-                     Tensor grad_x = Tensor::empty(x.shape(), DType::f32, device);
-                     Tensor grad_w = Tensor::empty(weight.shape(), DType::f32, device);
-                     Tensor grad_b = Tensor::empty(weight.shape(), DType::f32, device);
-                     if (training)
-                       cuda::batch_norm_backward_training(x, g, weight, mean, stat, eps, grad_x, grad_w, grad_b);
-                     else
-                       cuda::batch_norm_backward_inference(x, g, weight, mean, stat, eps, grad_x, grad_w, grad_b);
-                     return std::vector<Tensor>{need_x ? grad_x : Tensor(), need_w ? grad_w : Tensor(),
-                                                need_b ? grad_b : Tensor()};
-                   });
+  autograd::record(
+      "batch_norm2d", out, {x_in, weight_in, bias_in},
+      [x = x.detach(), weight = weight.detach(), mean, stat, out = fuse_relu ? out.detach() : Tensor(),
+       training, eps = options.eps, device, need_x, need_w, need_b](const Tensor& grad_out) {
+        check_grad("batch_norm2d backward", grad_out, device);
+        Tensor g = cuda::contiguous(grad_out);
+        if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
+          Tensor masked = Tensor::empty(g.shape(), DType::f32, device);
+          cuda::relu_backward(out, g, masked);
+          g = masked;
+        }
+        // cuDNN computes all three at once; the unwanted ones are dropped.
+        Tensor grad_x = Tensor::empty(x.shape(), DType::f32, device);
+        Tensor grad_w = Tensor::empty(weight.shape(), DType::f32, device);
+        Tensor grad_b = Tensor::empty(weight.shape(), DType::f32, device);
+        if (training)
+          cuda::batch_norm_backward_training(x, g, weight, mean, stat, eps, grad_x, grad_w, grad_b);
+        else
+          cuda::batch_norm_backward_inference(x, g, weight, mean, stat, eps, grad_x, grad_w, grad_b);
+        return std::vector<Tensor>{need_x ? grad_x : Tensor(), need_w ? grad_w : Tensor(),
+                                   need_b ? grad_b : Tensor()};
+      });
   return out;
 }
 #endif
@@ -100,7 +101,8 @@ Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
                                     << shape_str(xs);
 #ifdef DPT_WITH_CUDA
   if (x_in.device().is_cuda())
-    return batch_norm2d_cuda(x_in, weight_in, bias_in, running_mean, running_var, training, options, fuse_relu);
+    return batch_norm2d_cuda(x_in, weight_in, bias_in, running_mean, running_var, training, options,
+                             fuse_relu);
 #endif
 
   // Channels-last stays channels-last (output and gradient too); other strides go NCHW.

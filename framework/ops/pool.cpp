@@ -24,13 +24,14 @@ Tensor pool2d_cuda(cpu::PoolKind kind, const char* name, const Tensor& x_in, con
   cuda::PoolKind cuda_kind = kind == cpu::PoolKind::max ? cuda::PoolKind::max : cuda::PoolKind::avg;
   cuda::PoolParams params{p.kernel, p.stride, p.padding};
   cuda::pool2d_forward(cuda_kind, x, params, out);
-  autograd::record(name, out, {x_in},
-                   [cuda_kind, name, x = x.detach(), out = out.detach(), params, device](const Tensor& grad_out) {
-                     check_grad(name, grad_out, device);
-                     Tensor grad_x = Tensor::empty(x.shape(), DType::f32, device);
-                     cuda::pool2d_backward(cuda_kind, x, out, cuda::contiguous(grad_out), params, grad_x);
-                     return std::vector<Tensor>{grad_x};
-                   });
+  autograd::record(
+      name, out, {x_in},
+      [cuda_kind, name, x = x.detach(), out = out.detach(), params, device](const Tensor& grad_out) {
+        check_grad(name, grad_out, device);
+        Tensor grad_x = Tensor::empty(x.shape(), DType::f32, device);
+        cuda::pool2d_backward(cuda_kind, x, out, cuda::contiguous(grad_out), params, grad_x);
+        return std::vector<Tensor>{grad_x};
+      });
   return out;
 }
 
@@ -81,13 +82,14 @@ Tensor pool2d(cpu::PoolKind kind, const char* name, const Tensor& x_in, int64_t 
     if (bytes > 0) workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
   }
   cpu::pool2d_forward(kind, x, params, out, workspace);
-  autograd::record(name, out, {x_in}, [kind, x_shape = xs, params, workspace, layout](const Tensor& grad_out) {
-    check_grad("pool2d backward", grad_out, Device::cpu());
-    Tensor g = cpu::onednn::to_layout(grad_out, layout);
-    Tensor grad_x = cpu::onednn::empty_in(x_shape, layout);
-    cpu::pool2d_backward(kind, x_shape, g, params, workspace, grad_x);
-    return std::vector<Tensor>{grad_x};
-  });
+  autograd::record(name, out, {x_in},
+                   [kind, x_shape = xs, params, workspace, layout](const Tensor& grad_out) {
+                     check_grad("pool2d backward", grad_out, Device::cpu());
+                     Tensor g = cpu::onednn::to_layout(grad_out, layout);
+                     Tensor grad_x = cpu::onednn::empty_in(x_shape, layout);
+                     cpu::pool2d_backward(kind, x_shape, g, params, workspace, grad_x);
+                     return std::vector<Tensor>{grad_x};
+                   });
   return out;
 }
 

@@ -93,15 +93,16 @@ Tensor shortcut_pad_nhwc(const Tensor& x, int64_t out_channels, int64_t stride) 
 Tensor shortcut_pad_cuda(const Tensor& x_in, int64_t out_channels, int64_t stride) {
   Tensor x = cuda::contiguous(x_in);
   int64_t n = x.size(0), h = x.size(2), w = x.size(3);
-  Tensor out = Tensor::empty({n, out_channels, (h + stride - 1) / stride, (w + stride - 1) / stride}, DType::f32,
-                             x.device());
+  Tensor out = Tensor::empty({n, out_channels, (h + stride - 1) / stride, (w + stride - 1) / stride},
+                             DType::f32, x.device());
   cuda::shortcut_pad_forward(x, stride, out);
-  autograd::record("shortcut_pad", out, {x_in}, [x_shape = x.shape(), stride, device = x.device()](const Tensor& g) {
-    check_grad("shortcut_pad backward", g, device);
-    Tensor gx = Tensor::empty(x_shape, DType::f32, device);
-    cuda::shortcut_pad_backward(cuda::contiguous(g), stride, gx);
-    return std::vector<Tensor>{gx};
-  });
+  autograd::record("shortcut_pad", out, {x_in},
+                   [x_shape = x.shape(), stride, device = x.device()](const Tensor& g) {
+                     check_grad("shortcut_pad backward", g, device);
+                     Tensor gx = Tensor::empty(x_shape, DType::f32, device);
+                     cuda::shortcut_pad_backward(cuda::contiguous(g), stride, gx);
+                     return std::vector<Tensor>{gx};
+                   });
   return out;
 }
 #endif

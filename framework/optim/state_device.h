@@ -19,8 +19,9 @@ inline void prepare_update(const char* optimizer, const Tensor& p, std::initiali
   const Tensor& g = p.grad();
   DPT_CHECK(p.dtype() == DType::f32 && g.dtype() == DType::f32 && g.shape() == p.shape() &&
             g.device() == p.device() && p.is_contiguous() && g.is_contiguous())
-      << optimizer << ": parameter " << shape_str(p.shape()) << " on " << p.device().str() << " and its gradient "
-      << shape_str(g.shape()) << " on " << g.device().str() << " must be contiguous f32 of one shape on one device";
+      << optimizer << ": parameter " << shape_str(p.shape()) << " on " << p.device().str()
+      << " and its gradient " << shape_str(g.shape()) << " on " << g.device().str()
+      << " must be contiguous f32 of one shape on one device";
   for (Tensor* s : state)
     if (s->device() != p.device()) *s = s->to(p.device());
 }

@@ -11,13 +11,14 @@ __global__ void relu_forward_kernel(const float* x, float* out, int64_t n) {
 }
 
 __global__ void relu_backward_kernel(const float* out, const float* grad_out, float* grad_in, int64_t n) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) grad_in[i] = out[i] > 0.0f ? grad_out[i] : 0.0f;
+  for (int64_t i = thread_index(); i < n; i += thread_count())
+    grad_in[i] = out[i] > 0.0f ? grad_out[i] : 0.0f;
 }
 
 void check_alike(const char* what, const Tensor& a, const Tensor& b) {
   DPT_CHECK(a.shape() == b.shape() && a.strides() == b.strides() && a.is_dense())
-      << what << " on cuda: needs dense tensors of one shape and layout, got " << shape_str(a.shape()) << " and "
-      << shape_str(b.shape());
+      << what << " on cuda: needs dense tensors of one shape and layout, got " << shape_str(a.shape())
+      << " and " << shape_str(b.shape());
 }
 
 }  // namespace
@@ -38,7 +39,7 @@ void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad
   if (n == 0) return;
   KernelScope scope(out.device().index);
   relu_backward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(out.data<float>(), grad_out.data<float>(),
-                                                                     grad_in.data<float>(), n);
+                                                                   grad_in.data<float>(), n);
   DPT_CUDA_LAUNCH_CHECK();
 }
 

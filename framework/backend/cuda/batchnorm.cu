@@ -33,8 +33,8 @@ __global__ void backward_inference_kernel(const float* x, const float* grad_out,
 }
 
 void check_layout(const Tensor& x, std::initializer_list<const Tensor*> others) {
-  DPT_CHECK(x.dim() == 4 && x.is_contiguous()) << "batch_norm2d on cuda: x must be contiguous NCHW, got "
-                                                << shape_str(x.shape());
+  DPT_CHECK(x.dim() == 4 && x.is_contiguous())
+      << "batch_norm2d on cuda: x must be contiguous NCHW, got " << shape_str(x.shape());
   for (const Tensor* t : others)
     if (t->defined())
       DPT_CHECK(t->is_contiguous()) << "batch_norm2d on cuda: every tensor must be contiguous";
@@ -51,8 +51,9 @@ float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nu
 }  // namespace
 
 void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                 const Tensor& running_mean, const Tensor& running_var, float momentum, float eps,
-                                 const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd) {
+                                 const Tensor& running_mean, const Tensor& running_var, float momentum,
+                                 float eps, const Tensor& out, const Tensor& save_mean,
+                                 const Tensor& save_invstd) {
   check_layout(x, {&weight, &bias, &running_mean, &running_var, &out, &save_mean, &save_invstd});
   DPT_CHECK(running_mean.defined() == running_var.defined())
       << "batch_norm2d on cuda: running_mean and running_var come together";
@@ -61,23 +62,23 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Te
   Descriptors d(x.shape());
   const float one = 1.0f, zero = 0.0f;
   CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-      device_context(device).cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x.get(), x.data<float>(), d.x.get(),
-      out.data<float>(), d.channel.get(), weight.data<float>(), bias.data<float>(), momentum,
-      data_or_null(running_mean), data_or_null(running_var), eps,
-      save_mean.data<float>(), save_invstd.data<float>()));
+      device_context(device).cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x.get(), x.data<float>(),
+      d.x.get(), out.data<float>(), d.channel.get(), weight.data<float>(), bias.data<float>(), momentum,
+      data_or_null(running_mean), data_or_null(running_var), eps, save_mean.data<float>(),
+      save_invstd.data<float>()));
 }
 
-void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                                  const Tensor& var, float eps, const Tensor& out) {
+void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& mean, const Tensor& var, float eps, const Tensor& out) {
   check_layout(x, {&weight, &bias, &mean, &var, &out});
   int device = x.device().index;
   DeviceGuard guard(device);
   Descriptors d(x.shape());
   const float one = 1.0f, zero = 0.0f;
   CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
-      device_context(device).cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x.get(), x.data<float>(), d.x.get(),
-      out.data<float>(), d.channel.get(), weight.data<float>(), bias.data<float>(), mean.data<float>(),
-      var.data<float>(), eps));
+      device_context(device).cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x.get(), x.data<float>(),
+      d.x.get(), out.data<float>(), d.channel.get(), weight.data<float>(), bias.data<float>(),
+      mean.data<float>(), var.data<float>(), eps));
 }
 
 void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& weight,
@@ -104,8 +105,8 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
   KernelScope scope(x.device().index);
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(c, 65535));
   backward_inference_kernel<<<blocks, kBlock, 0, scope.stream()>>>(
-      x.data<float>(), grad_out.data<float>(), weight.data<float>(), mean.data<float>(), var.data<float>(), eps,
-      grad_x.data<float>(), grad_weight.data<float>(), grad_bias.data<float>(), n, c, hw);
+      x.data<float>(), grad_out.data<float>(), weight.data<float>(), mean.data<float>(), var.data<float>(),
+      eps, grad_x.data<float>(), grad_weight.data<float>(), grad_bias.data<float>(), n, c, hw);
   DPT_CUDA_LAUNCH_CHECK();
 }
 

@@ -14,11 +14,12 @@ namespace dpt::cuda {
 // for the backward; when running_mean/var are defined they become (1 - momentum) running +
 // momentum batch, with the unbiased batch variance (cuDNN's rule, also PyTorch's).
 void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                 const Tensor& running_mean, const Tensor& running_var, float momentum, float eps,
-                                 const Tensor& out, const Tensor& save_mean, const Tensor& save_invstd);
+                                 const Tensor& running_mean, const Tensor& running_var, float momentum,
+                                 float eps, const Tensor& out, const Tensor& save_mean,
+                                 const Tensor& save_invstd);
 // Ensures: out = weight (x - mean) / sqrt(var + eps) + bias with the given statistics.
-void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                                  const Tensor& var, float eps, const Tensor& out);
+void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& mean, const Tensor& var, float eps, const Tensor& out);
 // Requires: what the training forward used and saved. Ensures: grad_x, grad_weight and
 // grad_bias overwritten with the gradients.
 void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& weight,

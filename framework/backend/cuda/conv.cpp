@@ -48,7 +48,8 @@ auto first_fitting(const std::vector<Perf>& perf, int count, const char* directi
   for (int i = 0; i < count; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit) return perf[i].algo;
   DPT_FAIL() << "conv2d on cuda: cuDNN offers no " << direction << " algorithm for input " << shape_str(xs)
-             << " and weight " << shape_str(ws) << " within " << (kWorkspaceLimit >> 20) << " MiB of workspace";
+             << " and weight " << shape_str(ws) << " within " << (kWorkspaceLimit >> 20)
+             << " MiB of workspace";
 }
 
 std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Shape& ws, const Shape& ys,
@@ -66,22 +67,21 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
 
   CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(max);
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, plan->w.get(), plan->y.get(), plan->conv.get(),
-                                                          plan->x.get(), max, &count, data.data()));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      handle, plan->w.get(), plan->y.get(), plan->conv.get(), plan->x.get(), max, &count, data.data()));
   plan->backward_data = first_fitting(data, count, "backward-data", xs, ws);
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, plan->w.get(), plan->y.get(), plan->conv.get(),
-                                                           plan->x.get(), plan->backward_data,
-                                                           &plan->backward_data_bytes));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, plan->w.get(), plan->y.get(),
+                                                           plan->conv.get(), plan->x.get(),
+                                                           plan->backward_data, &plan->backward_data_bytes));
 
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(max);
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, plan->x.get(), plan->y.get(),
-                                                            plan->conv.get(), plan->w.get(), max, &count,
-                                                            filter.data()));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      handle, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(), max, &count, filter.data()));
   plan->backward_filter = first_fitting(filter, count, "backward-filter", xs, ws);
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, plan->x.get(), plan->y.get(),
-                                                             plan->conv.get(), plan->w.get(),
-                                                             plan->backward_filter, &plan->backward_filter_bytes));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+      handle, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(), plan->backward_filter,
+      &plan->backward_filter_bytes));
   return plan;
 }
 
@@ -92,8 +92,8 @@ Plan& plan_for(int device, const Shape& xs, const Shape& ws, const ConvParams& p
   Shape ys = {xs[0], ws[0], (xs[2] + 2 * p.padding - p.dilation * (ws[2] - 1) - 1) / p.stride + 1,
               (xs[3] + 2 * p.padding - p.dilation * (ws[3] - 1) - 1) / p.stride + 1};
   bool tf32 = tf32_enabled();
-  PlanKey key{device, xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], p.stride, p.padding, p.dilation, p.groups,
-              tf32, ws[1]};
+  PlanKey key{device, xs[0],    xs[1],     xs[2],      xs[3],    ws[0], ws[2],
+              ws[3],  p.stride, p.padding, p.dilation, p.groups, tf32,  ws[1]};
   static std::mutex mutex;
   static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>();
   std::lock_guard<std::mutex> lock(mutex);
@@ -120,9 +120,9 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   cudnnHandle_t handle = device_context(device).cudnn();
   DeviceBuffer workspace(plan.forward_bytes, device);
   const float one = 1.0f, zero = 0.0f;
-  CUDNN_CHECK(cudnnConvolutionForward(handle, &one, plan.x.get(), x.data<float>(), plan.w.get(), w.data<float>(),
-                                      plan.conv.get(), plan.forward, workspace.as<void>(), plan.forward_bytes,
-                                      &zero, plan.y.get(), out.data<float>()));
+  CUDNN_CHECK(cudnnConvolutionForward(handle, &one, plan.x.get(), x.data<float>(), plan.w.get(),
+                                      w.data<float>(), plan.conv.get(), plan.forward, workspace.as<void>(),
+                                      plan.forward_bytes, &zero, plan.y.get(), out.data<float>()));
   if (bias.defined())
     CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias.get(), bias.data<float>(), &one, plan.y.get(),
                                out.data<float>()));
@@ -143,19 +143,17 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
     check_contiguous("weight", w);
     check_contiguous("input gradient", grad_x);
     DeviceBuffer workspace(plan.backward_data_bytes, device);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, plan.w.get(), w.data<float>(), plan.y.get(), g,
-                                             plan.conv.get(), plan.backward_data, workspace.as<void>(),
-                                             plan.backward_data_bytes, &zero, plan.x.get(),
-                                             grad_x.data<float>()));
+    CUDNN_CHECK(cudnnConvolutionBackwardData(
+        handle, &one, plan.w.get(), w.data<float>(), plan.y.get(), g, plan.conv.get(), plan.backward_data,
+        workspace.as<void>(), plan.backward_data_bytes, &zero, plan.x.get(), grad_x.data<float>()));
   }
   if (grad_w.defined()) {
     check_contiguous("input", x);
     check_contiguous("weight gradient", grad_w);
     DeviceBuffer workspace(plan.backward_filter_bytes, device);
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, plan.x.get(), x.data<float>(), plan.y.get(), g,
-                                               plan.conv.get(), plan.backward_filter, workspace.as<void>(),
-                                               plan.backward_filter_bytes, &zero, plan.w.get(),
-                                               grad_w.data<float>()));
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        handle, &one, plan.x.get(), x.data<float>(), plan.y.get(), g, plan.conv.get(), plan.backward_filter,
+        workspace.as<void>(), plan.backward_filter_bytes, &zero, plan.w.get(), grad_w.data<float>()));
   }
   if (grad_bias.defined())
     CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y.get(), g, &zero, plan.bias.get(),

@@ -36,9 +36,8 @@ void dropout_forward(const Tensor& x, float p, uint64_t seed, const Tensor& mask
   if (n == 0) return;
   const uint64_t threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
   KernelScope scope(x.device().index);
-  dropout_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(x.data<float>(), mask.data<float>(),
-                                                              out.data<float>(), n, seed, threshold,
-                                                              1.0f / (1.0f - p));
+  dropout_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(
+      x.data<float>(), mask.data<float>(), out.data<float>(), n, seed, threshold, 1.0f / (1.0f - p));
   DPT_CUDA_LAUNCH_CHECK();
 }
 

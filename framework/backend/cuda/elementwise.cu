@@ -69,16 +69,16 @@ void binary_launch(const Tensor& a, const Tensor& b, const Tensor& out) {
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   float* po = out.data<float>();
-  bool same_dense = a.shape() == b.shape() && a.strides() == b.strides() && out.strides() == a.strides() &&
-                    a.is_dense();
+  bool same_dense =
+      a.shape() == b.shape() && a.strides() == b.strides() && out.strides() == a.strides() && a.is_dense();
   if (same_dense || (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous())) {
     binary_flat<op><<<grid_for(n), kBlock, 0, scope.stream()>>>(pa, pb, po, n);
   } else if (b.numel() == 1 && a.is_contiguous()) {
     binary_scalar<op><<<grid_for(n), kBlock, 0, scope.stream()>>>(pa, pb, po, n);
   } else {
     const Shape& shape = out.shape();
-    DPT_CHECK(shape.size() <= kMaxDims) << "elementwise on cuda: at most " << kMaxDims << " dimensions, got "
-                                        << shape_str(shape);
+    DPT_CHECK(shape.size() <= kMaxDims)
+        << "elementwise on cuda: at most " << kMaxDims << " dimensions, got " << shape_str(shape);
     DPT_CHECK(out.is_contiguous()) << "elementwise on cuda: broadcast output must be contiguous";
     Dims dims, b_dims;
     dims.nd = b_dims.nd = static_cast<int>(shape.size());
@@ -106,7 +106,8 @@ __global__ void sum_to_shape_kernel(const float* in, float* out, int64_t out_n, 
   for (int64_t o = blockIdx.x; o < out_n; o += gridDim.x) {
     int64_t base = offset_of(o, kept, kept.stride);
     double s = 0;
-    for (int64_t r = threadIdx.x; r < reduced_n; r += blockDim.x) s += in[base + offset_of(r, reduced, reduced.stride)];
+    for (int64_t r = threadIdx.x; r < reduced_n; r += blockDim.x)
+      s += in[base + offset_of(r, reduced, reduced.stride)];
     s = block_sum(s);
     if (threadIdx.x == 0) out[o] = static_cast<float>(s);
   }
@@ -121,10 +122,14 @@ __global__ void gather_kernel(const T* in, T* out, int64_t n, Dims dims) {
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (op) {
-    case BinaryOp::add: return binary_launch<BinaryOp::add>(a, b, out);
-    case BinaryOp::sub: return binary_launch<BinaryOp::sub>(a, b, out);
-    case BinaryOp::mul: return binary_launch<BinaryOp::mul>(a, b, out);
-    case BinaryOp::div: return binary_launch<BinaryOp::div>(a, b, out);
+    case BinaryOp::add:
+      return binary_launch<BinaryOp::add>(a, b, out);
+    case BinaryOp::sub:
+      return binary_launch<BinaryOp::sub>(a, b, out);
+    case BinaryOp::mul:
+      return binary_launch<BinaryOp::mul>(a, b, out);
+    case BinaryOp::div:
+      return binary_launch<BinaryOp::div>(a, b, out);
   }
 }
 
@@ -135,14 +140,15 @@ void affine(const Tensor& a, float scale, float shift, const Tensor& out) {
   if (n == 0) return;
   Tensor src = contiguous(a);
   KernelScope scope(out.device().index);
-  affine_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(src.data<float>(), out.data<float>(), n, scale, shift);
+  affine_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(src.data<float>(), out.data<float>(), n, scale,
+                                                            shift);
   DPT_CUDA_LAUNCH_CHECK();
 }
 
 void add_inplace(const Tensor& dst, const Tensor& src) {
   DPT_CHECK(dst.shape() == src.shape() && dst.strides() == src.strides() && dst.is_dense())
-      << "add_inplace on cuda: needs two dense tensors of one layout, got " << shape_str(dst.shape()) << " and "
-      << shape_str(src.shape());
+      << "add_inplace on cuda: needs two dense tensors of one layout, got " << shape_str(dst.shape())
+      << " and " << shape_str(src.shape());
   int64_t n = dst.numel();
   if (n == 0) return;
   KernelScope scope(dst.device().index);
@@ -181,7 +187,7 @@ Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
   KernelScope scope(t.device().index);
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(out_n, 65535));
   sum_to_shape_kernel<<<blocks, kBlock, 0, scope.stream()>>>(src.data<float>(), out.data<float>(), out_n,
-                                                              reduced_n, kept, reduced);
+                                                             reduced_n, kept, reduced);
   DPT_CUDA_LAUNCH_CHECK();
   return out;
 }
@@ -202,16 +208,16 @@ Tensor contiguous(const Tensor& t) {
   KernelScope scope(t.device().index);
   switch (dtype_size(t.dtype())) {
     case 2:
-      gather_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(static_cast<const uint16_t*>(t.raw_data()),
-                                                                 static_cast<uint16_t*>(out.raw_data()), n, dims);
+      gather_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(
+          static_cast<const uint16_t*>(t.raw_data()), static_cast<uint16_t*>(out.raw_data()), n, dims);
       break;
     case 4:
-      gather_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(static_cast<const uint32_t*>(t.raw_data()),
-                                                                 static_cast<uint32_t*>(out.raw_data()), n, dims);
+      gather_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(
+          static_cast<const uint32_t*>(t.raw_data()), static_cast<uint32_t*>(out.raw_data()), n, dims);
       break;
     default:
-      gather_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(static_cast<const uint64_t*>(t.raw_data()),
-                                                                 static_cast<uint64_t*>(out.raw_data()), n, dims);
+      gather_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(
+          static_cast<const uint64_t*>(t.raw_data()), static_cast<uint64_t*>(out.raw_data()), n, dims);
   }
   DPT_CUDA_LAUNCH_CHECK();
   return out;

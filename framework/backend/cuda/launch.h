@@ -39,7 +39,9 @@ class KernelScope {
 // surfaces here, at its launch, as a dpt::Error.
 #define DPT_CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-__device__ inline int64_t thread_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ inline int64_t thread_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
 __device__ inline int64_t thread_count() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 __device__ inline double warp_sum(double v) {

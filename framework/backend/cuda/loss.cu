@@ -1,13 +1,13 @@
 // Loss kernels (see loss.h). One warp per row: a row's classes are read by the warp's
 // 32 lanes together and combined with shuffles, which suits the usual 10 to 1000 classes.
 // The formulas, and the places where they round to f32, are those of the CPU kernels.
-#include "backend/cuda/loss.h"
-
 #include <cmath>
 #include <cstdint>
 
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/loss.h"
+
 #include "core/storage.h"
 
 namespace dpt::cuda {
@@ -27,7 +27,7 @@ __device__ inline double warp_sum_all(double v) {
 }
 
 // The rows a warp handles: all its lanes see the same r, so shuffles stay uniform.
-#define DPT_FOR_EACH_ROW(r, rows)                                                                     \
+#define DPT_FOR_EACH_ROW(r, rows)                                                                      \
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp; r < (rows); \
        r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock)
 
@@ -52,8 +52,8 @@ __global__ void log_softmax_forward_kernel(const float* x, float* out, int64_t r
   }
 }
 
-__global__ void log_softmax_backward_kernel(const float* out, const float* grad_out, float* grad_in, int64_t rows,
-                                            int64_t cols) {
+__global__ void log_softmax_backward_kernel(const float* out, const float* grad_out, float* grad_in,
+                                            int64_t rows, int64_t cols) {
   int lane = threadIdx.x % kWarp;
   DPT_FOR_EACH_ROW(r, rows) {
     const float* g = grad_out + r * cols;
@@ -95,7 +95,8 @@ __global__ void mean_kernel(const double* values, int64_t rows, float* loss) {
 }
 
 __global__ void cross_entropy_backward_kernel(const float* log_probs, const int64_t* labels, float* grad,
-                                              int64_t rows, int64_t cols, float smoothing, const float* grad_loss) {
+                                              int64_t rows, int64_t cols, float smoothing,
+                                              const float* grad_loss) {
   const float scale = grad_loss[0] / static_cast<float>(rows);
   const float uniform = smoothing / static_cast<float>(cols);
   for (int64_t i = thread_index(); i < rows * cols; i += thread_count()) {
@@ -152,8 +153,8 @@ __global__ void count_correct_kernel(const float* logits, const int64_t* labels,
 }
 
 void check_rows(const char* op, const Tensor& x, const Tensor& labels) {
-  DPT_CHECK(x.dim() == 2 && x.is_contiguous() && labels.numel() == x.size(0) && labels.dtype() == DType::i64 &&
-            labels.is_contiguous())
+  DPT_CHECK(x.dim() == 2 && x.is_contiguous() && labels.numel() == x.size(0) &&
+            labels.dtype() == DType::i64 && labels.is_contiguous())
       << op << " on cuda: needs contiguous [N, C] f32 and contiguous i64 [N] labels";
 }
 
@@ -176,8 +177,8 @@ int64_t first_bad_label(const Tensor& labels, int64_t classes, int64_t* label) {
   {
     KernelScope scope(device);
     CUDA_CHECK(cudaMemsetAsync(first.as<void>(), 0xff, sizeof(unsigned long long), scope.stream()));
-    first_bad_label_kernel<<<grid_for(rows), kBlock, 0, scope.stream()>>>(labels.data<int64_t>(), rows, classes,
-                                                                          first.as<unsigned long long>());
+    first_bad_label_kernel<<<grid_for(rows), kBlock, 0, scope.stream()>>>(
+        labels.data<int64_t>(), rows, classes, first.as<unsigned long long>());
     DPT_CUDA_LAUNCH_CHECK();
   }
   unsigned long long row = read_back(first.as<unsigned long long>(), labels.device());
@@ -208,7 +209,8 @@ void nll_forward(const Tensor& log_probs, const Tensor& labels, const Tensor& lo
   check_rows("nll_loss", log_probs, labels);
   KernelScope scope(log_probs.device().index);
   nll_forward_kernel<<<1, kBlock, 0, scope.stream()>>>(log_probs.data<float>(), labels.data<int64_t>(),
-                                                       log_probs.size(0), log_probs.size(1), loss.data<float>());
+                                                       log_probs.size(0), log_probs.size(1),
+                                                       loss.data<float>());
   DPT_CUDA_LAUNCH_CHECK();
 }
 
@@ -222,16 +224,16 @@ void nll_backward(const Tensor& labels, const Tensor& grad_loss, const Tensor& g
   DPT_CUDA_LAUNCH_CHECK();
 }
 
-void cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smoothing, const Tensor& log_probs,
-                           const Tensor& loss) {
+void cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smoothing,
+                           const Tensor& log_probs, const Tensor& loss) {
   check_rows("cross_entropy", logits, labels);
   int64_t rows = logits.size(0), cols = logits.size(1);
   int device = logits.device().index;
   DeviceBuffer row_loss(rows * sizeof(double), device);
   KernelScope scope(device);
   cross_entropy_rows_kernel<<<grid_for(rows, kRowsPerBlock), kBlock, 0, scope.stream()>>>(
-      logits.data<float>(), labels.data<int64_t>(), log_probs.data<float>(), row_loss.as<double>(), rows, cols,
-      smoothing);
+      logits.data<float>(), labels.data<int64_t>(), log_probs.data<float>(), row_loss.as<double>(), rows,
+      cols, smoothing);
   DPT_CUDA_LAUNCH_CHECK();
   mean_kernel<<<1, kBlock, 0, scope.stream()>>>(row_loss.as<double>(), rows, loss.data<float>());
   DPT_CUDA_LAUNCH_CHECK();

@@ -26,8 +26,8 @@ void nll_backward(const Tensor& labels, const Tensor& grad_loss, const Tensor& g
 
 // log_probs = log_softmax(logits); loss = mean over rows of
 // -(1-s) log_probs[r, label] - (s/C) sum_c log_probs[r, c].
-void cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smoothing, const Tensor& log_probs,
-                           const Tensor& loss);
+void cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smoothing,
+                           const Tensor& log_probs, const Tensor& loss);
 // grad = (grad_loss / rows) * (exp(log_probs) - ((1-s) onehot(label) + s/C)).
 void cross_entropy_backward(const Tensor& log_probs, const Tensor& labels, float smoothing,
                             const Tensor& grad_loss, const Tensor& grad);

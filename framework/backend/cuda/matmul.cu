@@ -1,11 +1,11 @@
 // cuBLAS GEMM for row-major tensors (see matmul.h). cuBLAS is column-major, and a
 // row-major [M, N] matrix is its column-major transpose, so out = op(a) op(b) is computed
 // as out^T = op(b)^T op(a)^T: the operands swap places and keep their transpose flags.
-#include "backend/cuda/matmul.h"
-
 #include <climits>
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/matmul.h"
+
 #include "backend/cuda/tf32.h"
 
 namespace dpt::cuda {
@@ -34,8 +34,8 @@ int blas_int(int64_t v) {
 
 }  // namespace
 
-void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias, bool relu,
-            const Tensor& out) {
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias,
+            bool relu, const Tensor& out) {
   DPT_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous() && a.dim() == 2 && b.dim() == 2)
       << "matmul on cuda: needs contiguous 2-D operands";
   int64_t m = out.size(0), n = out.size(1), k = transpose_a ? a.size(0) : a.size(1);
@@ -50,9 +50,10 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = blas_int(transpose_a ? m : k), ldb = blas_int(transpose_b ? k : n);
     cublasComputeType_t compute = tf32_enabled() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    CUBLAS_CHECK(cublasGemmEx(device_context(device).cublas(), op_b, op_a, blas_int(n), blas_int(m), blas_int(k),
-                              &one, b.data<float>(), CUDA_R_32F, ldb, a.data<float>(), CUDA_R_32F, lda, &zero,
-                              out.data<float>(), CUDA_R_32F, blas_int(n), compute, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(device_context(device).cublas(), op_b, op_a, blas_int(n), blas_int(m),
+                              blas_int(k), &one, b.data<float>(), CUDA_R_32F, ldb, a.data<float>(),
+                              CUDA_R_32F, lda, &zero, out.data<float>(), CUDA_R_32F, blas_int(n), compute,
+                              CUBLAS_GEMM_DEFAULT));
   }
   if (bias.defined() || relu) {
     bias_relu_kernel<<<grid_for(m * n), kBlock, 0, scope.stream()>>>(
@@ -62,11 +63,13 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
 }
 
 void sum_rows(const Tensor& t, const Tensor& out) {
-  DPT_CHECK(t.is_contiguous() && t.dim() == 2 && out.numel() == t.size(1)) << "sum_rows on cuda: needs contiguous [M, N] and [N]";
+  DPT_CHECK(t.is_contiguous() && t.dim() == 2 && out.numel() == t.size(1))
+      << "sum_rows on cuda: needs contiguous [M, N] and [N]";
   int64_t rows = t.size(0), cols = t.size(1);
   if (cols == 0) return;
   KernelScope scope(out.device().index);
-  sum_rows_kernel<<<grid_for(cols), kBlock, 0, scope.stream()>>>(t.data<float>(), out.data<float>(), rows, cols);
+  sum_rows_kernel<<<grid_for(cols), kBlock, 0, scope.stream()>>>(t.data<float>(), out.data<float>(), rows,
+                                                                 cols);
   DPT_CUDA_LAUNCH_CHECK();
 }
 

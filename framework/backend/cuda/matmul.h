@@ -10,8 +10,8 @@ namespace dpt::cuda {
 // op(t) = t or its transpose; bias [N] or undefined; out contiguous [M, N].
 // Ensures: out = op(a) op(b) (+ bias per row) (then max(0, .) when relu), every element
 // written (K = 0 gives zeros, plus bias).
-void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias, bool relu,
-            const Tensor& out);
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias,
+            bool relu, const Tensor& out);
 
 // Requires: t contiguous 2-D [M, N] f32, out contiguous [N]. Ensures: out[j] = sum_i t[i, j]
 // (in double).

@@ -1,9 +1,8 @@
 // Multi-tensor optimizer kernels (see optim.h). A launch takes up to kMaxTensors slots by
 // value (well under the 4 KiB kernel-parameter limit); blockIdx.y picks the slot and the
 // x blocks stride over its elements, so no per-launch table has to be copied to the GPU.
-#include "backend/cuda/optim.h"
-
 #include "backend/cuda/launch.h"
+#include "backend/cuda/optim.h"
 
 namespace dpt::cuda {
 namespace {
@@ -95,7 +94,8 @@ void ema_update(const Tensor& average, const Tensor& current, float decay) {
   int64_t n = average.numel();
   if (n == 0) return;
   KernelScope scope(average.device().index);
-  ema_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(average.data<float>(), current.data<float>(), n, decay);
+  ema_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(average.data<float>(), current.data<float>(), n,
+                                                         decay);
   DPT_CUDA_LAUNCH_CHECK();
 }
 

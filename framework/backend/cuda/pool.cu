@@ -1,9 +1,8 @@
 // cuDNN pooling and the global-average kernels (see pool.h). Max pooling uses cuDNN's
 // deterministic mode, so a run's gradients do not depend on the order atomics land in.
-#include "backend/cuda/pool.h"
-
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/pool.h"
 
 namespace dpt::cuda {
 namespace {
@@ -13,8 +12,8 @@ constexpr int kPlanesPerBlock = kBlock / kWarp;
 // One warp per (n, c) plane.
 __global__ void global_avg_forward_kernel(const float* x, float* out, int64_t planes, int64_t hw) {
   int lane = threadIdx.x % kWarp;
-  for (int64_t plane = static_cast<int64_t>(blockIdx.x) * kPlanesPerBlock + threadIdx.x / kWarp; plane < planes;
-       plane += static_cast<int64_t>(gridDim.x) * kPlanesPerBlock) {
+  for (int64_t plane = static_cast<int64_t>(blockIdx.x) * kPlanesPerBlock + threadIdx.x / kWarp;
+       plane < planes; plane += static_cast<int64_t>(gridDim.x) * kPlanesPerBlock) {
     double s = 0;
     for (int64_t j = lane; j < hw; j += kWarp) s += x[plane * hw + j];
     s = warp_sum(s);
@@ -28,7 +27,8 @@ __global__ void global_avg_backward_kernel(const float* grad_out, float* grad_x,
 }
 
 cudnnPoolingMode_t mode_of(PoolKind kind) {
-  return kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  return kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
+                               : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
 }
 
 void check_contiguous(std::initializer_list<const Tensor*> tensors) {
@@ -60,9 +60,9 @@ void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& out, const Te
   PoolingDescriptor pool(mode_of(kind), p.kernel, p.stride, p.padding);
   TensorDescriptor xd(x.shape(), "pool2d"), yd(out.shape(), "pool2d");
   const float one = 1.0f, zero = 0.0f;
-  CUDNN_CHECK(cudnnPoolingBackward(device_context(device).cudnn(), pool.get(), &one, yd.get(), out.data<float>(),
-                                   yd.get(), grad_out.data<float>(), xd.get(), x.data<float>(), &zero, xd.get(),
-                                   grad_x.data<float>()));
+  CUDNN_CHECK(cudnnPoolingBackward(device_context(device).cudnn(), pool.get(), &one, yd.get(),
+                                   out.data<float>(), yd.get(), grad_out.data<float>(), xd.get(),
+                                   x.data<float>(), &zero, xd.get(), grad_x.data<float>()));
 }
 
 void global_avg_pool2d_forward(const Tensor& x, const Tensor& out) {
@@ -83,7 +83,7 @@ void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
   if (total == 0) return;
   KernelScope scope(grad_x.device().index);
   global_avg_backward_kernel<<<grid_for(total), kBlock, 0, scope.stream()>>>(grad_out.data<float>(),
-                                                                              grad_x.data<float>(), total, hw);
+                                                                             grad_x.data<float>(), total, hw);
   DPT_CUDA_LAUNCH_CHECK();
 }
 

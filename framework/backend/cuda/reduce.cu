@@ -1,11 +1,10 @@
 // Two-pass sum: each block leaves its partial sum (double) in a scratch buffer, then one
 // block adds the partials in index order. No atomics, so the result does not depend on
 // which blocks finish first.
-#include "backend/cuda/reduce.h"
-
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/reduce.h"
 
 namespace dpt::cuda {
 namespace {
@@ -48,11 +47,13 @@ void sum_scaled(const Tensor& x, double scale, const Tensor& out) {
 }
 
 void fill_scaled(const Tensor& out, const Tensor& scalar, float scale) {
-  DPT_CHECK(scalar.numel() == 1 && out.is_dense()) << "fill_scaled on cuda: needs a one-element scalar and a dense output";
+  DPT_CHECK(scalar.numel() == 1 && out.is_dense())
+      << "fill_scaled on cuda: needs a one-element scalar and a dense output";
   int64_t n = out.numel();
   if (n == 0) return;
   KernelScope scope(out.device().index);
-  fill_scaled_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(out.data<float>(), n, scalar.data<float>(), scale);
+  fill_scaled_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(out.data<float>(), n, scalar.data<float>(),
+                                                                 scale);
   DPT_CUDA_LAUNCH_CHECK();
 }
 
