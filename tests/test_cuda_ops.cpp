@@ -23,6 +23,7 @@ TEST(CudaOps, GpuTests) {
 #include <cmath>
 #include <random>
 
+#include "backend/cuda/tf32.h"
 #include "core/rng.h"
 #include "cuda_compare.h"
 #include "error_of.h"
@@ -214,6 +215,22 @@ TEST_F(CudaOps, LinearAndMatmul) {
                           {grad_input({5, 11}, 18), grad_input({11, 6}, 19)});
   expect_cuda_matches_cpu("matmul, large", [](const Inputs& t) { return matmul(t[0], t[1]); },
                           {grad_input({300, 257}, 20), grad_input({257, 129}, 21)});
+}
+
+TEST_F(CudaOps, Tf32IsASettingOffByDefault) {
+  ASSERT_FALSE(cuda::tf32_enabled()) << "run without DPT_CUDA_TF32=1: the other tests expect f32 products";
+  Tensor a = grad_input({128, 512}, 22), b = grad_input({512, 64}, 23);
+  Tensor x = grad_input({4, 32, 16, 16}, 24), w = grad_input({32, 32, 3, 3}, 25);
+  // TF32 rounds the inputs to 10 mantissa bits: products over 512 (matmul) and 288
+  // (conv) terms land within a few 1e-3 of f32, farther than f32 rounding ever would.
+  cuda::set_tf32_enabled(true);
+  const dpt::testing::Tolerance tf32{2e-2, 1e-2};
+  expect_cuda_matches_cpu("matmul with TF32", [](const Inputs& t) { return matmul(t[0], t[1]); }, {a, b}, tf32);
+  expect_cuda_matches_cpu("conv2d with TF32",
+                          [](const Inputs& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 1}); }, {x, w},
+                          tf32);
+  cuda::set_tf32_enabled(false);
+  expect_cuda_matches_cpu("matmul, TF32 off again", [](const Inputs& t) { return matmul(t[0], t[1]); }, {a, b});
 }
 
 TEST_F(CudaOps, Conv2dShapesAndOptions) {
