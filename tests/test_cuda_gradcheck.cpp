@@ -16,6 +16,7 @@ TEST(CudaGradCheck, GpuTests) {
 #include <random>
 
 #include "cuda_compare.h"
+#include "inputs.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
@@ -28,7 +29,10 @@ TEST(CudaGradCheck, GpuTests) {
 #include "ops/shortcut_pad.h"
 
 using namespace dpt;
+using dpt::testing::away_from_zero;
+using dpt::testing::distinct_tensor;
 using dpt::testing::GradCheckOptions;
+using dpt::testing::kink_free_input;
 using dpt::testing::random_tensor;
 
 namespace {
@@ -46,47 +50,10 @@ Tensor leaf(const Shape& shape, uint64_t seed, float low = -1.0f, float high = 1
   return random_tensor(shape, seed, low, high).set_requires_grad(true);
 }
 
-Tensor away_from_zero(const Shape& shape, uint64_t seed) {
-  Tensor t = random_tensor(shape, seed);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = p[i] >= 0 ? p[i] + 0.05f : p[i] - 0.05f;
-  return t.set_requires_grad(true);
-}
-
-// Distinct values spaced 0.05 apart: finite differences of 0.01 never change a maximum.
-Tensor distinct(const Shape& shape, uint64_t seed) {
-  int64_t n = shape_numel(shape);
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = (static_cast<float>(i) - n / 2.0f) * 0.05f;
-  std::shuffle(v.begin(), v.end(), std::mt19937(seed));
-  return Tensor::from_vector(v, shape).set_requires_grad(true);
-}
-
-// Per channel a shuffled symmetric set of values at least 0.5 from the mean (0): batch
-// norm with bias 0 puts no output near the fused ReLU's kink.
-Tensor kink_free(const Shape& s, uint64_t seed) {
-  int64_t per_channel = s[0] * s[2] * s[3];
-  std::mt19937 gen(seed);
-  std::vector<float> v(shape_numel(s));
-  for (int64_t ch = 0; ch < s[1]; ++ch) {
-    std::vector<float> values;
-    for (int64_t i = 0; i < per_channel / 2; ++i) {
-      float m = 0.5f + 0.1f * static_cast<float>(i % 8);
-      values.push_back(m);
-      values.push_back(-m);
-    }
-    std::shuffle(values.begin(), values.end(), gen);
-    int64_t k = 0;
-    for (int64_t i = 0; i < s[0]; ++i)
-      for (int64_t j = 0; j < s[2] * s[3]; ++j) v[(i * s[1] + ch) * s[2] * s[3] + j] = values[k++];
-  }
-  return Tensor::from_vector(v, s).set_requires_grad(true);
-}
-
 }  // namespace
 
 TEST_F(CudaGradCheck, ReluReductionsShapes) {
-  check([](const Inputs& v) { return relu(v[0]); }, {away_from_zero({4, 5}, 1)});
+  check([](const Inputs& v) { return relu(v[0]); }, {away_from_zero({4, 5}, 1).set_requires_grad(true)});
   Tensor x = leaf({3, 7}, 2);
   check([](const Inputs& v) { return mean(v[0]); }, {x});
   check([](const Inputs& v) { return sum(v[0]); }, {x});
@@ -148,12 +115,13 @@ TEST_F(CudaGradCheck, BatchNormTrainingAndEval) {
   GradCheckOptions fine = kOnGpu;
   fine.eps = 5e-3;  // small next to the 0.5 margin times the weight
   check([](const Inputs& t) { return batch_norm2d(t[0], t[1], t[2], Tensor(), Tensor(), true, {}, true); },
-        {kink_free({2, 3, 4, 4}, 32), leaf({3}, 33, 0.5f, 1.5f), Tensor::zeros({3}).set_requires_grad(true)},
+        {kink_free_input({2, 3, 4, 4}, 32).set_requires_grad(true), leaf({3}, 33, 0.5f, 1.5f),
+         Tensor::zeros({3}).set_requires_grad(true)},
         fine);
 }
 
 TEST_F(CudaGradCheck, Pooling) {
-  Tensor x = distinct({2, 3, 7, 6}, 30);
+  Tensor x = distinct_tensor({2, 3, 7, 6}, 30).set_requires_grad(true);
   check([](const Inputs& t) { return max_pool2d(t[0], 3, 2, 1); }, {x});
   check([](const Inputs& t) { return max_pool2d(t[0], 2, 2); }, {x});
   check([](const Inputs& t) { return avg_pool2d(t[0], 3, 2, 1); }, {x});

@@ -27,6 +27,7 @@ TEST(CudaOps, GpuTests) {
 #include "core/rng.h"
 #include "cuda_compare.h"
 #include "error_of.h"
+#include "inputs.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/dropout.h"
@@ -41,6 +42,8 @@ TEST(CudaOps, GpuTests) {
 #include "ops/sync_batch_norm.h"
 
 using namespace dpt;
+using dpt::testing::away_from_zero;
+using dpt::testing::distinct_tensor;
 using dpt::testing::error_of;
 using dpt::testing::expect_cuda_matches_cpu;
 using dpt::testing::expect_tensors_close;
@@ -53,23 +56,6 @@ using Inputs = std::vector<Tensor>;
 
 Tensor grad_input(const Shape& shape, uint64_t seed, float low = -1.0f, float high = 1.0f) {
   return random_tensor(shape, seed, low, high).set_requires_grad(true);
-}
-
-// Values in [-1, 1] at least 0.05 away from 0, the ReLU kink.
-Tensor away_from_zero(const Shape& shape, uint64_t seed) {
-  Tensor t = random_tensor(shape, seed);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = p[i] >= 0 ? p[i] + 0.05f : p[i] - 0.05f;
-  return t;
-}
-
-// Distinct values in random order: no ties for max pooling.
-Tensor distinct(const Shape& shape, uint64_t seed) {
-  int64_t n = shape_numel(shape);
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = (static_cast<float>(i) - n / 2.0f) * 0.01f;
-  std::shuffle(v.begin(), v.end(), std::mt19937(seed));
-  return Tensor::from_vector(v, shape);
 }
 
 Tensor labels_of(std::vector<int64_t> v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
@@ -225,12 +211,14 @@ TEST_F(CudaOps, Tf32IsASettingOffByDefault) {
   // (conv) terms land within a few 1e-3 of f32, farther than f32 rounding ever would.
   cuda::set_tf32_enabled(true);
   const dpt::testing::Tolerance tf32{2e-2, 1e-2};
-  expect_cuda_matches_cpu("matmul with TF32", [](const Inputs& t) { return matmul(t[0], t[1]); }, {a, b}, tf32);
-  expect_cuda_matches_cpu("conv2d with TF32",
-                          [](const Inputs& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 1}); }, {x, w},
-                          tf32);
+  expect_cuda_matches_cpu(
+      "matmul with TF32", [](const Inputs& t) { return matmul(t[0], t[1]); }, {a, b}, tf32);
+  expect_cuda_matches_cpu(
+      "conv2d with TF32", [](const Inputs& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 1}); },
+      {x, w}, tf32);
   cuda::set_tf32_enabled(false);
-  expect_cuda_matches_cpu("matmul, TF32 off again", [](const Inputs& t) { return matmul(t[0], t[1]); }, {a, b});
+  expect_cuda_matches_cpu("matmul, TF32 off again", [](const Inputs& t) { return matmul(t[0], t[1]); },
+                          {a, b});
 }
 
 TEST_F(CudaOps, Conv2dShapesAndOptions) {
@@ -315,7 +303,7 @@ TEST_F(CudaOps, PoolingMaxAvgGlobal) {
        std::vector<Case>{{{2, 3, 8, 8}, 2, 2, 0}, {{2, 3, 7, 9}, 3, 2, 1}, {{1, 4, 5, 5}, 3, 1, 1}}) {
     SCOPED_TRACE(shape_str(k.x) + " k" + std::to_string(k.kernel) + " s" + std::to_string(k.stride) + " p" +
                  std::to_string(k.padding));
-    Tensor x = distinct(k.x, 60).set_requires_grad(true);
+    Tensor x = distinct_tensor(k.x, 60, 0.01f).set_requires_grad(true);
     expect_cuda_matches_cpu(
         "max_pool2d", [k](const Inputs& t) { return max_pool2d(t[0], k.kernel, k.stride, k.padding); }, {x});
     expect_cuda_matches_cpu(
