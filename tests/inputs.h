@@ -10,6 +10,22 @@
 
 namespace dpt::testing {
 
+// random_tensor that requires grad: an input whose gradient a test checks.
+inline Tensor random_leaf(const Shape& shape, uint64_t seed, float low = -1.0f, float high = 1.0f) {
+  return random_tensor(shape, seed, low, high).set_requires_grad(true);
+}
+
+// i64 labels [n] with the given values, or drawn uniformly from [0, classes).
+inline Tensor labels_of(const std::vector<int64_t>& v) {
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+}
+inline Tensor random_labels(int64_t n, int64_t classes, uint64_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int64_t> v(n);
+  for (auto& l : v) l = static_cast<int64_t>(gen() % classes);
+  return labels_of(v);
+}
+
 // Values in [-1, 1] pushed at least 0.05 away from 0, the ReLU kink.
 inline Tensor away_from_zero(const Shape& shape, uint64_t seed) {
   Tensor t = random_tensor(shape, seed);

@@ -13,16 +13,16 @@ TEST(CudaModel, GpuTests) {
 
 #else
 
-#include <random>
-
 #include "autograd/node.h"
 #include "cuda_compare.h"
+#include "inputs.h"
 #include "models/registry.h"
 #include "ops/loss.h"
 #include "optim/sgd.h"
 
 using namespace dpt;
 using dpt::testing::expect_tensors_close;
+using dpt::testing::random_labels;
 using dpt::testing::random_tensor;
 using dpt::testing::Tolerance;
 
@@ -44,13 +44,6 @@ nn::ModulePtr build(const std::string& yaml, const models::ModelSpec& spec, Devi
   return model;
 }
 
-Tensor random_labels(int64_t n, uint64_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<int64_t> v(n);
-  for (auto& l : v) l = static_cast<int64_t>(gen() % 10);
-  return Tensor::from_vector(v, {n});
-}
-
 // The training step, written once for both devices: the batch comes from the CPU as a
 // data loader's would.
 Tensor loss_and_gradients(nn::Module& model, const Tensor& x, const Tensor& labels, Device device) {
@@ -64,7 +57,7 @@ void expect_step_matches(const std::string& yaml, const models::ModelSpec& spec,
                          Tolerance tol) {
   auto on_cpu = build(yaml, spec, Device::cpu()), on_gpu = build(yaml, spec, Device::cuda(0));
   Tensor x = random_tensor({batch, spec.in_channels, spec.height, spec.width}, 1);
-  Tensor labels = random_labels(batch, 2);
+  Tensor labels = random_labels(batch, 10, 2);
   Tensor loss_cpu = loss_and_gradients(*on_cpu, x, labels, Device::cpu());
   Tensor loss_gpu = loss_and_gradients(*on_gpu, x, labels, Device::cuda(0));
   EXPECT_TRUE(loss_gpu.device() == Device::cuda(0));
@@ -101,7 +94,7 @@ TEST_F(CudaModel, MnistCnnTrainsTheSameOnBothDevices) {
   optim::Sgd sgd_cpu(optim::param_groups(*on_cpu, 5e-4f, true), {0.9f, true});
   optim::Sgd sgd_gpu(optim::param_groups(*on_gpu, 5e-4f, true), {0.9f, true});
   // Five steps on one repeated batch: the loss must fall, and equally on both devices.
-  Tensor x = random_tensor({64, 1, 28, 28}, 3), labels = random_labels(64, 4);
+  Tensor x = random_tensor({64, 1, 28, 28}, 3), labels = random_labels(64, 10, 4);
   float first = 0, last = 0;
   for (int step = 0; step < 5; ++step) {
     float loss_cpu = loss_and_gradients(*on_cpu, x, labels, Device::cpu()).item();
@@ -121,7 +114,7 @@ TEST_F(CudaModel, MnistCnnTrainsTheSameOnBothDevices) {
   on_cpu->eval();
   on_gpu->eval();
   autograd::NoGrad no_grad;
-  Tensor eval_x = random_tensor({100, 1, 28, 28}, 5), eval_labels = random_labels(100, 6);
+  Tensor eval_x = random_tensor({100, 1, 28, 28}, 5), eval_labels = random_labels(100, 10, 6);
   Tensor logits_cpu = (*on_cpu)(eval_x), logits_gpu = (*on_gpu)(eval_x.to(Device::cuda(0)));
   expect_tensors_close(logits_gpu, logits_cpu, "eval logits", {1e-4, 1e-3});
   EXPECT_EQ(count_correct(logits_gpu, eval_labels.to(Device::cuda(0))),

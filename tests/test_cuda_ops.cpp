@@ -19,9 +19,7 @@ TEST(CudaOps, GpuTests) {
 
 #else
 
-#include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "backend/cuda/tf32.h"
 #include "core/rng.h"
@@ -47,25 +45,15 @@ using dpt::testing::distinct_tensor;
 using dpt::testing::error_of;
 using dpt::testing::expect_cuda_matches_cpu;
 using dpt::testing::expect_tensors_close;
+using dpt::testing::labels_of;
+using dpt::testing::random_labels;
+using dpt::testing::random_leaf;
 using dpt::testing::random_tensor;
 
 namespace {
 
 using CudaOps = dpt::testing::CudaTest;
 using Inputs = std::vector<Tensor>;
-
-Tensor grad_input(const Shape& shape, uint64_t seed, float low = -1.0f, float high = 1.0f) {
-  return random_tensor(shape, seed, low, high).set_requires_grad(true);
-}
-
-Tensor labels_of(std::vector<int64_t> v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
-
-Tensor random_labels(int64_t n, int64_t classes, uint64_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<int64_t> v(n);
-  for (auto& l : v) l = static_cast<int64_t>(gen() % classes);
-  return labels_of(v);
-}
 
 }  // namespace
 
@@ -79,19 +67,19 @@ TEST_F(CudaOps, ElementwiseWithBroadcastingAndStridedViews) {
   for (const auto& [name, op] : ops)
     for (const auto& [sa, sb] : shapes) {
       SCOPED_TRACE(std::string(name) + " " + shape_str(sa) + " " + shape_str(sb));
-      Tensor a = grad_input(sa, ++seed), b = grad_input(sb, ++seed, 0.5f, 2.0f);  // b away from 0 for div
+      Tensor a = random_leaf(sa, ++seed), b = random_leaf(sb, ++seed, 0.5f, 2.0f);  // b away from 0 for div
       expect_cuda_matches_cpu(name, [op](const Inputs& t) { return op(t[0], t[1]); }, {a, b});
     }
   // A transposed view (strided, not contiguous) on either side.
   Tensor base = random_tensor({5, 4}, 50);
-  Tensor b = grad_input({4, 5}, 51, 0.5f, 2.0f);
+  Tensor b = random_leaf({4, 5}, 51, 0.5f, 2.0f);
   expect_cuda_matches_cpu("mul of a transposed view",
                           [](const Inputs& t) {
                             return mul(t[0].as_strided({4, 5}, {1, 4}, 0), t[1]);
                           },
                           {base, b});
   expect_cuda_matches_cpu("affine", [](const Inputs& t) { return affine(t[0], -1.5f, 0.25f); },
-                          {grad_input({3, 8}, 52)});
+                          {random_leaf({3, 8}, 52)});
   // Empty tensors: no launch, no error.
   Tensor empty = Tensor::empty({0, 3}, DType::f32, Device::cuda(0));
   EXPECT_EQ(add(empty, empty).numel(), 0);
@@ -109,7 +97,7 @@ TEST_F(CudaOps, ReluAndGridStrideLoopsPastTheGrid) {
 }
 
 TEST_F(CudaOps, SumMeanAndShapes) {
-  Tensor x = grad_input({3, 7, 5}, 3);
+  Tensor x = random_leaf({3, 7, 5}, 3);
   expect_cuda_matches_cpu("sum", [](const Inputs& t) { return sum(t[0]); }, {x});
   expect_cuda_matches_cpu("mean", [](const Inputs& t) { return mean(t[0]); }, {x});
   expect_cuda_matches_cpu("flatten then scale", [](const Inputs& t) { return mul(flatten(t[0]), 2.0f); },
@@ -123,7 +111,7 @@ TEST_F(CudaOps, SumMeanAndShapes) {
 TEST_F(CudaOps, LossesWithAndWithoutSmoothing) {
   for (int64_t cols : {10, 33, 1000}) {
     SCOPED_TRACE("classes " + std::to_string(cols));
-    Tensor logits = grad_input({37, cols}, 4, -4.0f, 4.0f);
+    Tensor logits = random_leaf({37, cols}, 4, -4.0f, 4.0f);
     Tensor labels = random_labels(37, cols, 5);
     for (float s : {0.0f, 0.1f})
       expect_cuda_matches_cpu("cross_entropy", [s](const Inputs& t) { return cross_entropy(t[0], t[1], s); },
@@ -180,12 +168,12 @@ TEST_F(CudaOps, BadLabelsAndDevicesAreClearErrors) {
 }
 
 TEST_F(CudaOps, LinearAndMatmul) {
-  Tensor x = grad_input({9, 20}, 12), w = grad_input({7, 20}, 13), b = grad_input({7}, 14);
+  Tensor x = random_leaf({9, 20}, 12), w = random_leaf({7, 20}, 13), b = random_leaf({7}, 14);
   expect_cuda_matches_cpu("linear", [](const Inputs& t) { return linear(t[0], t[1], t[2]); }, {x, w, b});
   expect_cuda_matches_cpu("linear, no bias", [](const Inputs& t) { return linear(t[0], t[1], Tensor()); },
                           {x, w});
   // Fused ReLU: positive inputs and weights of both signs keep pre-activations off 0.
-  Tensor xp = grad_input({9, 20}, 15, 0.5f, 1.0f);
+  Tensor xp = random_leaf({9, 20}, 15, 0.5f, 1.0f);
   Tensor wp = Tensor::from_vector(
                   [] {
                     std::vector<float> v = random_tensor({4, 20}, 16, 0.5f, 1.0f).to_vector();
@@ -198,15 +186,15 @@ TEST_F(CudaOps, LinearAndMatmul) {
   expect_cuda_matches_cpu("linear + relu", [](const Inputs& t) { return linear(t[0], t[1], t[2], true); },
                           {xp, wp, b});
   expect_cuda_matches_cpu("matmul", [](const Inputs& t) { return matmul(t[0], t[1]); },
-                          {grad_input({5, 11}, 18), grad_input({11, 6}, 19)});
+                          {random_leaf({5, 11}, 18), random_leaf({11, 6}, 19)});
   expect_cuda_matches_cpu("matmul, large", [](const Inputs& t) { return matmul(t[0], t[1]); },
-                          {grad_input({300, 257}, 20), grad_input({257, 129}, 21)});
+                          {random_leaf({300, 257}, 20), random_leaf({257, 129}, 21)});
 }
 
 TEST_F(CudaOps, Tf32IsASettingOffByDefault) {
   ASSERT_FALSE(cuda::tf32_enabled()) << "run without DPT_CUDA_TF32=1: the other tests expect f32 products";
-  Tensor a = grad_input({128, 512}, 22), b = grad_input({512, 64}, 23);
-  Tensor x = grad_input({4, 32, 16, 16}, 24), w = grad_input({32, 32, 3, 3}, 25);
+  Tensor a = random_leaf({128, 512}, 22), b = random_leaf({512, 64}, 23);
+  Tensor x = random_leaf({4, 32, 16, 16}, 24), w = random_leaf({32, 32, 3, 3}, 25);
   // TF32 rounds the inputs to 10 mantissa bits: products over 512 (matmul) and 288
   // (conv) terms land within a few 1e-3 of f32, farther than f32 rounding ever would.
   cuda::set_tf32_enabled(true);
@@ -239,8 +227,8 @@ TEST_F(CudaOps, Conv2dShapesAndOptions) {
   uint64_t seed = 30;
   for (const Case& k : cases) {
     SCOPED_TRACE(shape_str(k.x) + " * " + shape_str(k.w) + (k.relu ? " relu" : ""));
-    Tensor x = grad_input(k.x, ++seed), w = grad_input(k.w, ++seed);
-    Tensor b = k.bias ? grad_input({k.w[0]}, ++seed) : Tensor();
+    Tensor x = random_leaf(k.x, ++seed), w = random_leaf(k.w, ++seed);
+    Tensor b = k.bias ? random_leaf({k.w[0]}, ++seed) : Tensor();
     Conv2dOptions o = k.o;
     bool relu_fused = k.relu;
     Inputs in = k.bias ? Inputs{x, w, b} : Inputs{x, w};
@@ -262,8 +250,8 @@ TEST_F(CudaOps, Conv2dShapesAndOptions) {
 TEST_F(CudaOps, BatchNormTrainingEvalAndRunningStats) {
   for (bool relu_fused : {false, true}) {
     SCOPED_TRACE(relu_fused ? "fused relu" : "no relu");
-    Tensor x = grad_input({4, 6, 5, 5}, 50, -1.0f, 2.0f);
-    Tensor w = grad_input({6}, 51, 0.5f, 1.5f), b = grad_input({6}, 52);
+    Tensor x = random_leaf({4, 6, 5, 5}, 50, -1.0f, 2.0f);
+    Tensor w = random_leaf({6}, 51, 0.5f, 1.5f), b = random_leaf({6}, 52);
     // Training: outputs, gradients, and the running statistics each side leaves.
     Tensor rm_cpu = random_tensor({6}, 53), rv_cpu = random_tensor({6}, 54, 0.5f, 1.5f);
     Tensor rm_gpu = rm_cpu.to(Device::cuda(0)), rv_gpu = rv_cpu.to(Device::cuda(0));
@@ -291,7 +279,7 @@ TEST_F(CudaOps, BatchNormTrainingEvalAndRunningStats) {
   expect_cuda_matches_cpu(
       "batch_norm2d, untracked",
       [](const Inputs& t) { return batch_norm2d(t[0], t[1], t[2], Tensor(), Tensor(), true); },
-      {grad_input({2, 3, 4, 4}, 55), grad_input({3}, 56), grad_input({3}, 57)});
+      {random_leaf({2, 3, 4, 4}, 55), random_leaf({3}, 56), random_leaf({3}, 57)});
 }
 
 TEST_F(CudaOps, PoolingMaxAvgGlobal) {
@@ -310,14 +298,14 @@ TEST_F(CudaOps, PoolingMaxAvgGlobal) {
         "avg_pool2d", [k](const Inputs& t) { return avg_pool2d(t[0], k.kernel, k.stride, k.padding); }, {x});
   }
   expect_cuda_matches_cpu("global_avg_pool2d", [](const Inputs& t) { return global_avg_pool2d(t[0]); },
-                          {grad_input({3, 5, 8, 8}, 61)});
+                          {random_leaf({3, 5, 8, 8}, 61)});
 }
 
 TEST_F(CudaOps, ShortcutPad) {
   expect_cuda_matches_cpu("shortcut_pad, stride 2", [](const Inputs& t) { return shortcut_pad(t[0], 32, 2); },
-                          {grad_input({2, 16, 8, 8}, 70)});
+                          {random_leaf({2, 16, 8, 8}, 70)});
   expect_cuda_matches_cpu("shortcut_pad, odd size", [](const Inputs& t) { return shortcut_pad(t[0], 5, 2); },
-                          {grad_input({1, 3, 7, 5}, 71)});
+                          {random_leaf({1, 3, 7, 5}, 71)});
 }
 
 TEST_F(CudaOps, DropoutMasksScaleAndReproduce) {

@@ -16,11 +16,10 @@
 using namespace dpt;
 using dpt::testing::away_from_zero;
 using dpt::testing::expect_gradients_match;
+using dpt::testing::labels_of;
 using dpt::testing::random_tensor;
 
 namespace {
-
-Tensor labels_of(std::vector<int64_t> v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
 
 }  // namespace
 
