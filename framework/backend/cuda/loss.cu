@@ -1,13 +1,13 @@
 // Loss kernels (see loss.h). One warp per row: a row's classes are read by the warp's
 // 32 lanes together and combined with shuffles, which suits the usual 10 to 1000 classes.
 // The formulas, and the places where they round to f32, are those of the CPU kernels.
+#include "backend/cuda/loss.h"
+
 #include <cmath>
 #include <cstdint>
 
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/launch.h"
-#include "backend/cuda/loss.h"
-
 #include "core/storage.h"
 
 namespace dpt::cuda {

@@ -1,11 +1,11 @@
 // cuBLAS GEMM for row-major tensors (see matmul.h). cuBLAS is column-major, and a
 // row-major [M, N] matrix is its column-major transpose, so out = op(a) op(b) is computed
 // as out^T = op(b)^T op(a)^T: the operands swap places and keep their transpose flags.
+#include "backend/cuda/matmul.h"
+
 #include <climits>
 
 #include "backend/cuda/launch.h"
-#include "backend/cuda/matmul.h"
-
 #include "backend/cuda/tf32.h"
 
 namespace dpt::cuda {

@@ -1,8 +1,9 @@
 // cuDNN pooling and the global-average kernels (see pool.h). Max pooling uses cuDNN's
 // deterministic mode, so a run's gradients do not depend on the order atomics land in.
+#include "backend/cuda/pool.h"
+
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/launch.h"
-#include "backend/cuda/pool.h"
 
 namespace dpt::cuda {
 namespace {

@@ -1,7 +1,8 @@
 // shortcut_pad kernels (see shortcut_pad.h): one thread per element written, so every
 // output element is set, zeros included, with no separate memset.
-#include "backend/cuda/launch.h"
 #include "backend/cuda/shortcut_pad.h"
+
+#include "backend/cuda/launch.h"
 
 namespace dpt::cuda {
 namespace {
