@@ -9,11 +9,23 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/allocator.h"
-#include "backend/cuda/device.h"
 #include "core/tensor.h"
 #include "gradcheck.h"
 #include "kernel_check.h"
+
+namespace dpt::testing {
+
+// Why a CPU-only build skips the CUDA tests.
+inline constexpr const char* kNoCudaBackend =
+    "no CUDA device: this build of dpt has no CUDA backend (configured with DPT_CUDA=OFF, or nvcc, cuDNN or "
+    "NCCL was not found)";
+
+}  // namespace dpt::testing
+
+#ifdef DPT_WITH_CUDA
+
+#include "backend/cuda/allocator.h"
+#include "backend/cuda/device.h"
 
 namespace dpt::testing {
 
@@ -92,3 +104,5 @@ inline void expect_cuda_matches_cpu(const std::string& what, const OpFn& f, cons
 }
 
 }  // namespace dpt::testing
+
+#endif  // DPT_WITH_CUDA

@@ -3,16 +3,14 @@
 // same inputs (away from kinks) and tolerances as the CPU checks. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include "cuda_compare.h"
+
 #ifndef DPT_WITH_CUDA
 
-TEST(CudaGradCheck, GpuTests) {
-  GTEST_SKIP() << "no CUDA device: this build of dpt has no CUDA backend (configured with DPT_CUDA=OFF, "
-                  "or nvcc, cuDNN or NCCL was not found)";
-}
+TEST(CudaGradCheck, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 
 #else
 
-#include "cuda_compare.h"
 #include "inputs.h"
 #include "ops/activation.h"
 #include "ops/conv.h"

@@ -4,17 +4,15 @@
 // parameters, and evaluation the same logits and accuracy. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include "cuda_compare.h"
+
 #ifndef DPT_WITH_CUDA
 
-TEST(CudaModel, GpuTests) {
-  GTEST_SKIP() << "no CUDA device: this build of dpt has no CUDA backend (configured with DPT_CUDA=OFF, "
-                  "or nvcc, cuDNN or NCCL was not found)";
-}
+TEST(CudaModel, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 
 #else
 
 #include "autograd/node.h"
-#include "cuda_compare.h"
 #include "inputs.h"
 #include "models/registry.h"
 #include "ops/loss.h"

@@ -10,12 +10,11 @@
 // test_cuda_gradcheck.cpp its finite-difference check on CUDA.
 #include <gtest/gtest.h>
 
+#include "cuda_compare.h"
+
 #ifndef DPT_WITH_CUDA
 
-TEST(CudaOps, GpuTests) {
-  GTEST_SKIP() << "no CUDA device: this build of dpt has no CUDA backend (configured with DPT_CUDA=OFF, "
-                  "or nvcc, cuDNN or NCCL was not found)";
-}
+TEST(CudaOps, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 
 #else
 
@@ -23,7 +22,6 @@ TEST(CudaOps, GpuTests) {
 
 #include "backend/cuda/tf32.h"
 #include "core/rng.h"
-#include "cuda_compare.h"
 #include "error_of.h"
 #include "inputs.h"
 #include "ops/activation.h"

@@ -5,19 +5,17 @@
 // Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include "cuda_compare.h"
+
 #ifndef DPT_WITH_CUDA
 
-TEST(CudaOptim, GpuTests) {
-  GTEST_SKIP() << "no CUDA device: this build of dpt has no CUDA backend (configured with DPT_CUDA=OFF, "
-                  "or nvcc, cuDNN or NCCL was not found)";
-}
+TEST(CudaOptim, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 
 #else
 
 #include <functional>
 #include <memory>
 
-#include "cuda_compare.h"
 #include "error_of.h"
 #include "nn/layers.h"
 #include "optim/adamw.h"

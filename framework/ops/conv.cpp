@@ -72,11 +72,8 @@ Tensor conv2d_cuda(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in
                     params, device, need_x, need_w, need_b](const Tensor& grad_out) {
                      check_grad("conv2d backward", grad_out, device);
                      Tensor g = cuda::contiguous(grad_out);
-                     if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
-                       Tensor masked = Tensor::empty(g.shape(), DType::f32, device);
-                       cuda::relu_backward(out, g, masked);
-                       g = masked;
-                     }
+                     // Fused ReLU: the gradient flows only where the output was > 0.
+                     if (out.defined()) g = cuda::relu_backward(out, g);
                      std::vector<Tensor> grads(3);
                      if (need_x) grads[0] = Tensor::empty(x_shape, DType::f32, device);
                      if (need_w) grads[1] = Tensor::empty(w_shape, DType::f32, device);

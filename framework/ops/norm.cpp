@@ -57,11 +57,8 @@ Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tens
        training, eps = options.eps, device, need_x, need_w, need_b](const Tensor& grad_out) {
         check_grad("batch_norm2d backward", grad_out, device);
         Tensor g = cuda::contiguous(grad_out);
-        if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
-          Tensor masked = Tensor::empty(g.shape(), DType::f32, device);
-          cuda::relu_backward(out, g, masked);
-          g = masked;
-        }
+        // Fused ReLU: the gradient flows only where the output was > 0.
+        if (out.defined()) g = cuda::relu_backward(out, g);
         // cuDNN computes all three at once; the unwanted ones are dropped.
         Tensor grad_x = Tensor::empty(x.shape(), DType::f32, device);
         Tensor grad_w = Tensor::empty(weight.shape(), DType::f32, device);

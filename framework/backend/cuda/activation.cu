@@ -43,4 +43,10 @@ void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad
   DPT_CUDA_LAUNCH_CHECK();
 }
 
+Tensor relu_backward(const Tensor& out, const Tensor& grad_out) {
+  Tensor grad_in = Tensor::empty_like(out);
+  relu_backward(out, grad_out, grad_in);
+  return grad_in;
+}
+
 }  // namespace dpt::cuda

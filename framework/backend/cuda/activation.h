@@ -12,5 +12,7 @@ void relu_forward(const Tensor& x, const Tensor& out);
 // Requires: out, grad_out and grad_in alike, as above; grad_in may be grad_out.
 // Ensures: grad_in = out > 0 ? grad_out : 0.
 void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in);
+// The same into a new tensor: the backward of a ReLU fused into conv, linear or BN.
+Tensor relu_backward(const Tensor& out, const Tensor& grad_out);
 
 }  // namespace dpt::cuda
