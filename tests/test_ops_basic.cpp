@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "gradcheck.h"
+#include "inputs.h"
 #include "ops/activation.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
@@ -13,20 +14,12 @@
 #include "ops/shape.h"
 
 using namespace dpt;
+using dpt::testing::away_from_zero;
 using dpt::testing::expect_gradients_match;
+using dpt::testing::labels_of;
 using dpt::testing::random_tensor;
 
 namespace {
-
-// Values in [-1, 1] pushed at least 0.05 away from 0, the ReLU kink.
-Tensor away_from_zero(const Shape& shape, uint64_t seed) {
-  Tensor t = random_tensor(shape, seed);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = p[i] >= 0 ? p[i] + 0.05f : p[i] - 0.05f;
-  return t;
-}
-
-Tensor labels_of(std::vector<int64_t> v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
 
 }  // namespace
 

@@ -9,12 +9,14 @@
 
 #include "backend/cpu/batchnorm.h"
 #include "gradcheck.h"
+#include "inputs.h"
 #include "kernel_check.h"
 #include "ops/norm.h"
 
 using namespace dpt;
 using dpt::testing::expect_close;
 using dpt::testing::expect_gradients_match;
+using dpt::testing::kink_free_input;
 using dpt::testing::poisoned;
 using dpt::testing::random_tensor;
 using dpt::testing::to_double;
@@ -80,27 +82,6 @@ Reference reference(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
       }
   }
   return r;
-}
-
-// Per channel a shuffled symmetric set of values, all at least 0.5 standard deviations
-// from the mean (0): with bias 0 no output is near the ReLU's kink.
-Tensor kink_free_input(const Shape& s, uint64_t seed) {
-  int64_t per_channel = s[0] * s[2] * s[3];
-  std::mt19937 gen(seed);
-  std::vector<float> v(shape_numel(s));
-  for (int64_t ch = 0; ch < s[1]; ++ch) {
-    std::vector<float> values;
-    for (int64_t i = 0; i < per_channel / 2; ++i) {
-      float m = 0.5f + 0.1f * static_cast<float>(i % 8);
-      values.push_back(m);
-      values.push_back(-m);
-    }
-    std::shuffle(values.begin(), values.end(), gen);
-    int64_t k = 0;
-    for (int64_t i = 0; i < s[0]; ++i)
-      for (int64_t j = 0; j < s[2] * s[3]; ++j) v[(i * s[1] + ch) * s[2] * s[3] + j] = values[k++];
-  }
-  return Tensor::from_vector(v, s);
 }
 
 }  // namespace

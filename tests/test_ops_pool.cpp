@@ -9,10 +9,12 @@
 
 #include "backend/cpu/pool.h"
 #include "gradcheck.h"
+#include "inputs.h"
 #include "kernel_check.h"
 #include "ops/pool.h"
 
 using namespace dpt;
+using dpt::testing::distinct_tensor;
 using dpt::testing::expect_close;
 using dpt::testing::expect_gradients_match;
 using dpt::testing::poisoned;
@@ -32,16 +34,6 @@ std::string case_str(const Case& k) {
 }
 
 int64_t out_size(int64_t in, const Case& k) { return (in + 2 * k.padding - k.kernel) / k.stride + 1; }
-
-// Distinct values in random order, spaced `step` apart: no ties for max pooling, and
-// finite differences of size < step/2 cannot change which element is the maximum.
-Tensor distinct_tensor(const Shape& shape, uint64_t seed, float step = 0.05f) {
-  int64_t n = shape_numel(shape);
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = (static_cast<float>(i) - n / 2.0f) * step;
-  std::shuffle(v.begin(), v.end(), std::mt19937(seed));
-  return Tensor::from_vector(v, shape);
-}
 
 struct Reference {
   std::vector<double> out, grad_x;

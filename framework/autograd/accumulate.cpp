@@ -2,18 +2,25 @@
 
 #include "backend/cpu/elementwise.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/elementwise.h"
+#endif
+
 namespace dpt::autograd {
 namespace {
 
 void add_inplace(const Tensor& dst, const Tensor& src) {
   DPT_CHECK(dst.shape() == src.shape()) << "gradient of shape " << shape_str(src.shape())
                                         << " added to one of shape " << shape_str(dst.shape());
-  DPT_CHECK(dst.device().is_cpu()) << "gradient accumulation on " << dst.device().str()
-                                   << " is not available in this build";
+  DPT_CHECK(dst.device() == src.device())
+      << "gradient on " << src.device().str() << " added to one on " << dst.device().str();
   DPT_CHECK(dst.is_dense()) << "gradient accumulation into a non-dense tensor";
   // Two gradients may differ in layout (an NCHW one from a test or a loss, a
   // channels-last one from a conv): src is brought to dst's, then the buffers add.
   Tensor s = src.with_layout_of(dst);
+#ifdef DPT_WITH_CUDA
+  if (dst.device().is_cuda()) return cuda::add_inplace(dst, s);
+#endif
   cpu::add_inplace(dst.data<float>(), s.data<float>(), dst.numel());
 }
 

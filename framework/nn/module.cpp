@@ -69,6 +69,20 @@ void Module::load_state_dict(const NamedTensors& state) {
   DPT_CHECK(given.empty()) << "load_state_dict: unexpected entry '" << given.begin()->first << "'";
 }
 
+void Module::to(Device device) {
+  autograd::NoGrad no_grad;
+  auto move = [&](const Tensor& t) {
+    if (t.device() == device) return;
+    Tensor moved = t.detach().to(device);
+    TensorImpl* impl = t.impl();  // the same TensorImpl, now viewing the new storage
+    impl->storage = moved.storage();
+    impl->offset = moved.offset();
+    impl->strides = moved.strides();
+    if (impl->grad.defined()) impl->grad = impl->grad.to(device);
+  };
+  for (auto& [name, t] : state_dict()) move(t);
+}
+
 std::vector<Module*> Module::modules() {
   std::vector<Module*> out{this};
   for (auto& [name, child] : children_)

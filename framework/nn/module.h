@@ -32,6 +32,12 @@ class Module {
   // Copies values in; every name must exist with the same shape, else an Error naming it.
   void load_state_dict(const NamedTensors& state);
 
+  // Moves every parameter and buffer (and any gradient) to `device`, in place: each tensor
+  // keeps its identity, so handles held elsewhere (an optimizer's, DDP's) see the move.
+  // Contiguous on the device afterwards. Build the optimizer after the move, or its
+  // state buffers stay where they were made.
+  void to(Device device);
+
   // This module and every descendant, depth first in registration order.
   std::vector<Module*> modules();
 

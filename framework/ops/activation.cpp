@@ -4,19 +4,42 @@
 #include "backend/cpu/activation.h"
 #include "ops/device_check.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/activation.h"
+#endif
+
 namespace dpt {
+namespace {
+
+// The dispatch points: backend/cuda for CUDA tensors, backend/cpu otherwise.
+void relu_forward_on(const Tensor& x, const Tensor& out) {
+#ifdef DPT_WITH_CUDA
+  if (out.device().is_cuda()) return cuda::relu_forward(x, out);
+#endif
+  cpu::relu_forward(x.data<float>(), out.data<float>(), out.numel());
+}
+
+void relu_backward_on(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
+#ifdef DPT_WITH_CUDA
+  if (out.device().is_cuda()) return cuda::relu_backward(out, grad_out, grad_in);
+#endif
+  cpu::relu_backward(out.data<float>(), grad_out.data<float>(), grad_in.data<float>(), out.numel());
+}
+
+}  // namespace
 
 Tensor relu(const Tensor& x) {
-  check_cpu_f32("relu", {&x});
+  op_device("relu", {&x});
   // Elementwise on the raw buffer: any dense layout (channels-last included) is kept.
-  Tensor in = x.is_dense() ? x : x.contiguous();
+  Tensor in = x.is_dense() ? x : contiguous_on_device(x);
   Tensor out = Tensor::empty_like(in);
-  cpu::relu_forward(in.data<float>(), out.data<float>(), out.numel());
+  relu_forward_on(in, out);
   // The output alone decides the mask (out > 0), so the input need not be kept.
   autograd::record("relu", out, {x}, [out = out.detach()](const Tensor& g) {
+    check_grad("relu backward", g, out.device());
     Tensor gi = Tensor::empty_like(out);
     Tensor gc = g.with_layout_of(out);
-    cpu::relu_backward(out.data<float>(), gc.data<float>(), gi.data<float>(), out.numel());
+    relu_backward_on(out, gc, gi);
     return std::vector<Tensor>{gi};
   });
   return out;

@@ -1,7 +1,8 @@
-// conv2d: checks at the door, the oneDNN kernels in backend/cpu/conv.cpp, and a backward
-// that masks by the fused ReLU first and skips the passes no input needs. The output is
-// channels-last (unless DPT_CHANNELS_LAST=0), whatever the input's layout, so a network
-// converts once at its first convolution and its activations stay NHWC from there.
+// conv2d: checks at the door, the oneDNN kernels in backend/cpu/conv.cpp (cuDNN's in
+// backend/cuda/conv.cpp for CUDA tensors), and a backward that masks by the fused ReLU
+// first and skips the passes no input needs. On CPU the output is channels-last (unless
+// DPT_CHANNELS_LAST=0), whatever the input's layout, so a network converts once at its
+// first convolution and its activations stay NHWC from there; on CUDA it is NCHW.
 #include "ops/conv.h"
 
 #include "autograd/node.h"
@@ -9,6 +10,11 @@
 #include "backend/cpu/onednn.h"
 #include "ops/device_check.h"
 #include "ops/mac_count.h"
+
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/activation.h"
+#include "backend/cuda/conv.h"
+#endif
 
 namespace dpt {
 namespace {
@@ -18,8 +24,10 @@ int64_t conv_out_size(int64_t in, int64_t kernel, const Conv2dOptions& o) {
 }
 
 Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
-  check_cpu_f32("conv2d", {&x, &w});
-  if (bias.defined()) check_cpu_f32("conv2d", {&bias});
+  if (bias.defined())
+    op_device("conv2d", {&x, &w, &bias});
+  else
+    op_device("conv2d", {&x, &w});
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
   DPT_CHECK(x.dim() == 4) << "conv2d: input must be 4-D [N, C, H, W], got " << shape_str(xs);
@@ -44,11 +52,47 @@ Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const C
   return {xs[0], ws[0], oh, ow};
 }
 
+#ifdef DPT_WITH_CUDA
+// Contiguous NCHW throughout: cuDNN's kernels take it as it is.
+Tensor conv2d_cuda(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Shape& out_shape,
+                   const Conv2dOptions& options, bool fuse_relu) {
+  Device device = x_in.device();
+  Tensor x = cuda::contiguous(x_in), w = cuda::contiguous(w_in);
+  Tensor bias = bias_in.defined() ? cuda::contiguous(bias_in) : Tensor();
+  cuda::ConvParams params{options.stride, options.padding, options.dilation, options.groups};
+  Tensor out = Tensor::empty(out_shape, DType::f32, device);
+  cuda::conv2d_forward(x, w, bias, params, fuse_relu, out);
+  mac_count_add(out.numel() * w.size(1) * w.size(2) * w.size(3));
+
+  bool need_x = x_in.requires_grad(), need_w = w_in.requires_grad();
+  bool need_b = bias_in.defined() && bias_in.requires_grad();
+  autograd::record("conv2d", out, {x_in, w_in, bias_in},
+                   [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
+                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
+                    params, device, need_x, need_w, need_b](const Tensor& grad_out) {
+                     check_grad("conv2d backward", grad_out, device);
+                     Tensor g = cuda::contiguous(grad_out);
+                     // Fused ReLU: the gradient flows only where the output was > 0.
+                     if (out.defined()) g = cuda::relu_backward(out, g);
+                     std::vector<Tensor> grads(3);
+                     if (need_x) grads[0] = Tensor::empty(x_shape, DType::f32, device);
+                     if (need_w) grads[1] = Tensor::empty(w_shape, DType::f32, device);
+                     if (need_b) grads[2] = Tensor::empty({w_shape[0]}, DType::f32, device);
+                     cuda::conv2d_backward(x_shape, w_shape, x, w, g, params, grads[0], grads[1], grads[2]);
+                     return grads;
+                   });
+  return out;
+}
+#endif
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Conv2dOptions& options,
               bool fuse_relu) {
   Shape out_shape = conv2d_check(x_in, w_in, bias_in, options);
+#ifdef DPT_WITH_CUDA
+  if (x_in.device().is_cuda()) return conv2d_cuda(x_in, w_in, bias_in, out_shape, options, fuse_relu);
+#endif
   Tensor x = cpu::onednn::in_kernel_layout(x_in), w = w_in.contiguous();
   Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
   cpu::ConvParams params{options.stride, options.padding, options.dilation, options.groups};
@@ -66,7 +110,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
                     out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
                     x_layout = cpu::onednn::layout_of(x), out_layout, params, need_x, need_w,
                     need_b](const Tensor& grad_out) {
-                     check_cpu_f32("conv2d backward", {&grad_out});
+                     check_grad("conv2d backward", grad_out, Device::cpu());
                      // In the output's layout: the one the kernels were built for.
                      Tensor g = cpu::onednn::to_layout(grad_out, out_layout);
                      if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0

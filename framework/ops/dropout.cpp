@@ -3,12 +3,40 @@
 #include "autograd/node.h"
 #include "ops/device_check.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/dropout.h"
+#include "backend/cuda/elementwise.h"
+#endif
+
 namespace dpt {
+namespace {
+
+#ifdef DPT_WITH_CUDA
+// One draw from the caller's generator seeds the whole mask (see backend/cuda/dropout.h).
+Tensor dropout_cuda(const Tensor& x, float p, Rng& rng) {
+  Tensor in = cuda::contiguous(x);
+  Tensor mask = Tensor::empty(x.shape(), DType::f32, x.device());  // 0 or 1/(1-p)
+  Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());
+  cuda::dropout_forward(in, p, rng.next_u64(), mask, out);
+  autograd::record("dropout", out, {x}, [mask](const Tensor& g) {
+    check_grad("dropout backward", g, mask.device());
+    Tensor gi = Tensor::empty(g.shape(), DType::f32, g.device());
+    cuda::binary(cuda::BinaryOp::mul, cuda::contiguous(g), mask, gi);
+    return std::vector<Tensor>{gi};
+  });
+  return out;
+}
+#endif
+
+}  // namespace
 
 Tensor dropout(const Tensor& x, float p, bool training, Rng& rng) {
   DPT_CHECK(p >= 0.0f && p < 1.0f) << "dropout: probability must be in [0, 1), got " << p;
   if (!training || p == 0.0f) return x;
-  check_cpu_f32("dropout", {&x});
+  [[maybe_unused]] Device device = op_device("dropout", {&x});
+#ifdef DPT_WITH_CUDA
+  if (device.is_cuda()) return dropout_cuda(x, p, rng);
+#endif
   Tensor in = x.contiguous();
   Tensor mask = Tensor::empty(x.shape());  // 0 or 1/(1-p)
   Tensor out = Tensor::empty(x.shape());

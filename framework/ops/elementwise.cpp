@@ -4,6 +4,10 @@
 #include "backend/cpu/elementwise.h"
 #include "ops/device_check.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/elementwise.h"
+#endif
+
 namespace dpt {
 
 Shape broadcast_shape(const Shape& a, const Shape& b) {
@@ -21,6 +25,32 @@ Shape broadcast_shape(const Shape& a, const Shape& b) {
 
 namespace {
 
+// The dispatch points: backend/cuda for CUDA tensors, backend/cpu otherwise.
+void binary_on(cpu::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+#ifdef DPT_WITH_CUDA
+  if (out.device().is_cuda()) {
+    constexpr cuda::BinaryOp kCudaOp[] = {cuda::BinaryOp::add, cuda::BinaryOp::sub, cuda::BinaryOp::mul,
+                                          cuda::BinaryOp::div};
+    return cuda::binary(kCudaOp[static_cast<int>(op)], a, b, out);
+  }
+#endif
+  cpu::binary(op, a, b, out);
+}
+
+void affine_on(const Tensor& a, float scale, float shift, const Tensor& out) {
+#ifdef DPT_WITH_CUDA
+  if (out.device().is_cuda()) return cuda::affine(a, scale, shift, out);
+#endif
+  cpu::affine(a, scale, shift, out);
+}
+
+Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
+#ifdef DPT_WITH_CUDA
+  if (t.device().is_cuda()) return cuda::sum_to_shape(t, shape);
+#endif
+  return cpu::sum_to_shape(t, shape);
+}
+
 // Equal shapes and equal dense strides (two channels-last activations, say): the op
 // runs on the raw buffers and the output keeps that layout. Otherwise it is contiguous.
 bool same_dense_layout(const Tensor& a, const Tensor& b) {
@@ -28,10 +58,11 @@ bool same_dense_layout(const Tensor& a, const Tensor& b) {
 }
 
 Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
-  check_cpu_f32("elementwise", {&a, &b});
-  Tensor out = same_dense_layout(a, b) ? Tensor::empty_like(a)
-                                       : Tensor::empty(broadcast_shape(a.shape(), b.shape()));
-  cpu::binary(op, a, b, out);
+  Device device = op_device("elementwise", {&a, &b});
+  Tensor out = same_dense_layout(a, b)
+                   ? Tensor::empty_like(a)
+                   : Tensor::empty(broadcast_shape(a.shape(), b.shape()), DType::f32, device);
+  binary_on(op, a, b, out);
   return out;
 }
 
@@ -39,19 +70,23 @@ Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(cpu::BinaryOp::add, a, b);
-  autograd::record("add", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
-    return std::vector<Tensor>{cpu::sum_to_shape(g, sa), cpu::sum_to_shape(g, sb)};
-  });
+  autograd::record("add", out, {a, b},
+                   [sa = a.shape(), sb = b.shape(), device = out.device()](const Tensor& g) {
+                     check_grad("add backward", g, device);
+                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
+                   });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(cpu::BinaryOp::sub, a, b);
-  autograd::record("sub", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
-    Tensor neg = Tensor::empty(g.shape());
-    cpu::affine(g, -1.0f, 0.0f, neg);
-    return std::vector<Tensor>{cpu::sum_to_shape(g, sa), cpu::sum_to_shape(neg, sb)};
-  });
+  autograd::record("sub", out, {a, b},
+                   [sa = a.shape(), sb = b.shape(), device = out.device()](const Tensor& g) {
+                     check_grad("sub backward", g, device);
+                     Tensor neg = Tensor::empty(g.shape(), DType::f32, device);
+                     affine_on(g, -1.0f, 0.0f, neg);
+                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(neg, sb)};
+                   });
   return out;
 }
 
@@ -60,8 +95,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   autograd::record("mul", out, {a, b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) {
     std::vector<Tensor> grads(2);
-    if (need_a) grads[0] = cpu::sum_to_shape(binary_forward(cpu::BinaryOp::mul, g, b), a.shape());
-    if (need_b) grads[1] = cpu::sum_to_shape(binary_forward(cpu::BinaryOp::mul, g, a), b.shape());
+    if (need_a) grads[0] = sum_to_shape(binary_forward(cpu::BinaryOp::mul, g, b), a.shape());
+    if (need_b) grads[1] = sum_to_shape(binary_forward(cpu::BinaryOp::mul, g, a), b.shape());
     return grads;
   });
   return out;
@@ -74,11 +109,11 @@ Tensor div(const Tensor& a, const Tensor& b) {
                    [b = b.detach(), out = out.detach(), sa = a.shape(), need_a, need_b](const Tensor& g) {
                      std::vector<Tensor> grads(2);
                      Tensor g_over_b = binary_forward(cpu::BinaryOp::div, g, b);
-                     if (need_a) grads[0] = cpu::sum_to_shape(g_over_b, sa);
+                     if (need_a) grads[0] = sum_to_shape(g_over_b, sa);
                      if (need_b) {  // d(a/b)/db = -(a/b)/b
                        Tensor t = binary_forward(cpu::BinaryOp::mul, g_over_b, out);
-                       cpu::affine(t, -1.0f, 0.0f, t);
-                       grads[1] = cpu::sum_to_shape(t, b.shape());
+                       affine_on(t, -1.0f, 0.0f, t);
+                       grads[1] = sum_to_shape(t, b.shape());
                      }
                      return grads;
                    });
@@ -86,12 +121,13 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor affine(const Tensor& a, float scale, float shift) {
-  check_cpu_f32("affine", {&a});
-  Tensor out = Tensor::empty(a.shape());
-  cpu::affine(a, scale, shift, out);
-  autograd::record("affine", out, {a}, [scale](const Tensor& g) {
-    Tensor ga = Tensor::empty(g.shape());
-    cpu::affine(g, scale, 0.0f, ga);
+  Device device = op_device("affine", {&a});
+  Tensor out = Tensor::empty(a.shape(), DType::f32, device);
+  affine_on(a, scale, shift, out);
+  autograd::record("affine", out, {a}, [scale, device](const Tensor& g) {
+    check_grad("affine backward", g, device);
+    Tensor ga = Tensor::empty(g.shape(), DType::f32, device);
+    affine_on(g, scale, 0.0f, ga);
     return std::vector<Tensor>{ga};
   });
   return out;

@@ -1,5 +1,5 @@
-// linear and matmul: checks, then oneDNN matmuls; the backward products read the saved
-// operands transposed through strides.
+// linear and matmul: checks, then matrix products on the inputs' device (oneDNN on CPU,
+// cuBLAS on CUDA); the backward products read the saved operands transposed.
 #include "ops/linear.h"
 
 #include "autograd/node.h"
@@ -8,11 +8,43 @@
 #include "ops/device_check.h"
 #include "ops/mac_count.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/activation.h"
+#include "backend/cuda/matmul.h"
+#endif
+
 namespace dpt {
+namespace {
+
+// The dispatch points: backend/cuda for CUDA tensors, backend/cpu otherwise.
+void matmul_on(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias,
+               bool relu, const Tensor& out) {
+#ifdef DPT_WITH_CUDA
+  if (out.device().is_cuda()) return cuda::matmul(a, transpose_a, b, transpose_b, bias, relu, out);
+#endif
+  cpu::matmul(a, transpose_a, b, transpose_b, bias, relu, out);
+}
+
+void sum_rows_on(const Tensor& t, const Tensor& out) {
+#ifdef DPT_WITH_CUDA
+  if (out.device().is_cuda()) return cuda::sum_rows(t, out);
+#endif
+  cpu::sum_rows(t, out);
+}
+
+// Backward of a fused ReLU: result = grad_out where out > 0, else 0.
+void relu_mask_on(const Tensor& grad_out, const Tensor& out, const Tensor& result) {
+#ifdef DPT_WITH_CUDA
+  if (out.device().is_cuda()) return cuda::relu_backward(out, grad_out, result);
+#endif
+  cpu::onednn::relu_mask_backward(grad_out, out, result);
+}
+
+}  // namespace
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, bool fuse_relu) {
-  check_cpu_f32("linear", {&x_in, &w_in});
-  if (bias_in.defined()) check_cpu_f32("linear", {&bias_in});
+  Device device =
+      bias_in.defined() ? op_device("linear", {&x_in, &w_in, &bias_in}) : op_device("linear", {&x_in, &w_in});
   DPT_CHECK(x_in.dim() == 2) << "linear: input must be 2-D [N, in], got " << shape_str(x_in.shape());
   DPT_CHECK(w_in.dim() == 2) << "linear: weight must be 2-D [out, in], got " << shape_str(w_in.shape());
   DPT_CHECK(x_in.size(1) == w_in.size(1))
@@ -23,10 +55,10 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
         << "linear: bias " << shape_str(bias_in.shape()) << " does not match weight "
         << shape_str(w_in.shape()) << ": expected [" << w_in.size(0) << "]";
   }
-  Tensor x = x_in.contiguous(), w = w_in.contiguous();
-  Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
-  Tensor out = Tensor::empty({x.size(0), w.size(0)});
-  if (out.numel() > 0) cpu::matmul(x, false, w, true, bias, fuse_relu, out);
+  Tensor x = contiguous_on_device(x_in), w = contiguous_on_device(w_in);
+  Tensor bias = bias_in.defined() ? contiguous_on_device(bias_in) : Tensor();
+  Tensor out = Tensor::empty({x.size(0), w.size(0)}, DType::f32, device);
+  if (out.numel() > 0) matmul_on(x, false, w, true, bias, fuse_relu, out);
   mac_count_add(x.size(0) * x.size(1) * w.size(0));
 
   bool need_x = x_in.requires_grad(), need_w = w_in.requires_grad();
@@ -34,26 +66,26 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
   autograd::record("linear", out, {x_in, w_in, bias_in},
                    [x = need_w ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
                     out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
-                    need_x, need_w, need_b](const Tensor& grad_out) {
-                     check_cpu_f32("linear backward", {&grad_out});
-                     Tensor g = grad_out.contiguous();
+                    device, need_x, need_w, need_b](const Tensor& grad_out) {
+                     check_grad("linear backward", grad_out, device);
+                     Tensor g = contiguous_on_device(grad_out);
                      if (out.defined()) {  // fused ReLU
-                       Tensor masked = Tensor::empty(g.shape());
-                       cpu::onednn::relu_mask_backward(g, out, masked);
+                       Tensor masked = Tensor::empty(g.shape(), DType::f32, device);
+                       relu_mask_on(g, out, masked);
                        g = masked;
                      }
                      std::vector<Tensor> grads(3);
                      if (need_x) {  // dL/dx = g w
-                       grads[0] = Tensor::empty(x_shape);
-                       cpu::matmul(g, false, w, false, Tensor(), false, grads[0]);
+                       grads[0] = Tensor::empty(x_shape, DType::f32, device);
+                       matmul_on(g, false, w, false, Tensor(), false, grads[0]);
                      }
                      if (need_w) {  // dL/dw = g^T x
-                       grads[1] = Tensor::empty(w_shape);
-                       cpu::matmul(g, true, x, false, Tensor(), false, grads[1]);
+                       grads[1] = Tensor::empty(w_shape, DType::f32, device);
+                       matmul_on(g, true, x, false, Tensor(), false, grads[1]);
                      }
                      if (need_b) {
-                       grads[2] = Tensor::empty({w_shape[0]});
-                       cpu::sum_rows(g, grads[2]);
+                       grads[2] = Tensor::empty({w_shape[0]}, DType::f32, device);
+                       sum_rows_on(g, grads[2]);
                      }
                      return grads;
                    });
@@ -61,30 +93,31 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
 }
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  check_cpu_f32("matmul", {&a_in, &b_in});
+  Device device = op_device("matmul", {&a_in, &b_in});
   DPT_CHECK(a_in.dim() == 2 && b_in.dim() == 2 && a_in.size(1) == b_in.size(0))
       << "matmul: shapes " << shape_str(a_in.shape()) << " and " << shape_str(b_in.shape())
       << " do not multiply (need [M, K] and [K, N])";
-  Tensor a = a_in.contiguous(), b = b_in.contiguous();
-  Tensor out = Tensor::empty({a.size(0), b.size(1)});
-  if (out.numel() > 0) cpu::matmul(a, false, b, false, Tensor(), false, out);
+  Tensor a = contiguous_on_device(a_in), b = contiguous_on_device(b_in);
+  Tensor out = Tensor::empty({a.size(0), b.size(1)}, DType::f32, device);
+  if (out.numel() > 0) matmul_on(a, false, b, false, Tensor(), false, out);
   bool need_a = a_in.requires_grad(), need_b = b_in.requires_grad();
-  autograd::record("matmul", out, {a_in, b_in},
-                   [a = need_b ? a.detach() : Tensor(), b = need_a ? b.detach() : Tensor(),
-                    a_shape = a.shape(), b_shape = b.shape(), need_a, need_b](const Tensor& grad_out) {
-                     check_cpu_f32("matmul backward", {&grad_out});
-                     Tensor g = grad_out.contiguous();
-                     std::vector<Tensor> grads(2);
-                     if (need_a) {  // dL/da = g b^T
-                       grads[0] = Tensor::empty(a_shape);
-                       cpu::matmul(g, false, b, true, Tensor(), false, grads[0]);
-                     }
-                     if (need_b) {  // dL/db = a^T g
-                       grads[1] = Tensor::empty(b_shape);
-                       cpu::matmul(a, true, g, false, Tensor(), false, grads[1]);
-                     }
-                     return grads;
-                   });
+  autograd::record(
+      "matmul", out, {a_in, b_in},
+      [a = need_b ? a.detach() : Tensor(), b = need_a ? b.detach() : Tensor(), a_shape = a.shape(),
+       b_shape = b.shape(), device, need_a, need_b](const Tensor& grad_out) {
+        check_grad("matmul backward", grad_out, device);
+        Tensor g = contiguous_on_device(grad_out);
+        std::vector<Tensor> grads(2);
+        if (need_a) {  // dL/da = g b^T
+          grads[0] = Tensor::empty(a_shape, DType::f32, device);
+          matmul_on(g, false, b, true, Tensor(), false, grads[0]);
+        }
+        if (need_b) {  // dL/db = a^T g
+          grads[1] = Tensor::empty(b_shape, DType::f32, device);
+          matmul_on(a, true, g, false, Tensor(), false, grads[1]);
+        }
+        return grads;
+      });
   return out;
 }
 

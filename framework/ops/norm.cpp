@@ -1,5 +1,6 @@
-// batch_norm2d: checks, the oneDNN kernels in backend/cpu/batchnorm.cpp, the running
-// statistics update, and a backward that reuses the forward's statistics and ReLU mask.
+// batch_norm2d: checks, the oneDNN kernels in backend/cpu/batchnorm.cpp (cuDNN's in
+// backend/cuda/batchnorm.cu for CUDA tensors), the running statistics update, and a
+// backward that reuses the forward's statistics and ReLU mask.
 #include "ops/norm.h"
 
 #include "autograd/node.h"
@@ -7,11 +8,17 @@
 #include "backend/cpu/onednn.h"
 #include "ops/device_check.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/activation.h"
+#include "backend/cuda/batchnorm.h"
+#endif
+
 namespace dpt {
 namespace {
 
-void check_channel_tensor(const char* what, const Tensor& t, const Shape& x_shape, bool contiguous) {
-  check_cpu_f32("batch_norm2d", {&t});
+void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x, bool contiguous) {
+  op_device("batch_norm2d", {&x, &t});
+  const Shape& x_shape = x.shape();
   DPT_CHECK(t.shape() == Shape{x_shape[1]})
       << "batch_norm2d: " << what << " " << shape_str(t.shape()) << " does not match input "
       << shape_str(x_shape) << ": expected [" << x_shape[1] << "]";
@@ -19,28 +26,81 @@ void check_channel_tensor(const char* what, const Tensor& t, const Shape& x_shap
       << "batch_norm2d: " << what << " must be contiguous (updated in place)";
 }
 
+#ifdef DPT_WITH_CUDA
+// cuDNN normalises contiguous NCHW. Training keeps cuDNN's saved batch mean and
+// 1/sqrt(var + eps) for the backward; eval keeps snapshots of the running statistics.
+// A fused ReLU runs after the normalisation, and its mask (the output) is kept.
+Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                         const Tensor& running_mean, const Tensor& running_var, bool training,
+                         const BatchNormOptions& options, bool fuse_relu) {
+  Device device = x_in.device();
+  Tensor x = cuda::contiguous(x_in), weight = cuda::contiguous(weight_in), bias = cuda::contiguous(bias_in);
+  Shape channels{x.size(1)};
+  Tensor out = Tensor::empty(x.shape(), DType::f32, device);
+  Tensor mean, stat;  // training: batch mean, invstd; eval: running mean, running variance
+  if (training) {
+    mean = Tensor::empty(channels, DType::f32, device);
+    stat = Tensor::empty(channels, DType::f32, device);
+    cuda::batch_norm_forward_training(x, weight, bias, running_mean, running_var, options.momentum,
+                                      options.eps, out, mean, stat);
+  } else {
+    mean = running_mean.clone();
+    stat = running_var.clone();
+    cuda::batch_norm_forward_inference(x, weight, bias, mean, stat, options.eps, out);
+  }
+  if (fuse_relu) cuda::relu_forward(out, out);
+
+  bool need_x = x_in.requires_grad(), need_w = weight_in.requires_grad(), need_b = bias_in.requires_grad();
+  autograd::record(
+      "batch_norm2d", out, {x_in, weight_in, bias_in},
+      [x = x.detach(), weight = weight.detach(), mean, stat, out = fuse_relu ? out.detach() : Tensor(),
+       training, eps = options.eps, device, need_x, need_w, need_b](const Tensor& grad_out) {
+        check_grad("batch_norm2d backward", grad_out, device);
+        Tensor g = cuda::contiguous(grad_out);
+        // Fused ReLU: the gradient flows only where the output was > 0.
+        if (out.defined()) g = cuda::relu_backward(out, g);
+        // cuDNN computes all three at once; the unwanted ones are dropped.
+        Tensor grad_x = Tensor::empty(x.shape(), DType::f32, device);
+        Tensor grad_w = Tensor::empty(weight.shape(), DType::f32, device);
+        Tensor grad_b = Tensor::empty(weight.shape(), DType::f32, device);
+        if (training)
+          cuda::batch_norm_backward_training(x, g, weight, mean, stat, eps, grad_x, grad_w, grad_b);
+        else
+          cuda::batch_norm_backward_inference(x, g, weight, mean, stat, eps, grad_x, grad_w, grad_b);
+        return std::vector<Tensor>{need_x ? grad_x : Tensor(), need_w ? grad_w : Tensor(),
+                                   need_b ? grad_b : Tensor()};
+      });
+  return out;
+}
+#endif
+
 }  // namespace
 
 Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                     const Tensor& running_mean, const Tensor& running_var, bool training,
                     const BatchNormOptions& options, bool fuse_relu) {
-  check_cpu_f32("batch_norm2d", {&x_in});
+  op_device("batch_norm2d", {&x_in});
   const Shape& xs = x_in.shape();
   DPT_CHECK(x_in.dim() == 4) << "batch_norm2d: input must be 4-D [N, C, H, W], got " << shape_str(xs);
   DPT_CHECK(weight_in.defined() && bias_in.defined()) << "batch_norm2d: weight and bias are required";
-  check_channel_tensor("weight", weight_in, xs, false);
-  check_channel_tensor("bias", bias_in, xs, false);
+  check_channel_tensor("weight", weight_in, x_in, false);
+  check_channel_tensor("bias", bias_in, x_in, false);
   bool track = running_mean.defined() || running_var.defined();
   DPT_CHECK(!track || (running_mean.defined() && running_var.defined()))
       << "batch_norm2d: give both running_mean and running_var, or neither";
   DPT_CHECK(training || track) << "batch_norm2d: eval mode needs running_mean and running_var";
   if (track) {
-    check_channel_tensor("running_mean", running_mean, xs, true);
-    check_channel_tensor("running_var", running_var, xs, true);
+    check_channel_tensor("running_mean", running_mean, x_in, true);
+    check_channel_tensor("running_var", running_var, x_in, true);
   }
   int64_t count = xs[0] * xs[2] * xs[3];
   DPT_CHECK(!training || count > 1) << "batch_norm2d: training needs more than one value per channel, input "
                                     << shape_str(xs);
+#ifdef DPT_WITH_CUDA
+  if (x_in.device().is_cuda())
+    return batch_norm2d_cuda(x_in, weight_in, bias_in, running_mean, running_var, training, options,
+                             fuse_relu);
+#endif
 
   // Channels-last stays channels-last (output and gradient too); other strides go NCHW.
   Tensor x = cpu::onednn::in_kernel_layout(x_in);
@@ -70,7 +130,7 @@ Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
   autograd::record("batch_norm2d", out, {x_in, weight_in, bias_in},
                    [x = x.detach(), weight = weight.detach(), bias = bias.detach(), mean, var, params,
                     workspace, layout, need_x, need_w, need_b](const Tensor& grad_out) {
-                     check_cpu_f32("batch_norm2d backward", {&grad_out});
+                     check_grad("batch_norm2d backward", grad_out, Device::cpu());
                      Tensor g = cpu::onednn::to_layout(grad_out, layout);
                      // oneDNN computes all three at once; the unwanted ones are dropped.
                      Tensor grad_x = cpu::onednn::empty_in(x.shape(), layout);

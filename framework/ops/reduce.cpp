@@ -6,6 +6,10 @@
 #include "autograd/node.h"
 #include "ops/device_check.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/reduce.h"
+#endif
+
 namespace dpt {
 namespace {
 
@@ -30,8 +34,26 @@ double sum_double(const Tensor& x) {
   return s;
 }
 
+#ifdef DPT_WITH_CUDA
+// The result stays on the device (a one-element tensor), and so does its gradient.
+Tensor scaled_sum_cuda(const char* name, const Tensor& x, double scale) {
+  Tensor out = Tensor::empty({}, DType::f32, x.device());
+  cuda::sum_scaled(x, scale, out);
+  autograd::record(name, out, {x}, [name, shape = x.shape(), scale, device = x.device()](const Tensor& g) {
+    check_grad(name, g, device);
+    Tensor grad = Tensor::empty(shape, DType::f32, device);
+    cuda::fill_scaled(grad, g, static_cast<float>(scale));
+    return std::vector<Tensor>{grad};
+  });
+  return out;
+}
+#endif
+
 Tensor scaled_sum(const char* name, const Tensor& x, double scale) {
-  check_cpu_f32(name, {&x});
+  [[maybe_unused]] Device device = op_device(name, {&x});
+#ifdef DPT_WITH_CUDA
+  if (device.is_cuda()) return scaled_sum_cuda(name, x, scale);
+#endif
   Tensor out = Tensor::full({}, static_cast<float>(sum_double(x) * scale));
   autograd::record(name, out, {x}, [shape = x.shape(), scale](const Tensor& g) {
     return std::vector<Tensor>{Tensor::full(shape, g.item() * static_cast<float>(scale))};

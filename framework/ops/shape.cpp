@@ -1,6 +1,7 @@
 #include "ops/shape.h"
 
 #include "autograd/node.h"
+#include "ops/device_check.h"
 
 namespace dpt {
 
@@ -17,9 +18,9 @@ Tensor reshape(const Tensor& x, Shape shape) {
   if (inferred >= 0 && known > 0) shape[inferred] = x.numel() / known;
   DPT_CHECK(shape_numel(shape) == x.numel())
       << "reshape: cannot reshape " << shape_str(x.shape()) << " into " << shape_str(shape);
-  Tensor out = x.contiguous().view(shape);
+  Tensor out = contiguous_on_device(x).view(shape);
   autograd::record("reshape", out, {x}, [in_shape = x.shape()](const Tensor& g) {
-    return std::vector<Tensor>{g.contiguous().view(in_shape)};
+    return std::vector<Tensor>{contiguous_on_device(g).view(in_shape)};
   });
   return out;
 }

@@ -1,11 +1,16 @@
 // shortcut_pad and its backward, side by side. Both are strided copies over whole
-// (n, c) planes, too small a job for a oneDNN primitive, so plain loops do it here.
+// (n, c) planes, too small a job for a oneDNN primitive, so plain loops do it here on
+// CPU; backend/cuda/shortcut_pad.cu has the CUDA kernels.
 #include "ops/shortcut_pad.h"
 
 #include <cstring>
 
 #include "autograd/node.h"
 #include "ops/device_check.h"
+
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/shortcut_pad.h"
+#endif
 
 namespace dpt {
 namespace {
@@ -73,7 +78,7 @@ Tensor shortcut_pad_nhwc(const Tensor& x, int64_t out_channels, int64_t stride) 
   Tensor out = Tensor::empty_channels_last({n, out_channels, oh, ow});
   subsample_nhwc(x.data<float>(), out.data<float>(), n, c, h, w, out_channels, oh, ow, stride);
   autograd::record("shortcut_pad", out, {x}, [x_shape = x.shape(), stride](const Tensor& grad_out) {
-    check_cpu_f32("shortcut_pad backward", {&grad_out});
+    check_grad("shortcut_pad backward", grad_out, Device::cpu());
     Tensor g = grad_out.channels_last();
     Tensor gx = Tensor::empty_channels_last(x_shape);
     scatter_nhwc(g.data<float>(), gx.data<float>(), x_shape[0], x_shape[1], x_shape[2], x_shape[3], g.size(1),
@@ -83,16 +88,38 @@ Tensor shortcut_pad_nhwc(const Tensor& x, int64_t out_channels, int64_t stride) 
   return out;
 }
 
+#ifdef DPT_WITH_CUDA
+// NCHW contiguous, the one layout CUDA activations have.
+Tensor shortcut_pad_cuda(const Tensor& x_in, int64_t out_channels, int64_t stride) {
+  Tensor x = cuda::contiguous(x_in);
+  int64_t n = x.size(0), h = x.size(2), w = x.size(3);
+  Tensor out = Tensor::empty({n, out_channels, (h + stride - 1) / stride, (w + stride - 1) / stride},
+                             DType::f32, x.device());
+  cuda::shortcut_pad_forward(x, stride, out);
+  autograd::record("shortcut_pad", out, {x_in},
+                   [x_shape = x.shape(), stride, device = x.device()](const Tensor& g) {
+                     check_grad("shortcut_pad backward", g, device);
+                     Tensor gx = Tensor::empty(x_shape, DType::f32, device);
+                     cuda::shortcut_pad_backward(cuda::contiguous(g), stride, gx);
+                     return std::vector<Tensor>{gx};
+                   });
+  return out;
+}
+#endif
+
 }  // namespace
 
 Tensor shortcut_pad(const Tensor& x_in, int64_t out_channels, int64_t stride) {
-  check_cpu_f32("shortcut_pad", {&x_in});
+  op_device("shortcut_pad", {&x_in});
   DPT_CHECK(x_in.dim() == 4) << "shortcut_pad: input must be 4-D [N, C, H, W], got "
                              << shape_str(x_in.shape());
   DPT_CHECK(stride >= 1) << "shortcut_pad: stride must be >= 1, got " << stride;
   DPT_CHECK(out_channels >= x_in.size(1))
       << "shortcut_pad: input " << shape_str(x_in.shape()) << " has " << x_in.size(1)
       << " channels, more than out_channels " << out_channels;
+#ifdef DPT_WITH_CUDA
+  if (x_in.device().is_cuda()) return shortcut_pad_cuda(x_in, out_channels, stride);
+#endif
   if (x_in.is_channels_last()) return shortcut_pad_nhwc(x_in, out_channels, stride);
   Tensor x = x_in.contiguous();
   int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
@@ -101,7 +128,7 @@ Tensor shortcut_pad(const Tensor& x_in, int64_t out_channels, int64_t stride) {
   strided_copy(x.data<float>(), out.data<float>(), n, c, h, w, out_channels, oh, ow, stride, true);
 
   autograd::record("shortcut_pad", out, {x_in}, [x_shape = x.shape(), stride](const Tensor& grad_out) {
-    check_cpu_f32("shortcut_pad backward", {&grad_out});
+    check_grad("shortcut_pad backward", grad_out, Device::cpu());
     Tensor g = grad_out.contiguous();
     Tensor gx = Tensor::empty(x_shape);
     strided_copy(gx.data<float>(), g.data<float>(), x_shape[0], x_shape[1], x_shape[2], x_shape[3], g.size(1),

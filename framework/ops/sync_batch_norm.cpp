@@ -40,7 +40,8 @@ std::vector<double> sum_across(const std::vector<double>& values, const SumAcros
 
 Tensor sync_batch_norm2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                          const Tensor& running_var, const BatchNormOptions& options, const SumAcrossRanks& sum) {
-  check_cpu_f32("sync_batch_norm2d", {&x_in, &weight, &bias});
+  // On CUDA this needs collectives on device tensors: the NCCL process group's work.
+  op_device("sync_batch_norm2d", {&x_in, &weight, &bias}, CudaKernels::none);
   DPT_CHECK(x_in.dim() == 4 && weight.numel() == x_in.size(1) && bias.numel() == x_in.size(1))
       << "sync_batch_norm2d: expected x [N, C, H, W] with weight and bias [C], got " << shape_str(x_in.shape())
       << ", " << shape_str(weight.shape());

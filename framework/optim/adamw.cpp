@@ -1,6 +1,14 @@
+// AdamW's update: plain loops on CPU; on CUDA, one fused multi-tensor kernel per group and
+// device (backend/cuda/optim.h) applies the same per-element rule.
 #include "optim/adamw.h"
 
 #include <cmath>
+
+#include "optim/state_device.h"
+
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/optim.h"
+#endif
 
 namespace dpt::optim {
 
@@ -10,8 +18,8 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(s
   DPT_CHECK(options.eps > 0) << "adamw: eps must be > 0";
   for (auto& group : groups_)
     for (auto& p : group.params) {
-      m_.push_back(Tensor::zeros(p.shape()));
-      v_.push_back(Tensor::zeros(p.shape()));
+      m_.push_back(Tensor::zeros(p.shape(), DType::f32, p.device()));
+      v_.push_back(Tensor::zeros(p.shape(), DType::f32, p.device()));
     }
 }
 
@@ -23,13 +31,27 @@ void AdamW::step(float lr) {
   size_t k = 0;
   for (auto& group : groups_) {
     const float decay = 1.0f - lr * group.weight_decay;
+#ifdef DPT_WITH_CUDA
+    CudaBatch<cuda::AdamWSlot> batch([&](const std::vector<cuda::AdamWSlot>& slots, int device) {
+      cuda::adamw_update(slots, device, lr, decay, b1, b2, eps, c1, c2);
+    });
+#endif
     for (auto& p : group.params) {
-      float* m = m_[k].data<float>();
-      float* v = v_[k++].data<float>();
+      Tensor& m_state = m_[k];
+      Tensor& v_state = v_[k++];
       if (!p.grad().defined()) continue;
+      prepare_update("adamw", p, {&m_state, &v_state});
+      float* m = m_state.data<float>();
+      float* v = v_state.data<float>();
       float* w = p.data<float>();
       const float* g = p.grad().data<float>();
       int64_t n = p.numel();
+#ifdef DPT_WITH_CUDA
+      if (p.device().is_cuda()) {
+        batch.add(p.device().index, {w, g, m, v, n});
+        continue;
+      }
+#endif
 #pragma omp parallel for simd schedule(static) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) {
         m[i] = b1 * m[i] + (1 - b1) * g[i];
@@ -37,6 +59,9 @@ void AdamW::step(float lr) {
         w[i] = w[i] * decay - lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
       }
     }
+#ifdef DPT_WITH_CUDA
+    batch.flush();
+#endif
   }
 }
 

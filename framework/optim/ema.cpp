@@ -4,6 +4,11 @@
 
 #include "autograd/node.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/optim.h"
+#endif
+
 namespace dpt::optim {
 namespace {
 
@@ -28,6 +33,19 @@ void Ema::update(const nn::Module& model) {
   for (size_t i = 0; i < state.size(); ++i) {
     const Tensor& current = state[i].second;
     const Tensor& avg = shadow_[i].second;
+    DPT_CHECK(avg.device() == current.device())
+        << "ema: '" << state[i].first << "' is on " << current.device().str() << " but its average on "
+        << avg.device().str() << " (make the Ema after moving the model)";
+#ifdef DPT_WITH_CUDA
+    if (avg.device().is_cuda()) {
+      Tensor src = cuda::contiguous(current);
+      if (i < params.size())
+        cuda::ema_update(avg, src, d);
+      else
+        avg.copy_from(src);
+      continue;
+    }
+#endif
     Tensor src = current.contiguous();
     const float* c = src.data<float>();
     float* a = avg.data<float>();

@@ -1,4 +1,12 @@
+// SGD's update: plain loops on CPU; on CUDA, one fused multi-tensor kernel per group and
+// device (backend/cuda/optim.h) applies the same per-element rule.
 #include "optim/sgd.h"
+
+#include "optim/state_device.h"
+
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/optim.h"
+#endif
 
 namespace dpt::optim {
 
@@ -7,7 +15,7 @@ Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options) : Optimizer(std::mo
       << "sgd: momentum must be in [0, 1), got " << options.momentum;
   DPT_CHECK(!options.nesterov || options.momentum > 0.0f) << "sgd: nesterov needs momentum > 0";
   for (auto& group : groups_)
-    for (auto& p : group.params) velocity_.push_back(Tensor::zeros(p.shape()));
+    for (auto& p : group.params) velocity_.push_back(Tensor::zeros(p.shape(), DType::f32, p.device()));
 }
 
 void Sgd::step(float lr) {
@@ -15,9 +23,21 @@ void Sgd::step(float lr) {
   const float mu = options_.momentum;
   for (auto& group : groups_) {
     const float wd = group.weight_decay;
+#ifdef DPT_WITH_CUDA
+    CudaBatch<cuda::SgdSlot> batch([&](const std::vector<cuda::SgdSlot>& slots, int device) {
+      cuda::sgd_update(slots, device, lr, wd, mu, options_.nesterov);
+    });
+#endif
     for (auto& p : group.params) {
       Tensor& v = velocity_[k++];
       if (!p.grad().defined()) continue;
+      prepare_update("sgd", p, {&v});
+#ifdef DPT_WITH_CUDA
+      if (p.device().is_cuda()) {
+        batch.add(p.device().index, {p.data<float>(), p.grad().data<float>(), v.data<float>(), p.numel()});
+        continue;
+      }
+#endif
       float* w = p.data<float>();
       const float* g = p.grad().data<float>();
       float* vel = v.data<float>();
@@ -40,6 +60,9 @@ void Sgd::step(float lr) {
         }
       }
     }
+#ifdef DPT_WITH_CUDA
+    batch.flush();
+#endif
   }
 }
 

@@ -6,6 +6,7 @@
 #include "backend/cuda/allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/context.h"
 #include "backend/cuda/device.h"
 #include "core/error.h"
 
@@ -255,9 +257,21 @@ Allocator& allocator() {
   return *instance;
 }
 
+std::atomic<bool> poison_allocations{false};
+
 }  // namespace
 
-void* device_alloc(size_t bytes, int device) { return allocator().allocate(bytes, device); }
+void allocator_set_poison(bool enabled) { poison_allocations = enabled; }
+
+void* device_alloc(size_t bytes, int device) {
+  void* ptr = allocator().allocate(bytes, device);
+  if (ptr && poison_allocations) {
+    DeviceGuard guard(device);
+    CUDA_CHECK(cudaMemsetAsync(ptr, 0xff, bytes, compute_stream(device)));
+  }
+  return ptr;
+}
+
 void device_free(void* ptr, int device) { allocator().deallocate(ptr, device); }
 AllocatorStats allocator_stats(int device) { return allocator().stats(device); }
 void allocator_empty_cache() { allocator().empty_cache(); }

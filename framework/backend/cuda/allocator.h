@@ -25,6 +25,30 @@ void* device_alloc(size_t bytes, int device);
 // Returns a block from device_alloc to the cache. nullptr is ignored.
 void device_free(void* ptr, int device);
 
+// A device_alloc block owned by a scope (kernel scratch, library workspaces). Freeing it
+// at the end of the scope, after the work using it was queued, is safe: the block's next
+// user is queued on the same compute stream, behind that work.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(size_t bytes, int device) : device_(device), ptr_(device_alloc(bytes, device)) {}
+  ~DeviceBuffer() { device_free(ptr_, device_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  int device_;
+  void* ptr_;
+};
+
+// For tests: while on, every block device_alloc hands out is first filled with 0xff bytes
+// (NaN as f32, -1 as i64), on the compute stream, so a kernel that leaves part of its
+// output unwritten, or reads memory it never initialised, cannot pass by luck.
+void allocator_set_poison(bool enabled);
+
 // Zeros for a device the allocator has not used (or that does not exist).
 AllocatorStats allocator_stats(int device);
 // Gives every cached, unused block (device and pinned host) back to the driver.

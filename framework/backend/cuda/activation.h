@@ -1,0 +1,18 @@
+// ReLU on CUDA, the twin of backend/cpu/activation.h. The backward reads the forward
+// output (out > 0 is the mask), which also serves the ReLU fused into conv, linear and BN.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace dpt::cuda {
+
+// Requires: x and out f32 on one CUDA device, dense with the same shape and strides
+// (out may be x). Ensures: out = max(x, 0).
+void relu_forward(const Tensor& x, const Tensor& out);
+// Requires: out, grad_out and grad_in alike, as above; grad_in may be grad_out.
+// Ensures: grad_in = out > 0 ? grad_out : 0.
+void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in);
+// The same into a new tensor: the backward of a ReLU fused into conv, linear or BN.
+Tensor relu_backward(const Tensor& out, const Tensor& grad_out);
+
+}  // namespace dpt::cuda

@@ -1,0 +1,113 @@
+// cuDNN spatial batch norm, and the eval-mode backward kernel (see batchnorm.h).
+#include "backend/cuda/batchnorm.h"
+
+#include "backend/cuda/cudnn_desc.h"
+#include "backend/cuda/launch.h"
+
+namespace dpt::cuda {
+namespace {
+
+// One block per channel: grad_x elementwise, the two sums in double.
+__global__ void backward_inference_kernel(const float* x, const float* grad_out, const float* weight,
+                                          const float* mean, const float* var, float eps, float* grad_x,
+                                          float* grad_weight, float* grad_bias, int64_t n, int64_t c,
+                                          int64_t hw) {
+  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    const float invstd = 1.0f / sqrtf(var[ch] + eps);
+    const float scale = weight[ch] * invstd;
+    double sum_g = 0, sum_g_xhat = 0;
+    for (int64_t i = threadIdx.x; i < n * hw; i += blockDim.x) {
+      int64_t k = ((i / hw) * c + ch) * hw + i % hw;
+      float g = grad_out[k];
+      sum_g += g;
+      sum_g_xhat += static_cast<double>(g) * ((x[k] - mean[ch]) * invstd);
+      grad_x[k] = g * scale;
+    }
+    sum_g = block_sum(sum_g);
+    sum_g_xhat = block_sum(sum_g_xhat);
+    if (threadIdx.x == 0) {
+      grad_bias[ch] = static_cast<float>(sum_g);
+      grad_weight[ch] = static_cast<float>(sum_g_xhat);
+    }
+  }
+}
+
+void check_layout(const Tensor& x, std::initializer_list<const Tensor*> others) {
+  DPT_CHECK(x.dim() == 4 && x.is_contiguous())
+      << "batch_norm2d on cuda: x must be contiguous NCHW, got " << shape_str(x.shape());
+  for (const Tensor* t : others)
+    if (t->defined())
+      DPT_CHECK(t->is_contiguous()) << "batch_norm2d on cuda: every tensor must be contiguous";
+}
+
+// The descriptors of one call: x (also out and the gradients) and the [1, C, 1, 1] channel tensors.
+struct Descriptors {
+  explicit Descriptors(const Shape& xs) : x(xs, "batch_norm2d"), channel({1, xs[1], 1, 1}, "batch_norm2d") {}
+  TensorDescriptor x, channel;
+};
+
+float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+}  // namespace
+
+void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 const Tensor& running_mean, const Tensor& running_var, float momentum,
+                                 float eps, const Tensor& out, const Tensor& save_mean,
+                                 const Tensor& save_invstd) {
+  check_layout(x, {&weight, &bias, &running_mean, &running_var, &out, &save_mean, &save_invstd});
+  DPT_CHECK(running_mean.defined() == running_var.defined())
+      << "batch_norm2d on cuda: running_mean and running_var come together";
+  int device = x.device().index;
+  DeviceGuard guard(device);
+  Descriptors d(x.shape());
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+      device_context(device).cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x.get(), x.data<float>(),
+      d.x.get(), out.data<float>(), d.channel.get(), weight.data<float>(), bias.data<float>(), momentum,
+      data_or_null(running_mean), data_or_null(running_var), eps, save_mean.data<float>(),
+      save_invstd.data<float>()));
+}
+
+void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& mean, const Tensor& var, float eps, const Tensor& out) {
+  check_layout(x, {&weight, &bias, &mean, &var, &out});
+  int device = x.device().index;
+  DeviceGuard guard(device);
+  Descriptors d(x.shape());
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+      device_context(device).cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x.get(), x.data<float>(),
+      d.x.get(), out.data<float>(), d.channel.get(), weight.data<float>(), bias.data<float>(),
+      mean.data<float>(), var.data<float>(), eps));
+}
+
+void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& weight,
+                                  const Tensor& save_mean, const Tensor& save_invstd, float eps,
+                                  const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+  check_layout(x, {&grad_out, &weight, &save_mean, &save_invstd, &grad_x, &grad_weight, &grad_bias});
+  int device = x.device().index;
+  DeviceGuard guard(device);
+  Descriptors d(x.shape());
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_CHECK(cudnnBatchNormalizationBackward(
+      device_context(device).cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, d.x.get(),
+      x.data<float>(), d.x.get(), grad_out.data<float>(), d.x.get(), grad_x.data<float>(), d.channel.get(),
+      weight.data<float>(), grad_weight.data<float>(), grad_bias.data<float>(), eps, save_mean.data<float>(),
+      save_invstd.data<float>()));
+}
+
+void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& var, float eps, const Tensor& grad_x,
+                                   const Tensor& grad_weight, const Tensor& grad_bias) {
+  check_layout(x, {&grad_out, &weight, &mean, &var, &grad_x, &grad_weight, &grad_bias});
+  int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+  if (c == 0) return;
+  KernelScope scope(x.device().index);
+  unsigned blocks = static_cast<unsigned>(std::min<int64_t>(c, 65535));
+  backward_inference_kernel<<<blocks, kBlock, 0, scope.stream()>>>(
+      x.data<float>(), grad_out.data<float>(), weight.data<float>(), mean.data<float>(), var.data<float>(),
+      eps, grad_x.data<float>(), grad_weight.data<float>(), grad_bias.data<float>(), n, c, hw);
+  DPT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace dpt::cuda

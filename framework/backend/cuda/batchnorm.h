@@ -1,0 +1,34 @@
+// Batch normalisation over N, H, W per channel on CUDA, the twin of backend/cpu/batchnorm.h:
+// cuDNN's spatial batch norm for training (forward and backward) and inference forward,
+// and a plain kernel for the backward of eval mode (cuDNN's backward assumes batch
+// statistics). A fused ReLU is the op's business (ops/norm.cpp). x, out and gradients are
+// contiguous NCHW f32; the [C] tensors contiguous f32; all on one CUDA device.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace dpt::cuda {
+
+// Requires: N H W > 1. Ensures: out = weight (x - mean) / sqrt(var + eps) + bias with the
+// batch mean and biased variance; save_mean = mean and save_invstd = 1 / sqrt(var + eps)
+// for the backward; when running_mean/var are defined they become (1 - momentum) running +
+// momentum batch, with the unbiased batch variance (cuDNN's rule, also PyTorch's).
+void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 const Tensor& running_mean, const Tensor& running_var, float momentum,
+                                 float eps, const Tensor& out, const Tensor& save_mean,
+                                 const Tensor& save_invstd);
+// Ensures: out = weight (x - mean) / sqrt(var + eps) + bias with the given statistics.
+void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& mean, const Tensor& var, float eps, const Tensor& out);
+// Requires: what the training forward used and saved. Ensures: grad_x, grad_weight and
+// grad_bias overwritten with the gradients.
+void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& weight,
+                                  const Tensor& save_mean, const Tensor& save_invstd, float eps,
+                                  const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias);
+// The backward of the inference forward (mean and var constants): grad_x = weight
+// invstd grad_out, grad_weight = sum(grad_out xhat), grad_bias = sum(grad_out).
+void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& var, float eps, const Tensor& grad_x,
+                                   const Tensor& grad_weight, const Tensor& grad_bias);
+
+}  // namespace dpt::cuda

@@ -1,0 +1,163 @@
+// cuDNN convolution (see conv.h). A Plan per (device, shapes, parameters, TF32 setting)
+// holds the descriptors and the three algorithms cuDNN's heuristics rank first among those
+// whose workspace fits kWorkspaceLimit; it is made on the shape's first use and kept, so
+// the steady state only queues cuDNN calls. Workspaces come from the caching allocator.
+#include "backend/cuda/conv.h"
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/activation.h"
+#include "backend/cuda/allocator.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/cudnn_desc.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/tf32.h"
+
+namespace dpt::cuda {
+namespace {
+
+constexpr size_t kWorkspaceLimit = size_t{1} << 30;
+
+struct Plan {
+  Plan(const Shape& xs, const Shape& ws, const Shape& ys, const ConvParams& p, bool tf32)
+      : x(xs, "conv2d"),
+        y(ys, "conv2d"),
+        bias({1, ys[1], 1, 1}, "conv2d"),
+        w(ws, "conv2d"),
+        conv(p.padding, p.stride, p.dilation, p.groups, tf32) {}
+
+  TensorDescriptor x, y, bias;
+  FilterDescriptor w;
+  ConvolutionDescriptor conv;
+  cudnnConvolutionFwdAlgo_t forward{};
+  cudnnConvolutionBwdDataAlgo_t backward_data{};
+  cudnnConvolutionBwdFilterAlgo_t backward_filter{};
+  size_t forward_bytes = 0, backward_data_bytes = 0, backward_filter_bytes = 0;
+};
+
+// cuDNN's heuristics list algorithms fastest first; the first that runs here (status
+// success) within the workspace limit is taken.
+template <class Perf>
+auto first_fitting(const std::vector<Perf>& perf, int count, const char* direction, const Shape& xs,
+                   const Shape& ws) {
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit) return perf[i].algo;
+  DPT_FAIL() << "conv2d on cuda: cuDNN offers no " << direction << " algorithm for input " << shape_str(xs)
+             << " and weight " << shape_str(ws) << " within " << (kWorkspaceLimit >> 20)
+             << " MiB of workspace";
+}
+
+std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Shape& ws, const Shape& ys,
+                                const ConvParams& p, bool tf32) {
+  auto plan = std::make_unique<Plan>(xs, ws, ys, p, tf32);
+  int max = 0, count = 0;
+
+  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max));
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> forward(max);
+  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, plan->x.get(), plan->w.get(), plan->conv.get(),
+                                                     plan->y.get(), max, &count, forward.data()));
+  plan->forward = first_fitting(forward, count, "forward", xs, ws);
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, plan->x.get(), plan->w.get(), plan->conv.get(),
+                                                      plan->y.get(), plan->forward, &plan->forward_bytes));
+
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(max);
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      handle, plan->w.get(), plan->y.get(), plan->conv.get(), plan->x.get(), max, &count, data.data()));
+  plan->backward_data = first_fitting(data, count, "backward-data", xs, ws);
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, plan->w.get(), plan->y.get(),
+                                                           plan->conv.get(), plan->x.get(),
+                                                           plan->backward_data, &plan->backward_data_bytes));
+
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(max);
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      handle, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(), max, &count, filter.data()));
+  plan->backward_filter = first_fitting(filter, count, "backward-filter", xs, ws);
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+      handle, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(), plan->backward_filter,
+      &plan->backward_filter_bytes));
+  return plan;
+}
+
+using PlanKey = std::array<int64_t, 14>;
+
+// Requires: `device` current. Plans are never destroyed (as device contexts are not).
+Plan& plan_for(int device, const Shape& xs, const Shape& ws, const ConvParams& p) {
+  Shape ys = {xs[0], ws[0], (xs[2] + 2 * p.padding - p.dilation * (ws[2] - 1) - 1) / p.stride + 1,
+              (xs[3] + 2 * p.padding - p.dilation * (ws[3] - 1) - 1) / p.stride + 1};
+  bool tf32 = tf32_enabled();
+  PlanKey key{device, xs[0],    xs[1],     xs[2],      xs[3],    ws[0], ws[2],
+              ws[3],  p.stride, p.padding, p.dilation, p.groups, tf32,  ws[1]};
+  static std::mutex mutex;
+  static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans->find(key);
+  if (it == plans->end())
+    it = plans->emplace(key, plan_make(device_context(device).cudnn(), xs, ws, ys, p, tf32)).first;
+  return *it->second;
+}
+
+void check_contiguous(const char* what, const Tensor& t) {
+  DPT_CHECK(t.is_contiguous()) << "conv2d on cuda: " << what << " must be contiguous NCHW";
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p, bool relu,
+                    const Tensor& out) {
+  check_contiguous("input", x);
+  check_contiguous("weight", w);
+  check_contiguous("output", out);
+  int device = out.device().index;
+  DeviceGuard guard(device);
+  Plan& plan = plan_for(device, x.shape(), w.shape(), p);
+  cudnnHandle_t handle = device_context(device).cudnn();
+  DeviceBuffer workspace(plan.forward_bytes, device);
+  const float one = 1.0f, zero = 0.0f;
+  CUDNN_CHECK(cudnnConvolutionForward(handle, &one, plan.x.get(), x.data<float>(), plan.w.get(),
+                                      w.data<float>(), plan.conv.get(), plan.forward, workspace.as<void>(),
+                                      plan.forward_bytes, &zero, plan.y.get(), out.data<float>()));
+  if (bias.defined())
+    CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias.get(), bias.data<float>(), &one, plan.y.get(),
+                               out.data<float>()));
+  if (relu) relu_forward(out, out);
+}
+
+void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x, const Tensor& w,
+                     const Tensor& grad_out, const ConvParams& p, const Tensor& grad_x, const Tensor& grad_w,
+                     const Tensor& grad_bias) {
+  check_contiguous("output gradient", grad_out);
+  int device = grad_out.device().index;
+  DeviceGuard guard(device);
+  Plan& plan = plan_for(device, x_shape, w_shape, p);
+  cudnnHandle_t handle = device_context(device).cudnn();
+  const float one = 1.0f, zero = 0.0f;
+  const float* g = grad_out.data<float>();
+  if (grad_x.defined()) {
+    check_contiguous("weight", w);
+    check_contiguous("input gradient", grad_x);
+    DeviceBuffer workspace(plan.backward_data_bytes, device);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(
+        handle, &one, plan.w.get(), w.data<float>(), plan.y.get(), g, plan.conv.get(), plan.backward_data,
+        workspace.as<void>(), plan.backward_data_bytes, &zero, plan.x.get(), grad_x.data<float>()));
+  }
+  if (grad_w.defined()) {
+    check_contiguous("input", x);
+    check_contiguous("weight gradient", grad_w);
+    DeviceBuffer workspace(plan.backward_filter_bytes, device);
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        handle, &one, plan.x.get(), x.data<float>(), plan.y.get(), g, plan.conv.get(), plan.backward_filter,
+        workspace.as<void>(), plan.backward_filter_bytes, &zero, plan.w.get(), grad_w.data<float>()));
+  }
+  if (grad_bias.defined())
+    CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y.get(), g, &zero, plan.bias.get(),
+                                             grad_bias.data<float>()));
+}
+
+}  // namespace dpt::cuda

@@ -1,0 +1,61 @@
+// cuDNN descriptors (see cudnn_desc.h). Destructors ignore the status: they cannot throw,
+// and destroying a descriptor only fails for a null one.
+#include "backend/cuda/cudnn_desc.h"
+
+#include <climits>
+
+#include "backend/cuda/check.h"
+#include "core/error.h"
+
+namespace dpt::cuda {
+
+int cudnn_int(int64_t v, const char* op) {
+  DPT_CHECK(v >= 0 && v <= INT_MAX) << op << " on cuda: size " << v << " does not fit cuDNN's int sizes";
+  return static_cast<int>(v);
+}
+
+TensorDescriptor::TensorDescriptor(const Shape& s, const char* op) {
+  DPT_CHECK(s.size() == 4) << op << " on cuda: expected a 4-D shape, got " << shape_str(s);
+  DPT_CHECK(shape_numel(s) <= INT_MAX)
+      << op << " on cuda: " << shape_str(s) << " has more than 2^31 - 1 elements, beyond cuDNN's limit";
+  int n = cudnn_int(s[0], op), c = cudnn_int(s[1], op), h = cudnn_int(s[2], op), w = cudnn_int(s[3], op);
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+}
+
+TensorDescriptor::~TensorDescriptor() { (void)cudnnDestroyTensorDescriptor(desc_); }
+
+FilterDescriptor::FilterDescriptor(const Shape& s, const char* op) {
+  DPT_CHECK(s.size() == 4) << op << " on cuda: expected a 4-D weight, got " << shape_str(s);
+  int k = cudnn_int(s[0], op), c = cudnn_int(s[1], op), h = cudnn_int(s[2], op), w = cudnn_int(s[3], op);
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&desc_));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, k, c, h, w));
+}
+
+FilterDescriptor::~FilterDescriptor() { (void)cudnnDestroyFilterDescriptor(desc_); }
+
+ConvolutionDescriptor::ConvolutionDescriptor(int64_t padding, int64_t stride, int64_t dilation,
+                                             int64_t groups, bool tf32) {
+  const char* op = "conv2d";
+  int p = cudnn_int(padding, op), s = cudnn_int(stride, op), d = cudnn_int(dilation, op);
+  int g = cudnn_int(groups, op);
+  CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc_));
+  CUDNN_CHECK(
+      cudnnSetConvolution2dDescriptor(desc_, p, p, s, s, d, d, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CUDNN_CHECK(cudnnSetConvolutionGroupCount(desc_, g));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(desc_, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+}
+
+ConvolutionDescriptor::~ConvolutionDescriptor() { (void)cudnnDestroyConvolutionDescriptor(desc_); }
+
+PoolingDescriptor::PoolingDescriptor(cudnnPoolingMode_t mode, int64_t kernel, int64_t stride,
+                                     int64_t padding) {
+  const char* op = "pool2d";
+  int k = cudnn_int(kernel, op), s = cudnn_int(stride, op), p = cudnn_int(padding, op);
+  CUDNN_CHECK(cudnnCreatePoolingDescriptor(&desc_));
+  CUDNN_CHECK(cudnnSetPooling2dDescriptor(desc_, mode, CUDNN_NOT_PROPAGATE_NAN, k, k, p, p, s, s));
+}
+
+PoolingDescriptor::~PoolingDescriptor() { (void)cudnnDestroyPoolingDescriptor(desc_); }
+
+}  // namespace dpt::cuda

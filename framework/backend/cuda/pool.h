@@ -1,0 +1,36 @@
+// 2-D max and average pooling on CUDA with cuDNN, the twin of backend/cpu/pool.h, and
+// global average pooling as a plain kernel. Contiguous NCHW f32 tensors on one device.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace dpt::cuda {
+
+enum class PoolKind {
+  max,  // padding never wins (it counts as -inf)
+  avg,  // divides by kernel*kernel, padding included (PyTorch's count_include_pad=true)
+};
+
+struct PoolParams {
+  int64_t kernel = 2;
+  int64_t stride = 2;
+  int64_t padding = 0;
+};
+
+// Requires: x [N, C, H, W], out [N, C, OH, OW], OH = (H + 2 padding - kernel) / stride + 1.
+// Ensures: out written entirely.
+void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out);
+// Requires: the forward's x and out (cuDNN's backward reads both: max pooling finds its
+// argmax again from them), grad_out like out, grad_x like x. Ensures: grad_x = dL/dx; on
+// ties the gradient goes to one of the maxima.
+void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& grad_out,
+                     const PoolParams& p, const Tensor& grad_x);
+
+// Requires: x [N, C, H, W] with H W >= 1, out [N, C]. Ensures: out = mean over H, W (sum in double).
+void global_avg_pool2d_forward(const Tensor& x, const Tensor& out);
+// Requires: grad_out [N, C], grad_x [N, C, H, W]. Ensures: grad_x = grad_out / (H W).
+void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x);
+
+}  // namespace dpt::cuda

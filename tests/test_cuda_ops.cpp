@@ -1,0 +1,329 @@
+// Every op with CUDA kernels against its CPU twin: the same inputs on the CPU and on
+// cuda:0, outputs and input gradients compared within the f32 tolerance (cuda_compare.h),
+// with every device allocation poisoned (NaN) first; plus the CUDA kernels' own edges (empty
+// tensors, grid-stride loops past the grid, broadcasting, strided views, ties) and the
+// errors for inputs on the wrong device. Skipped, with the reason, without a GPU.
+//
+// How to add an op and its test: the op in framework/ops/<family>.cpp calls op_device()
+// and dispatches to its kernels in backend/cpu/ and backend/cuda/ (forward and backward
+// side by side); here one expect_cuda_matches_cpu per interesting shape, and in
+// test_cuda_gradcheck.cpp its finite-difference check on CUDA.
+#include <gtest/gtest.h>
+
+#include "cuda_compare.h"
+
+#ifndef DPT_WITH_CUDA
+
+TEST(CudaOps, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
+
+#else
+
+#include <cmath>
+
+#include "backend/cuda/tf32.h"
+#include "core/rng.h"
+#include "error_of.h"
+#include "inputs.h"
+#include "ops/activation.h"
+#include "ops/conv.h"
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/linear.h"
+#include "ops/loss.h"
+#include "ops/norm.h"
+#include "ops/pool.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/shortcut_pad.h"
+#include "ops/sync_batch_norm.h"
+
+using namespace dpt;
+using dpt::testing::away_from_zero;
+using dpt::testing::distinct_tensor;
+using dpt::testing::error_of;
+using dpt::testing::expect_cuda_matches_cpu;
+using dpt::testing::expect_tensors_close;
+using dpt::testing::labels_of;
+using dpt::testing::random_labels;
+using dpt::testing::random_leaf;
+using dpt::testing::random_tensor;
+
+namespace {
+
+using CudaOps = dpt::testing::CudaTest;
+using Inputs = std::vector<Tensor>;
+
+}  // namespace
+
+TEST_F(CudaOps, ElementwiseWithBroadcastingAndStridedViews) {
+  using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+  std::vector<std::pair<const char*, BinaryFn> > ops = {
+      {"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}};
+  std::vector<std::pair<Shape, Shape> > shapes = {{{4, 5}, {4, 5}}, {{2, 3, 4}, {3, 1}}, {{2, 1, 4}, {3, 1}},
+                                                  {{6, 7}, {1}},    {{1}, {6, 7}},       {{3, 4}, {}}};
+  uint64_t seed = 1;
+  for (const auto& [name, op] : ops)
+    for (const auto& [sa, sb] : shapes) {
+      SCOPED_TRACE(std::string(name) + " " + shape_str(sa) + " " + shape_str(sb));
+      Tensor a = random_leaf(sa, ++seed), b = random_leaf(sb, ++seed, 0.5f, 2.0f);  // b away from 0 for div
+      expect_cuda_matches_cpu(name, [op](const Inputs& t) { return op(t[0], t[1]); }, {a, b});
+    }
+  // A transposed view (strided, not contiguous) on either side.
+  Tensor base = random_tensor({5, 4}, 50);
+  Tensor b = random_leaf({4, 5}, 51, 0.5f, 2.0f);
+  expect_cuda_matches_cpu("mul of a transposed view",
+                          [](const Inputs& t) {
+                            return mul(t[0].as_strided({4, 5}, {1, 4}, 0), t[1]);
+                          },
+                          {base, b});
+  expect_cuda_matches_cpu("affine", [](const Inputs& t) { return affine(t[0], -1.5f, 0.25f); },
+                          {random_leaf({3, 8}, 52)});
+  // Empty tensors: no launch, no error.
+  Tensor empty = Tensor::empty({0, 3}, DType::f32, Device::cuda(0));
+  EXPECT_EQ(add(empty, empty).numel(), 0);
+  EXPECT_EQ(relu(empty).numel(), 0);
+}
+
+TEST_F(CudaOps, ReluAndGridStrideLoopsPastTheGrid) {
+  expect_cuda_matches_cpu("relu", [](const Inputs& t) { return relu(t[0]); },
+                          {away_from_zero({7, 9}, 1).set_requires_grad(true)});
+  // 4096 blocks of 256 threads cover 2^20 elements: this takes each thread round 4 times.
+  Tensor big = away_from_zero({(1 << 22) + 5}, 2).set_requires_grad(true);
+  expect_cuda_matches_cpu("relu, 2^22 + 5 elements", [](const Inputs& t) { return relu(t[0]); }, {big});
+  expect_cuda_matches_cpu("sum, 2^22 + 5 elements", [](const Inputs& t) { return sum(t[0]); }, {big},
+                          {1e-2, 1e-5});
+}
+
+TEST_F(CudaOps, SumMeanAndShapes) {
+  Tensor x = random_leaf({3, 7, 5}, 3);
+  expect_cuda_matches_cpu("sum", [](const Inputs& t) { return sum(t[0]); }, {x});
+  expect_cuda_matches_cpu("mean", [](const Inputs& t) { return mean(t[0]); }, {x});
+  expect_cuda_matches_cpu("flatten then scale", [](const Inputs& t) { return mul(flatten(t[0]), 2.0f); },
+                          {x});
+  expect_cuda_matches_cpu("reshape", [](const Inputs& t) { return relu(reshape(t[0], {-1, 5})); }, {x});
+  Tensor one = mean(Tensor::zeros({4}, DType::f32, Device::cuda(0)));
+  EXPECT_TRUE(one.device() == Device::cuda(0));
+  EXPECT_EQ(one.item(), 0.0f);
+}
+
+TEST_F(CudaOps, LossesWithAndWithoutSmoothing) {
+  for (int64_t cols : {10, 33, 1000}) {
+    SCOPED_TRACE("classes " + std::to_string(cols));
+    Tensor logits = random_leaf({37, cols}, 4, -4.0f, 4.0f);
+    Tensor labels = random_labels(37, cols, 5);
+    for (float s : {0.0f, 0.1f})
+      expect_cuda_matches_cpu("cross_entropy", [s](const Inputs& t) { return cross_entropy(t[0], t[1], s); },
+                              {logits, labels});
+    expect_cuda_matches_cpu("log_softmax", [](const Inputs& t) { return log_softmax(t[0]); }, {logits});
+    expect_cuda_matches_cpu("nll_loss of log_softmax",
+                            [](const Inputs& t) { return nll_loss(log_softmax(t[0]), t[1]); },
+                            {logits, labels});
+  }
+}
+
+TEST_F(CudaOps, CountCorrectTakesTheFirstMaximum) {
+  // Rows with ties: the first maximum is the prediction, as std::max_element picks.
+  Tensor logits = Tensor::from_vector(std::vector<float>{0, 5, 5, 1, 1, 1, 2, 9, -1, 3, 3, 0}, {4, 3});
+  Tensor labels = labels_of({1, 0, 1, 0});
+  EXPECT_EQ(count_correct(logits.to(Device::cuda(0)), labels.to(Device::cuda(0))),
+            count_correct(logits, labels));
+  EXPECT_EQ(count_correct(logits, labels), 4);
+  Tensor many = random_tensor({1000, 10}, 6);
+  Tensor many_labels = random_labels(1000, 10, 7);
+  EXPECT_EQ(count_correct(many.to(Device::cuda(0)), many_labels.to(Device::cuda(0))),
+            count_correct(many, many_labels));
+}
+
+TEST_F(CudaOps, BadLabelsAndDevicesAreClearErrors) {
+  Tensor logits = random_tensor({2, 3}, 8).to(Device::cuda(0));
+  EXPECT_EQ(error_of([&] {
+              cross_entropy(logits, labels_of({0, 3}).to(Device::cuda(0)));
+            }),
+            "cross_entropy: label 3 at row 1 is outside [0, 3)");
+  EXPECT_EQ(error_of([&] {
+              count_correct(logits, labels_of({-1, 0}).to(Device::cuda(0)));
+            }),
+            "count_correct: label -1 at row 0 is outside [0, 3)");
+  EXPECT_EQ(error_of([&] {
+              cross_entropy(logits, labels_of({0, 1}));
+            }),
+            "cross_entropy: labels are on cpu but logits on cuda:0");
+  EXPECT_EQ(error_of([&] {
+              add(logits, random_tensor({2, 3}, 9));
+            }),
+            "elementwise: inputs on different devices (cuda:0 and cpu); move them to one device first");
+  Tensor x = random_tensor({2, 3, 4, 4}, 10).to(Device::cuda(0));
+  Tensor c = Tensor::full({3}, 1.0f).to(Device::cuda(0));
+  EXPECT_EQ(error_of([&] { sync_batch_norm2d(x, c, c, Tensor(), Tensor(), {}, [](const Tensor&) {}); }),
+            "sync_batch_norm2d: no kernel for cuda:0 tensors (sync_batch_norm2d runs on the CPU only)");
+  // A gradient from the wrong device is turned away before any kernel reads it.
+  Tensor leaf = random_tensor({2, 3}, 11).to(Device::cuda(0)).set_requires_grad(true);
+  Tensor y = relu(leaf);
+  EXPECT_EQ(error_of([&] {
+              y.backward(Tensor::zeros({2, 3}));
+            }),
+            "relu backward: expected an f32 gradient on cuda:0, got f32 on cpu");
+}
+
+TEST_F(CudaOps, LinearAndMatmul) {
+  Tensor x = random_leaf({9, 20}, 12), w = random_leaf({7, 20}, 13), b = random_leaf({7}, 14);
+  expect_cuda_matches_cpu("linear", [](const Inputs& t) { return linear(t[0], t[1], t[2]); }, {x, w, b});
+  expect_cuda_matches_cpu("linear, no bias", [](const Inputs& t) { return linear(t[0], t[1], Tensor()); },
+                          {x, w});
+  // Fused ReLU: positive inputs and weights of both signs keep pre-activations off 0.
+  Tensor xp = random_leaf({9, 20}, 15, 0.5f, 1.0f);
+  Tensor wp = Tensor::from_vector(
+                  [] {
+                    std::vector<float> v = random_tensor({4, 20}, 16, 0.5f, 1.0f).to_vector();
+                    std::vector<float> n = random_tensor({3, 20}, 17, -1.0f, -0.5f).to_vector();
+                    v.insert(v.end(), n.begin(), n.end());
+                    return v;
+                  }(),
+                  {7, 20})
+                  .set_requires_grad(true);
+  expect_cuda_matches_cpu("linear + relu", [](const Inputs& t) { return linear(t[0], t[1], t[2], true); },
+                          {xp, wp, b});
+  expect_cuda_matches_cpu("matmul", [](const Inputs& t) { return matmul(t[0], t[1]); },
+                          {random_leaf({5, 11}, 18), random_leaf({11, 6}, 19)});
+  expect_cuda_matches_cpu("matmul, large", [](const Inputs& t) { return matmul(t[0], t[1]); },
+                          {random_leaf({300, 257}, 20), random_leaf({257, 129}, 21)});
+}
+
+TEST_F(CudaOps, Tf32IsASettingOffByDefault) {
+  ASSERT_FALSE(cuda::tf32_enabled()) << "run without DPT_CUDA_TF32=1: the other tests expect f32 products";
+  Tensor a = random_leaf({128, 512}, 22), b = random_leaf({512, 64}, 23);
+  Tensor x = random_leaf({4, 32, 16, 16}, 24), w = random_leaf({32, 32, 3, 3}, 25);
+  // TF32 rounds the inputs to 10 mantissa bits: products over 512 (matmul) and 288
+  // (conv) terms land within a few 1e-3 of f32, farther than f32 rounding ever would.
+  cuda::set_tf32_enabled(true);
+  const dpt::testing::Tolerance tf32{2e-2, 1e-2};
+  expect_cuda_matches_cpu(
+      "matmul with TF32", [](const Inputs& t) { return matmul(t[0], t[1]); }, {a, b}, tf32);
+  expect_cuda_matches_cpu(
+      "conv2d with TF32", [](const Inputs& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 1}); },
+      {x, w}, tf32);
+  cuda::set_tf32_enabled(false);
+  expect_cuda_matches_cpu("matmul, TF32 off again", [](const Inputs& t) { return matmul(t[0], t[1]); },
+                          {a, b});
+}
+
+TEST_F(CudaOps, Conv2dShapesAndOptions) {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+    bool bias, relu;
+  };
+  std::vector<Case> cases = {
+      {{2, 3, 8, 8}, {5, 3, 3, 3}, {.padding = 1}, true, false},
+      {{2, 4, 9, 7}, {6, 4, 3, 3}, {.stride = 2, .padding = 1}, false, false},
+      {{1, 4, 6, 6}, {6, 2, 3, 3}, {.padding = 1, .groups = 2}, true, false},
+      {{2, 3, 10, 10}, {4, 3, 3, 3}, {.padding = 2, .dilation = 2}, true, false},
+      {{3, 16, 8, 8}, {32, 16, 1, 1}, {.stride = 2}, false, false},
+      {{2, 8, 7, 7}, {8, 1, 3, 3}, {.padding = 1, .groups = 8}, true, false},  // depthwise
+      {{4, 1, 28, 28}, {32, 1, 3, 3}, {.padding = 1}, true, true},             // mnist_cnn's first layer
+  };
+  uint64_t seed = 30;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(shape_str(k.x) + " * " + shape_str(k.w) + (k.relu ? " relu" : ""));
+    Tensor x = random_leaf(k.x, ++seed), w = random_leaf(k.w, ++seed);
+    Tensor b = k.bias ? random_leaf({k.w[0]}, ++seed) : Tensor();
+    Conv2dOptions o = k.o;
+    bool relu_fused = k.relu;
+    Inputs in = k.bias ? Inputs{x, w, b} : Inputs{x, w};
+    expect_cuda_matches_cpu(
+        "conv2d",
+        [o, relu_fused](const Inputs& t) {
+          return conv2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), o, relu_fused);
+        },
+        in);
+  }
+  // The first layer of a network: no gradient for x, so no backward-data pass.
+  Tensor x = random_tensor({2, 3, 6, 6}, 40).to(Device::cuda(0));
+  Tensor w = random_tensor({4, 3, 3, 3}, 41).to(Device::cuda(0)).set_requires_grad(true);
+  sum(conv2d(x, w, Tensor(), {.padding = 1})).backward();
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST_F(CudaOps, BatchNormTrainingEvalAndRunningStats) {
+  for (bool relu_fused : {false, true}) {
+    SCOPED_TRACE(relu_fused ? "fused relu" : "no relu");
+    Tensor x = random_leaf({4, 6, 5, 5}, 50, -1.0f, 2.0f);
+    Tensor w = random_leaf({6}, 51, 0.5f, 1.5f), b = random_leaf({6}, 52);
+    // Training: outputs, gradients, and the running statistics each side leaves.
+    Tensor rm_cpu = random_tensor({6}, 53), rv_cpu = random_tensor({6}, 54, 0.5f, 1.5f);
+    Tensor rm_gpu = rm_cpu.to(Device::cuda(0)), rv_gpu = rv_cpu.to(Device::cuda(0));
+    expect_cuda_matches_cpu("batch_norm2d, training",
+                            [&](const Inputs& t) {
+                              bool on_gpu = t[0].device().is_cuda();
+                              return batch_norm2d(t[0], t[1], t[2], on_gpu ? rm_gpu : rm_cpu,
+                                                  on_gpu ? rv_gpu : rv_cpu, true, {.momentum = 0.2f},
+                                                  relu_fused);
+                            },
+                            {x, w, b});
+    expect_tensors_close(rm_gpu, rm_cpu, "running_mean");
+    expect_tensors_close(rv_gpu, rv_cpu, "running_var (unbiased batch variance)");
+    // Eval: the running statistics normalise, and stay as they are.
+    expect_cuda_matches_cpu("batch_norm2d, eval",
+                            [&](const Inputs& t) {
+                              bool on_gpu = t[0].device().is_cuda();
+                              return batch_norm2d(t[0], t[1], t[2], on_gpu ? rm_gpu : rm_cpu,
+                                                  on_gpu ? rv_gpu : rv_cpu, false, {}, relu_fused);
+                            },
+                            {x, w, b});
+    expect_tensors_close(rm_gpu, rm_cpu, "running_mean after eval");
+  }
+  // Training without running statistics.
+  expect_cuda_matches_cpu(
+      "batch_norm2d, untracked",
+      [](const Inputs& t) { return batch_norm2d(t[0], t[1], t[2], Tensor(), Tensor(), true); },
+      {random_leaf({2, 3, 4, 4}, 55), random_leaf({3}, 56), random_leaf({3}, 57)});
+}
+
+TEST_F(CudaOps, PoolingMaxAvgGlobal) {
+  struct Case {
+    Shape x;
+    int64_t kernel, stride, padding;
+  };
+  for (const Case& k :
+       std::vector<Case>{{{2, 3, 8, 8}, 2, 2, 0}, {{2, 3, 7, 9}, 3, 2, 1}, {{1, 4, 5, 5}, 3, 1, 1}}) {
+    SCOPED_TRACE(shape_str(k.x) + " k" + std::to_string(k.kernel) + " s" + std::to_string(k.stride) + " p" +
+                 std::to_string(k.padding));
+    Tensor x = distinct_tensor(k.x, 60, 0.01f).set_requires_grad(true);
+    expect_cuda_matches_cpu(
+        "max_pool2d", [k](const Inputs& t) { return max_pool2d(t[0], k.kernel, k.stride, k.padding); }, {x});
+    expect_cuda_matches_cpu(
+        "avg_pool2d", [k](const Inputs& t) { return avg_pool2d(t[0], k.kernel, k.stride, k.padding); }, {x});
+  }
+  expect_cuda_matches_cpu("global_avg_pool2d", [](const Inputs& t) { return global_avg_pool2d(t[0]); },
+                          {random_leaf({3, 5, 8, 8}, 61)});
+}
+
+TEST_F(CudaOps, ShortcutPad) {
+  expect_cuda_matches_cpu("shortcut_pad, stride 2", [](const Inputs& t) { return shortcut_pad(t[0], 32, 2); },
+                          {random_leaf({2, 16, 8, 8}, 70)});
+  expect_cuda_matches_cpu("shortcut_pad, odd size", [](const Inputs& t) { return shortcut_pad(t[0], 5, 2); },
+                          {random_leaf({1, 3, 7, 5}, 71)});
+}
+
+TEST_F(CudaOps, DropoutMasksScaleAndReproduce) {
+  Tensor x = Tensor::full({100000}, 1.0f).to(Device::cuda(0)).set_requires_grad(true);
+  Rng rng(7);
+  Tensor y = dropout(x, 0.25f, true, rng);
+  std::vector<float> v = y.to_vector();
+  int64_t zeros = 0;
+  for (float e : v) {
+    ASSERT_TRUE(e == 0.0f || std::abs(e - 1.0f / 0.75f) < 1e-6) << e;
+    zeros += e == 0.0f;
+  }
+  EXPECT_NEAR(static_cast<double>(zeros) / v.size(), 0.25, 0.01);
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector(), v);  // d(sum)/dx = mask, equal to y for x = 1
+  // The same seed gives the same mask; the generator moved on, so the next call differs.
+  Rng again(7);
+  EXPECT_EQ(dropout(x, 0.25f, true, again).to_vector(), v);
+  EXPECT_NE(dropout(x, 0.25f, true, again).to_vector(), v);
+  EXPECT_TRUE(dropout(x, 0.25f, false, rng).is_same(x));
+}
+
+#endif  // DPT_WITH_CUDA

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# One command for a machine with one NVIDIA GPU: builds dpt with the CUDA backend for this
+# GPU's architecture, runs every CUDA test (tests/test_cuda_*.cpp) and writes their results
+# as a table to a file it names at the end.
+#   tools/gpu_check.sh            # build in build-gpu/ (DPT_GPU_BUILD overrides)
+# Needs nvcc (CUDA 13), CMake and Ninja. cuDNN and NCCL may be installed system-wide or as
+# Python wheels (nvidia/cudnn, nvidia/nccl under site-packages; CUDNN_ROOT and NCCL_ROOT
+# override). OpenMPI, yaml-cpp, GoogleTest and oneDNN come from the system or from the
+# folder tools/gpu_carry.sh fills on a Debian machine (.carry/). Without a usable GPU it
+# still builds every CUDA target, then exits 1 with "no CUDA device". Exit 0 only when
+# every CUDA test ran and passed.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${DPT_GPU_BUILD:-$root/build-gpu}"
+python="${PYTHON:-python3}"
+say() { echo "gpu_check: $*"; }
+cmake_args=()
+
+# --- Carried Debian packages: headers, CMake configs and libraries under .carry/usr.
+carry="$root/.carry/usr"
+if [ -d "$carry" ]; then
+  multiarch="$carry/lib/x86_64-linux-gnu"
+  export OPAL_PREFIX="$carry"  # OpenMPI's tools and plugins, relocated
+  export PATH="$carry/bin:$PATH"
+  export LD_LIBRARY_PATH="$multiarch:$multiarch/openmpi/lib:$root/.carry/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$carry" "-DMPI_C_COMPILER=$carry/bin/mpicc")
+  say "using carried packages in $carry"
+fi
+
+# --- cuDNN and NCCL: system-wide if their headers are where CMake looks, else the wheels.
+cuda_include="$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/../include"
+wheel_dir() {  # the folder of Python package $1 (e.g. nvidia.cudnn), or nothing
+  "$python" -c "import $1 as m, os; print(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0])" \
+    2>/dev/null || true
+}
+find_library_root() {  # $1 = CUDNN or NCCL, $2 = header, $3 = wheel package
+  local var="${1}_ROOT" header="$2" dir
+  if [ -n "${!var:-}" ]; then return; fi
+  for dir in "$cuda_include" /usr/include /usr/include/x86_64-linux-gnu; do
+    [ -f "$dir/$header" ] && return
+  done
+  dir="$(wheel_dir "$3")"
+  if [ -n "$dir" ] && [ -f "$dir/include/$header" ]; then
+    export "$var=$dir"
+    say "$1 from the Python wheel in $dir"
+  fi
+}
+find_library_root CUDNN cudnn.h nvidia.cudnn
+find_library_root NCCL nccl.h nvidia.nccl
+for var in CUDNN_ROOT NCCL_ROOT; do  # cuDNN loads its engine libraries from here at run time
+  [ -n "${!var:-}" ] && export LD_LIBRARY_PATH="${!var}/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+
+# --- The GPU's architecture (compute capability 9.0 -> 90), else Hopper's.
+arch=90
+if command -v nvidia-smi >/dev/null 2>&1; then
+  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')" || true
+  [[ "${cap:-}" =~ ^[0-9]+$ ]] && arch="$cap"
+fi
+say "building for sm_$arch in $build"
+
+# --- Build the library and every CUDA test.
+mkdir -p "$build"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPT_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="$arch" ${cmake_args[@]+"${cmake_args[@]}"} >"$build/configure.log" 2>&1 ||
+  { tail -n 30 "$build/configure.log"; say "configure failed (log: $build/configure.log)"; exit 2; }
+grep -E '^-- (dpt|Found MPI_C|Found GTest)' "$build/configure.log" | sed 's/^-- /gpu_check: /' || true
+tests=()
+for source in "$root"/tests/test_cuda_*.cpp; do tests+=("$(basename "$source" .cpp)"); done
+cmake --build "$build" -j "$(nproc)" --target dpt train "${tests[@]}"
+
+# --- Is there a device this build can use? Asked through the library itself, so a
+# driver too old for the runtime counts as no device, as it would in the tests.
+probe="$("$build/test_cuda_device" --gtest_filter=CudaGpu.DeviceQueries 2>&1 || true)"
+if grep -q "no CUDA device" <<<"$probe"; then
+  say "built every CUDA target, but $(grep -m 1 -o 'no CUDA device.*' <<<"$probe")"
+  exit 1
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu_check: GPU: /' || true
+
+# --- Run the CUDA tests; one table row per test.
+table="$build/gpu_check.md"
+log="$build/gpu_check.ctest.log"
+set +e
+(cd "$build" && ctest -R '^Cuda' --timeout 300 --output-on-failure) >"$log" 2>&1
+set -e
+{
+  echo "# dpt CUDA tests on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) (sm_$arch)"
+  echo
+  echo "| test | result | seconds |"
+  echo "|---|---|---|"
+  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.*[* ]*(Passed|Failed|Skipped|Not Run|Timeout|Exception)[^0-9]*([0-9.]+) sec.*/| \1 | \2 | \3 |/p' "$log"
+} >"$table"
+# --- Benchmarks: later work adds the GPU benchmark table here (appended to "$table").
+
+passed=$(grep -c '| Passed |' "$table" || true)
+total=$(grep -c '^| Cuda' "$table" || true)
+say "$passed of $total CUDA tests passed; table: $table (ctest log: $log)"
+[ "$total" -gt 0 ] && [ "$passed" -eq "$total" ]
