@@ -3,9 +3,10 @@
 // Any dpt::Error ends the run with one line on stderr and exit code 2; on several ranks
 // it ends every rank (MPI_Abort), so no rank waits forever on one that died.
 //
-//   mpirun -np 2 build/train configs/default.yaml [--set key=value ...]
+//   mpirun -np 2 build/train configs/default.yaml [--set key=value ...] [--timeline trace.json]
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -31,6 +32,7 @@
 #include "optim/ema.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
+#include "profile/step_profiler.h"
 
 using namespace dpt;
 using Clock = std::chrono::steady_clock;
@@ -119,7 +121,7 @@ int compute_threads(int64_t configured) {
   return std::max(1, available / dist::info().local_size);
 }
 
-int run(const io::Config& config) {
+int run(const io::Config& config, const profile::TimelineOptions& timeline) {
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
   threads_set(compute_threads(config.threads));
@@ -165,6 +167,7 @@ int run(const io::Config& config) {
     io::write_file(config.output.dir + "/config.yaml", io::config_to_yaml(config));
   }
 
+  profile::StepProfiler profiler(dynamic_cast<const dist::DistributedDataParallel*>(model.get()), timeline);
   io::Progress progress(config.epochs, config.log_every);
   const int64_t global_batch = config.batch_size * world.world_size;
   double best_acc = 0, final_acc = 0, train_time = 0;
@@ -177,13 +180,18 @@ int run(const io::Config& config) {
     data::Batch batch;
     double loss_sum = 0;
     int64_t step = 0;
+    profiler.start_epoch();
     while (step < steps && train_loader.next(batch)) {
+      profiler.lap(profile::Phase::data);
       Tensor loss = cross_entropy((*model)(batch.images), batch.labels, static_cast<float>(config.label_smoothing));
+      profiler.lap(profile::Phase::forward);
       optimizer->zero_grad();
       loss.backward();
+      profiler.lap(profile::Phase::backward);
       optimizer->step(schedule.lr_at(epoch * steps + step));
       if (ema) ema->update(*model);
       loss_sum += loss.item();
+      profiler.lap(profile::Phase::optimizer);
       ++step;
       double elapsed = seconds_since(epoch_start);
       if (main_rank) {
@@ -208,31 +216,35 @@ int run(const io::Config& config) {
     final_acc = eval.accuracy;
     best_acc = std::max(best_acc, eval.accuracy);
     double images_per_sec = static_cast<double>(step * global_batch) / epoch_train_time;
+    profile::StepPhases phases = profiler.take_epoch_means();
     if (!main_rank) continue;
     std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                 static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
     std::fflush(stdout);
-    io::append_line(metrics_path, io::JsonObject()
-                                      .add("epoch", epoch + 1)
-                                      .add("train_loss", train_loss)
-                                      .add("test_loss", eval.loss)
-                                      .add("test_acc", eval.accuracy)
-                                      .add("images_per_sec", images_per_sec)
-                                      .add("epoch_time_s", seconds_since(epoch_start))
-                                      .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1)))
-                                      .str());
+    io::JsonObject line;
+    line.add("epoch", epoch + 1)
+        .add("train_loss", train_loss)
+        .add("test_loss", eval.loss)
+        .add("test_acc", eval.accuracy)
+        .add("images_per_sec", images_per_sec)
+        .add("epoch_time_s", seconds_since(epoch_start))
+        .add("elapsed_s", seconds_since(run_start))
+        .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1)));
+    io::append_line(metrics_path, phases.add_to(line).str());
   }
+  profile::StepPhases phases = profiler.run_means();
+  profiler.write_timeline();
   if (!main_rank) return 0;
-  io::write_file(config.output.dir + "/summary.json", io::JsonObject()
-                                                          .add("final_test_acc", final_acc)
-                                                          .add("best_test_acc", best_acc)
-                                                          .add("total_time_s", seconds_since(run_start))
-                                                          .add("images_per_sec", train_images / train_time)
-                                                          .add("world_size", world.world_size)
-                                                          .add("model", config.model.name)
-                                                          .add("params", model->parameter_count())
-                                                          .str() +
-                                                      "\n");
+  io::JsonObject summary;
+  summary.add("final_test_acc", final_acc)
+      .add("best_test_acc", best_acc)
+      .add("total_time_s", seconds_since(run_start))
+      .add("images_per_sec", train_images / train_time)
+      .add("world_size", world.world_size)
+      .add("global_batch", global_batch)
+      .add("model", config.model.name)
+      .add("params", model->parameter_count());
+  io::write_file(config.output.dir + "/summary.json", phases.add_to(summary).str() + "\n");
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc, config.output.dir.c_str());
   return 0;
 }
@@ -240,13 +252,24 @@ int run(const io::Config& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* usage = "train CONFIG.yaml [--set key=value ...] [--timeline TRACE.json [--timeline-steps N]]";
   std::string config_path;
   std::vector<std::string> overrides;
+  profile::TimelineOptions timeline;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::printf("usage: train CONFIG.yaml [--set key=value ...]\n");
+      std::printf("usage: %s\n", usage);
       return 0;
+    } else if (arg == "--timeline" && i + 1 < argc) {
+      timeline.path = argv[++i];
+    } else if (arg == "--timeline-steps" && i + 1 < argc) {
+      char* end = nullptr;
+      timeline.steps = std::strtoll(argv[++i], &end, 10);
+      if (*end != '\0' || timeline.steps < 1) {
+        std::fprintf(stderr, "error: --timeline-steps expects a whole number >= 1, got '%s'\n", argv[i]);
+        return 2;
+      }
     } else if (arg == "--set" && i + 1 < argc) {
       overrides.push_back(argv[++i]);
     } else if (arg.rfind("--set=", 0) == 0) {
@@ -254,20 +277,19 @@ int main(int argc, char** argv) {
     } else if (config_path.empty() && arg[0] != '-') {
       config_path = arg;
     } else {
-      std::fprintf(stderr, "error: unexpected argument '%s' (usage: train CONFIG.yaml [--set key=value ...])\n",
-                   arg.c_str());
+      std::fprintf(stderr, "error: unexpected argument '%s' (usage: %s)\n", arg.c_str(), usage);
       return 2;
     }
   }
   if (config_path.empty()) {
-    std::fprintf(stderr, "error: no config file (usage: train CONFIG.yaml [--set key=value ...])\n");
+    std::fprintf(stderr, "error: no config file (usage: %s)\n", usage);
     return 2;
   }
   int code = 0;
   std::string message;
   try {
     dist::init();
-    code = run(io::load_config(config_path, overrides));
+    code = run(io::load_config(config_path, overrides), timeline);
   } catch (const Error& e) {
     code = 2;
     message = e.what();
