@@ -2,16 +2,20 @@
 synthetic data writes a Chrome trace that a JSON parser reads, with one row per rank, the
 backward pass per autograd node, and each DDP bucket's all-reduce; at least one bucket's
 all-reduce is launched while backward still has nodes to run (the overlap DDP is built
-for), and the buckets hold exactly mnist_cnn's 421,642 parameters. The phases in
-metrics.jsonl agree with the epoch's own clock. Run by CTest with DPT_BUILD_DIR set."""
+for), and the buckets hold exactly mnist_cnn's 421,642 parameters — the buckets that
+tools/predict_scaling derives from a 1-process trace. The phases in metrics.jsonl agree
+with the epoch's own clock. Run by CTest with DPT_BUILD_DIR and DPT_SOURCE_DIR set."""
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import importlib.util
 import unittest
+from importlib.machinery import SourceFileLoader
 
 BUILD = os.environ.get("DPT_BUILD_DIR", "build")
+SOURCE = os.environ.get("DPT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 TRAIN = os.path.join(BUILD, "train")
 MNIST_CNN_PARAMS = 421642  # He et al.-style count, checked by test_resnet/test_models too
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -39,23 +43,38 @@ def read_lines(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def load_tool(name):
+    loader = SourceFileLoader(name, os.path.join(SOURCE, "tools", name))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    loader.exec_module(module)
+    return module
+
+
+TWO = {}  # the 2-process run, made once
+
+
+def setUpModule():
+    TWO["tmp"] = tempfile.TemporaryDirectory()
+    d = TWO["tmp"].name
+    TWO["trace"] = os.path.join(d, "trace", "t.json")  # its folder is made
+    TWO["result"] = run([config(d), "--timeline", TWO["trace"], "--timeline-steps", "6"], np=2)
+    TWO["metrics"] = os.path.join(d, "run", "metrics.jsonl")
+
+
+def tearDownModule():
+    TWO["tmp"].cleanup()
+
+
+def two_process_events():
+    if TWO["result"].returncode != 0:
+        raise AssertionError(TWO["result"].stderr)
+    with open(TWO["trace"]) as f:
+        return json.load(f)["traceEvents"]
+
+
 class Timeline(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        d = cls.tmp.name
-        cls.trace_path = os.path.join(d, "trace", "t.json")  # its folder is made
-        cls.result = run([config(d), "--timeline", cls.trace_path, "--timeline-steps", "6"], np=2)
-        cls.metrics = read_lines(os.path.join(d, "run", "metrics.jsonl")) if cls.result.returncode == 0 else []
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
     def setUp(self):
-        self.assertEqual(self.result.returncode, 0, self.result.stderr)
-        with open(self.trace_path) as f:
-            self.events = json.load(f)["traceEvents"]
+        self.events = two_process_events()
         self.spans = [e for e in self.events if e["ph"] == "X"]
 
     def rows(self, pid):
@@ -109,7 +128,7 @@ class Timeline(unittest.TestCase):
         self.assertGreater(overlapped, 0)
 
     def test_phases_add_up_to_the_epoch_clock(self):
-        (m,) = self.metrics
+        (m,) = read_lines(TWO["metrics"])
         for key in PHASES:
             self.assertGreaterEqual(m[key], 0, key)
         self.assertAlmostEqual(sum(m[k] for k in PHASES), m["step_ms"], delta=1e-3 * m["step_ms"])
@@ -120,7 +139,8 @@ class Timeline(unittest.TestCase):
 class OneRank(unittest.TestCase):
     def test_no_communication_and_summary_phases(self):
         with tempfile.TemporaryDirectory() as d:
-            r = run([config(d), "--timeline", os.path.join(d, "t.json")])
+            trace = os.path.join(d, "t.json")
+            r = run([config(d), "--timeline", trace])
             self.assertEqual(r.returncode, 0, r.stderr)
             (m,) = read_lines(os.path.join(d, "run", "metrics.jsonl"))
             self.assertEqual(m["comm_wait_ms"], 0)
@@ -130,9 +150,15 @@ class OneRank(unittest.TestCase):
             self.assertEqual(summary["global_batch"], 32)
             for key in PHASES + ["step_ms"]:
                 self.assertGreater(summary[key] + (key == "comm_wait_ms"), 0, key)
-            with open(os.path.join(d, "t.json")) as f:
+            with open(trace) as f:
                 events = json.load(f)["traceEvents"]
             self.assertFalse(any(e["name"] == "allreduce" for e in events))  # no DDP on one rank
+            # The predictor's DDP bucketing of this run's gradients, against the Reducer's own
+            # buckets in the 2-process run.
+            predicted = [nbytes for _, nbytes in load_tool("predict_scaling").profile_from_timeline(trace).buckets]
+            reduces = [e for e in two_process_events() if e["pid"] == 0 and e["name"] == "allreduce"]
+            self.assertEqual(predicted, [e["args"]["bytes"] for e in reduces[:len(predicted)]])
+            self.assertEqual(len(reduces), 6 * len(predicted))
 
 
 class BadArguments(unittest.TestCase):

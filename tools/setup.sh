@@ -5,7 +5,7 @@ set -euo pipefail
 DPT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 dpt_packages=(g++ cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev libdnnl-dev
-              zlib1g-dev libgtest-dev dataset-fashion-mnist)
+              zlib1g-dev libgtest-dev dataset-fashion-mnist python3-matplotlib)
 
 dpt_install() {
   local missing=()
