@@ -6,11 +6,16 @@ namespace dpt::profile {
 
 double& StepPhases::operator[](Phase phase) {
   switch (phase) {
-    case Phase::data: return data_ms;
-    case Phase::forward: return forward_ms;
-    case Phase::backward: return backward_ms;
-    case Phase::comm_wait: return comm_wait_ms;
-    case Phase::optimizer: return optimizer_ms;
+    case Phase::data:
+      return data_ms;
+    case Phase::forward:
+      return forward_ms;
+    case Phase::backward:
+      return backward_ms;
+    case Phase::comm_wait:
+      return comm_wait_ms;
+    case Phase::optimizer:
+      return optimizer_ms;
   }
   return data_ms;  // unreachable: every Phase is listed
 }

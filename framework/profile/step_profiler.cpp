@@ -7,11 +7,16 @@ namespace {
 
 const char* phase_name(Phase phase) {
   switch (phase) {
-    case Phase::data: return "data wait";
-    case Phase::forward: return "forward";
-    case Phase::backward: return "backward";
-    case Phase::comm_wait: return "allreduce wait";
-    case Phase::optimizer: return "optimizer";
+    case Phase::data:
+      return "data wait";
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::comm_wait:
+      return "allreduce wait";
+    case Phase::optimizer:
+      return "optimizer";
   }
   return "";
 }
@@ -69,11 +74,12 @@ void StepProfiler::record_backward(double begin_ns, double end_ns) {
   for (size_t b = 0; b < launched.size() && b < completed.size(); ++b) {
     // The first backward rebuilds the buckets after using them: sizes then describe new ones.
     std::string args = launched.size() == buckets.size()
-                           ? "\"bucket\": " + std::to_string(b) + ", \"bytes\": " + std::to_string(buckets[b].bytes) +
+                           ? "\"bucket\": " + std::to_string(b) +
+                                 ", \"bytes\": " + std::to_string(buckets[b].bytes) +
                                  ", \"params\": " + std::to_string(buckets[b].params.size())
                            : "\"bucket\": " + std::to_string(b);
-    timeline_->add(timeline_->track("allreduce bucket " + std::to_string(b)), "allreduce", origin + launched[b] * 1e6,
-                   origin + completed[b] * 1e6, args);
+    timeline_->add(timeline_->track("allreduce bucket " + std::to_string(b)), "allreduce",
+                   origin + launched[b] * 1e6, origin + completed[b] * 1e6, args);
   }
 }
 

@@ -19,7 +19,8 @@ std::vector<std::string> gather_text(const std::string& text) {
   dist::ProcessGroup& group = *dist::world();
   const int n = group.size();
   Tensor lengths = Tensor::empty({n}, DType::i64);
-  group.all_gather(lengths, Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1}))
+  group
+      .all_gather(lengths, Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1}))
       ->wait();
   int64_t longest = 0;
   for (int r = 0; r < n; ++r) longest = std::max(longest, lengths.data<int64_t>()[r]);
@@ -60,9 +61,9 @@ std::string row_names(int rank, const std::vector<std::string>& tracks) {
 }  // namespace
 
 double now_ns() {
-  return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count());
 }
 
 Timeline::Timeline() {
@@ -77,17 +78,19 @@ int Timeline::track(const std::string& name) {
   return static_cast<int>(tracks_.size() - 1);
 }
 
-void Timeline::add(int track, const std::string& name, double begin_ns, double end_ns, const std::string& args) {
-  events_ += "{\"ph\": \"X\", \"name\": " + io::json_quote(name) + ", \"pid\": " +
-             std::to_string(dist::info().rank) + ", \"tid\": " + std::to_string(track) +
-             ", \"ts\": " + micros(begin_ns - origin_ns_) + ", \"dur\": " + micros(std::max(0.0, end_ns - begin_ns)) +
-             ", \"args\": {" + args + "}},\n";
+void Timeline::add(int track, const std::string& name, double begin_ns, double end_ns,
+                   const std::string& args) {
+  events_ += "{\"ph\": \"X\", \"name\": " + io::json_quote(name) +
+             ", \"pid\": " + std::to_string(dist::info().rank) + ", \"tid\": " + std::to_string(track) +
+             ", \"ts\": " + micros(begin_ns - origin_ns_) +
+             ", \"dur\": " + micros(std::max(0.0, end_ns - begin_ns)) + ", \"args\": {" + args + "}},\n";
   ++spans_;
 }
 
 void Timeline::write(const std::string& path) const {
   std::string mine = row_names(dist::info().rank, tracks_) + events_;
-  std::vector<std::string> all = dist::info().world_size > 1 ? gather_text(mine) : std::vector<std::string>{mine};
+  std::vector<std::string> all =
+      dist::info().world_size > 1 ? gather_text(mine) : std::vector<std::string>{mine};
   if (dist::info().rank != 0) return;
   std::string text = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   for (const std::string& part : all) text += part;
