@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A scaling sweep: trains CONFIG at each process count and writes runs/scaling/<name>/
-# results.csv, results.md and scaling.png (tools/scaling_report.py), one folder per run
-# (np<N>/r<k>: metrics.jsonl, summary.json, timeline.json).
+# (or --out DIR) results.csv, results.md and scaling.png (tools/scaling_report.py), one
+# folder per run (np<N>/r<k>: metrics.jsonl, summary.json, timeline.json).
 #   tools/scaling.sh CONFIG [--np 1,2,4,8] [--steps K | --epochs E] [--weak | --strong]
-#     [--threads T] [--repeats R] [--target ACC] [--slots S] [--name NAME]
+#     [--threads T] [--repeats R] [--target ACC] [--slots S] [--name NAME] [--out DIR]
 #     [--mpirun-args "ARGS"] [--set key=value ...]
 # --weak (default) keeps the config's batch per rank; --strong keeps the global batch of the
 # smallest np (batch_size x that np) and divides it among the ranks. Each rank gets T compute
@@ -11,10 +11,10 @@
 # GPUs or other hosts) oversubscribe, with a warning. The best of R repeats counts.
 set -euo pipefail
 DPT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { sed -n '5,8p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//'; }
 fail() { echo "error: $*" >&2; exit 2; }
 
-config="" nps="1,2,4" steps="" epochs="" mode=weak threads=1 repeats=1 target="" slots="" name=""
+config="" nps="1,2,4" steps="" epochs="" mode=weak threads=1 repeats=1 target="" slots="" name="" out=""
 mpirun_args=() sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -28,14 +28,15 @@ while [ $# -gt 0 ]; do
     --target) target="${2:?}"; shift 2 ;;
     --slots) slots="${2:?}"; shift 2 ;;
     --name) name="${2:?}"; shift 2 ;;
+    --out) out="${2:?}"; shift 2 ;;
     --mpirun-args) read -r -a mpirun_args <<< "${2:?}"; shift 2 ;;
     --set) sets+=(--set "${2:?}"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
-    -*) fail "unknown option '$1' ($(usage | head -1))" ;;
+    -*) fail "unknown option '$1' ($(usage | head -1 | sed 's/^ *//'))" ;;
     *) [ -z "$config" ] || fail "two configs: '$config' and '$1'"; config="$1"; shift ;;
   esac
 done
-[ -n "$config" ] || fail "no config ($(usage | head -1))"
+[ -n "$config" ] || fail "no config ($(usage | head -1 | sed 's/^ *//'))"
 [ -f "$config" ] || fail "config '$config' not found"
 [[ "$nps" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || fail "--np expects process counts like 1,2,4, got '$nps'"
 [ -z "$steps" ] || [ -z "$epochs" ] || fail "give --steps or --epochs, not both"
@@ -44,7 +45,7 @@ for v in "$steps" "$epochs" "$threads" "$repeats" "$slots"; do
 done
 [ -z "$target" ] || [[ "$target" =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || fail "--target expects an accuracy in (0, 1], got '$target'"
 name=${name:-$(basename "${config%.*}")}
-out="$DPT_ROOT/runs/scaling/$name"
+out=${out:-$DPT_ROOT/runs/scaling/$name}
 [ -x "$DPT_ROOT/build/train" ] || fail "build/train not built (tools/run.sh or: ninja -C build train)"
 
 # The batch the config gives each process (train prints it resolved).
@@ -54,20 +55,22 @@ batch=${batch:-128}  # train's default
 for s in "${sets[@]}"; do [[ "$s" =~ ^batch_size=([0-9]+)$ ]] && batch=${BASH_REMATCH[1]}; done
 min_np=$(printf '%s\n' "${np_list[@]}" | sort -n | head -1)
 global=$((batch * min_np))
+if [ "$mode" = strong ]; then
+  for np in "${np_list[@]}"; do
+    [ $((global % np)) -eq 0 ] || fail "--strong: the global batch $global does not divide by $np processes"
+  done
+fi
 
 cores=$(nproc)
 slots=${slots:-$((cores / threads > 0 ? cores / threads : 1))}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 DPT_TTY=0
-rm -rf "$out"
 mkdir -p "$out"
+rm -rf "$out"/np[0-9]* "$out"/results.csv "$out"/results.md "$out"/scaling.png "$out"/sweep.json  # an earlier sweep's
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 oversubscribed=()
 for np in "${np_list[@]}"; do
   per_rank=$batch
-  if [ "$mode" = strong ]; then
-    [ $((global % np)) -eq 0 ] || fail "--strong: the global batch $global does not divide by $np processes"
-    per_rank=$((global / np))
-  fi
+  [ "$mode" = weak ] || per_rank=$((global / np))
   if [ "$np" -le "$slots" ]; then
     binding=(--map-by "slot:PE=$threads" --bind-to core)
   else
