@@ -55,9 +55,10 @@ class Costs(unittest.TestCase):
         alpha, beta = 3e-6, 1 / 2.5e9
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("# header\n      bytes     count  iters     MPI us     I+W us     dpt us\n")
-            for size in (1024, 4096, 65536, 1 << 20, 4 << 20, 64 << 20):
-                t = 2 * alpha + size * beta  # the ring formula at n = 2
-                f.write(f"{size:>11} {size // 4:>9} 100 {t * 1e6:.4f} {t * 1e6:.4f} {t * 1e6:.6f} 1 1 1 1 1 1\n")
+            for slower in (1.5, 1.0):  # two runs in one file: the faster of each size counts
+                for size in (1024, 4096, 65536, 1 << 20, 4 << 20, 64 << 20):
+                    t = (2 * alpha + size * beta) * slower  # the ring formula at n = 2
+                    f.write(f"{size:>11} {size // 4:>9} 100 {t * 1e6:.4f} {t * 1e6:.4f} {t * 1e6:.6f} 1 1 1 1 1 1\n")
         rows = ps.read_bench_allreduce(f.name)
         os.unlink(f.name)
         self.assertEqual([s for s, _ in rows], [1024, 4096, 65536, 1 << 20, 4 << 20])  # 64 MB left out
