@@ -221,30 +221,31 @@ int run(const io::Config& config, const profile::TimelineOptions& timeline) {
     std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                 static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
     std::fflush(stdout);
-    io::JsonObject line;
-    line.add("epoch", epoch + 1)
-        .add("train_loss", train_loss)
-        .add("test_loss", eval.loss)
-        .add("test_acc", eval.accuracy)
-        .add("images_per_sec", images_per_sec)
-        .add("epoch_time_s", seconds_since(epoch_start))
-        .add("elapsed_s", seconds_since(run_start))
-        .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1)));
-    io::append_line(metrics_path, phases.add_to(line).str());
+    io::append_line(metrics_path, phases.add_to(io::JsonObject()
+                                      .add("epoch", epoch + 1)
+                                      .add("train_loss", train_loss)
+                                      .add("test_loss", eval.loss)
+                                      .add("test_acc", eval.accuracy)
+                                      .add("images_per_sec", images_per_sec)
+                                      .add("epoch_time_s", seconds_since(epoch_start))
+                                      .add("elapsed_s", seconds_since(run_start))
+                                      .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1))))
+                                      .str());
   }
   profile::StepPhases phases = profiler.run_means();
   profiler.write_timeline();
   if (!main_rank) return 0;
-  io::JsonObject summary;
-  summary.add("final_test_acc", final_acc)
-      .add("best_test_acc", best_acc)
-      .add("total_time_s", seconds_since(run_start))
-      .add("images_per_sec", train_images / train_time)
-      .add("world_size", world.world_size)
-      .add("global_batch", global_batch)
-      .add("model", config.model.name)
-      .add("params", model->parameter_count());
-  io::write_file(config.output.dir + "/summary.json", phases.add_to(summary).str() + "\n");
+  io::write_file(config.output.dir + "/summary.json", phases.add_to(io::JsonObject()
+                                                          .add("final_test_acc", final_acc)
+                                                          .add("best_test_acc", best_acc)
+                                                          .add("total_time_s", seconds_since(run_start))
+                                                          .add("images_per_sec", train_images / train_time)
+                                                          .add("world_size", world.world_size)
+                                                          .add("global_batch", global_batch)
+                                                          .add("model", config.model.name)
+                                                          .add("params", model->parameter_count()))
+                                                          .str() +
+                                                      "\n");
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc, config.output.dir.c_str());
   return 0;
 }
