@@ -5,8 +5,10 @@
 // --resume, SIGTERM/SIGINT (exit 128 + signal) and non-finite gradients (exit 3): io/run_control.h.
 //
 //   mpirun -np 2 build/train configs/default.yaml [--set key=value ...] [--resume PATH|auto]
+//     [--timeline trace.json]
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -35,6 +37,7 @@
 #include "optim/ema.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
+#include "profile/step_profiler.h"
 
 using namespace dpt;
 using Clock = std::chrono::steady_clock;
@@ -123,7 +126,7 @@ int compute_threads(int64_t configured) {
   return std::max(1, available / dist::info().local_size);
 }
 
-int run(const io::Config& config, const std::string& resume) {
+int run(const io::Config& config, const std::string& resume, const profile::TimelineOptions& timeline) {
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
   if (config.deterministic) threads_set_deterministic();
@@ -176,6 +179,7 @@ int run(const io::Config& config, const std::string& resume) {
     io::write_file(config.output.dir + "/config.yaml", io::config_to_yaml(config));
   }
 
+  profile::StepProfiler profiler(dynamic_cast<const dist::DistributedDataParallel*>(model.get()), timeline);
   const int64_t global_batch = config.batch_size * world.world_size;
   double &best_acc = at.best_test_acc, &final_acc = at.final_test_acc, &train_time = at.train_time_s;
   int64_t& train_images = at.train_images;
@@ -190,12 +194,16 @@ int run(const io::Config& config, const std::string& resume) {
     data::Batch batch;
     double loss_sum = 0;
     int64_t step = first_step, applied = 0;
+    profiler.start_epoch();
     while (step < steps && train_loader.next(batch)) {
+      profiler.lap(profile::Phase::data);
       control.before_forward();
       Tensor loss = control.loss_hook(
           cross_entropy((*model)(batch.images), batch.labels, static_cast<float>(config.label_smoothing)));
+      profiler.lap(profile::Phase::forward);
       optimizer->zero_grad();
       loss.backward();
+      profiler.lap(profile::Phase::backward);
       const float step_lr = schedule.lr_at(epoch * steps + step);
       ++step;
       const io::RunControl::StepAction action = control.after_backward(loss, epoch, step, steps);
@@ -206,6 +214,7 @@ int run(const io::Config& config, const std::string& resume) {
         loss_sum += loss.item();
         ++applied;
       }
+      profiler.lap(profile::Phase::optimizer);
       double elapsed = seconds_since(epoch_start);
       if (main_rank) {
         double rate = static_cast<double>((step - first_step) * global_batch) / elapsed;
@@ -231,33 +240,39 @@ int run(const io::Config& config, const std::string& resume) {
     final_acc = eval.accuracy;
     best_acc = std::max(best_acc, eval.accuracy);
     double images_per_sec = static_cast<double>((step - first_step) * global_batch) / epoch_train_time;
+    profile::StepPhases phases = profiler.take_epoch_means();
     if (main_rank) {
       std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
       std::fflush(stdout);
-      io::append_line(metrics_path, io::JsonObject()
-                                        .add("epoch", epoch + 1)
-                                        .add("train_loss", train_loss)
-                                        .add("test_loss", eval.loss)
-                                        .add("test_acc", eval.accuracy)
-                                        .add("images_per_sec", images_per_sec)
-                                        .add("epoch_time_s", seconds_since(epoch_start))
-                                        .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1)))
+      io::append_line(metrics_path, phases.add_to(io::JsonObject()
+                                                      .add("epoch", epoch + 1)
+                                                      .add("train_loss", train_loss)
+                                                      .add("test_loss", eval.loss)
+                                                      .add("test_acc", eval.accuracy)
+                                                      .add("images_per_sec", images_per_sec)
+                                                      .add("epoch_time_s", seconds_since(epoch_start))
+                                                      .add("elapsed_s", seconds_since(run_start))
+                                                      .add("lr", static_cast<double>(
+                                                                     schedule.lr_at((epoch + 1) * steps - 1))))
                                         .str());
     }
     control.epoch_end(epoch, schedule.lr_at((epoch + 1) * steps - 1));  // after the metrics line
   }
+  profile::StepPhases phases = profiler.run_means();
+  profiler.write_timeline();
   if (!main_rank) return 0;
   io::safetensors_write(config.output.dir + "/model.safetensors", net->state_dict(), {{"format", "pt"}});
-  io::write_file(config.output.dir + "/summary.json", io::JsonObject()
+  io::write_file(config.output.dir + "/summary.json", phases.add_to(io::JsonObject()
                                                           .add("final_test_acc", final_acc)
                                                           .add("best_test_acc", best_acc)
                                                           .add("total_time_s", seconds_since(run_start))
                                                           .add("images_per_sec", train_images / train_time)
                                                           .add("world_size", world.world_size)
+                                                          .add("global_batch", global_batch)
                                                           .add("model", config.model.name)
                                                           .add("params", model->parameter_count())
-                                                          .add("skipped_steps", at.skipped_steps)
+                                                          .add("skipped_steps", at.skipped_steps))
                                                           .str() +
                                                       "\n");
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc, config.output.dir.c_str());
@@ -267,18 +282,30 @@ int run(const io::Config& config, const std::string& resume) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* usage =
+      "train CONFIG.yaml [--set key=value ...] [--resume PATH|auto] [--timeline TRACE.json [--timeline-steps N]]";
   std::string config_path;
   std::vector<std::string> overrides;
   std::string resume;
+  profile::TimelineOptions timeline;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::printf("usage: train CONFIG.yaml [--set key=value ...] [--resume PATH|auto]\n");
+      std::printf("usage: %s\n", usage);
       return 0;
     } else if (arg == "--resume" && i + 1 < argc) {
       resume = argv[++i];
     } else if (arg.rfind("--resume=", 0) == 0) {
       resume = arg.substr(9);
+    } else if (arg == "--timeline" && i + 1 < argc) {
+      timeline.path = argv[++i];
+    } else if (arg == "--timeline-steps" && i + 1 < argc) {
+      char* end = nullptr;
+      timeline.steps = std::strtoll(argv[++i], &end, 10);
+      if (*end != '\0' || timeline.steps < 1) {
+        std::fprintf(stderr, "error: --timeline-steps expects a whole number >= 1, got '%s'\n", argv[i]);
+        return 2;
+      }
     } else if (arg == "--set" && i + 1 < argc) {
       overrides.push_back(argv[++i]);
     } else if (arg.rfind("--set=", 0) == 0) {
@@ -286,13 +313,12 @@ int main(int argc, char** argv) {
     } else if (config_path.empty() && arg[0] != '-') {
       config_path = arg;
     } else {
-      std::fprintf(stderr, "error: unexpected argument '%s' (usage: train CONFIG.yaml [--set key=value ...] [--resume PATH|auto])\n",
-                   arg.c_str());
+      std::fprintf(stderr, "error: unexpected argument '%s' (usage: %s)\n", arg.c_str(), usage);
       return 2;
     }
   }
   if (config_path.empty()) {
-    std::fprintf(stderr, "error: no config file (usage: train CONFIG.yaml [--set key=value ...] [--resume PATH|auto])\n");
+    std::fprintf(stderr, "error: no config file (usage: %s)\n", usage);
     return 2;
   }
   int code = 0;
@@ -301,7 +327,7 @@ int main(int argc, char** argv) {
   io::stop_signals_install();
   try {
     dist::init();
-    code = run(io::load_config(config_path, overrides), resume);
+    code = run(io::load_config(config_path, overrides), resume, timeline);
   } catch (const Error& e) {
     code = 2;
     message = e.what();

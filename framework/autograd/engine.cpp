@@ -14,6 +14,7 @@ thread_local bool t_grad_enabled = true;
 thread_local uint64_t t_next_sequence_nr = 0;  // only the order within one graph matters
 thread_local bool t_in_backward = false;
 thread_local std::vector<std::function<void()>> t_final_callbacks;
+thread_local NodeObserver* t_node_observer = nullptr;
 
 }  // namespace
 
@@ -71,6 +72,12 @@ void record(const char* name, const Tensor& output, const std::vector<Tensor>& i
 void add_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook) {
   DPT_CHECK(leaf.requires_grad() && !leaf.grad_fn()) << "post-accumulate hooks go on leaves that require grad";
   leaf.impl()->post_accumulate_hooks.push_back(std::move(hook));
+}
+
+NodeObserver* set_node_observer(NodeObserver* observer) {
+  NodeObserver* previous = t_node_observer;
+  t_node_observer = observer;
+  return previous;
 }
 
 void queue_callback(std::function<void()> callback) {
@@ -150,7 +157,10 @@ void run_graph(const Tensor& root, const Tensor& grad_output) {
     if (grad.defined()) {  // a node no gradient reached only passes the count on
       DPT_CHECK(node->backward) << "backward through '" << node->name
                                 << "' a second time: the graph was freed by the first backward";
+      NodeObserver* observer = t_node_observer;
+      if (observer) observer->node_started(*node, grad);
       input_grads = node->backward(grad);
+      if (observer) observer->node_finished(*node, grad);
       if (!node->reusable) node->backward = nullptr;  // free saved tensors now
       DPT_CHECK(input_grads.size() == node->next.size())
           << "op '" << node->name << "' returned " << input_grads.size() << " gradients for "

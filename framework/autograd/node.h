@@ -54,6 +54,20 @@ void add_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook);
 // Runs backward from `root`; grad_output undefined means ones (root must be a scalar).
 void backward(const Tensor& root, const Tensor& grad_output);
 
+// Watches the nodes the backward engine runs, for profiling (profile/timeline.h). Called on
+// the thread running backward, around each node's backward function; `grad` is the
+// gradient flowing into the node (for an accumulate_grad node: the parameter's gradient).
+class NodeObserver {
+ public:
+  virtual ~NodeObserver() = default;
+  virtual void node_started(const Node& node, const Tensor& grad) = 0;
+  virtual void node_finished(const Node& node, const Tensor& grad) = 0;
+};
+
+// Installs `observer` for backward passes on this thread; nullptr (the default) removes it,
+// and then the engine pays one branch per node. Returns the observer it replaces.
+NodeObserver* set_node_observer(NodeObserver* observer);
+
 // Runs `callback` once when the backward pass now running on this thread has finished
 // every node (DDP waits for its last all-reduces there). Requires a backward in progress.
 void queue_callback(std::function<void()> callback);

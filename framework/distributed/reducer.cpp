@@ -90,6 +90,7 @@ void Reducer::prepare_for_backward(bool synchronize) {
   }
   next_bucket_ = 0;
   launch_ms_.clear();
+  complete_ms_.clear();
   start_ns_ = now_ns();
 }
 
@@ -104,6 +105,7 @@ void Reducer::on_gradient_ready(size_t index) {
   ready_[index] = true;
   if (!rebuilt_) arrival_order_.push_back(index);
   --buckets_[bucket_of_[index]].pending;
+  note_completions();
   launch_ready_buckets();
 }
 
@@ -113,6 +115,12 @@ void Reducer::launch_ready_buckets() {
     bucket.work = group_->all_reduce(bucket.flat, ReduceOp::avg);
     launch_ms_.push_back((now_ns() - start_ns_) / 1e6);
   }
+}
+
+// Buckets complete in launch order: look at the first one not yet seen complete, and on.
+void Reducer::note_completions() {
+  while (complete_ms_.size() < next_bucket_ && buckets_[complete_ms_.size()].work->is_completed())
+    complete_ms_.push_back((now_ns() - start_ns_) / 1e6);
 }
 
 void Reducer::finish_backward() {
@@ -132,7 +140,11 @@ void Reducer::finish_backward() {
                  << " (set distributed.find_unused_parameters: true if they are unused on purpose)";
     launch_ready_buckets();
   }
-  for (Bucket& bucket : buckets_) bucket.work->wait();
+  note_completions();
+  for (size_t b = complete_ms_.size(); b < buckets_.size(); ++b) {
+    buckets_[b].work->wait();
+    complete_ms_.push_back((now_ns() - start_ns_) / 1e6);
+  }
   exposed_wait_ms_ = (now_ns() - start_ns_) / 1e6 - backward_end_ms_;
 
   if (!rebuilt_) {

@@ -39,6 +39,13 @@ class Reducer {
   // in the last backward, and when the backward pass itself ended (for overlap checks).
   const std::vector<double>& launch_times_ms() const { return launch_ms_; }
   double backward_end_ms() const { return backward_end_ms_; }
+  // The same clock: when this rank first saw each bucket's all-reduce complete — at a later
+  // gradient's hook during backward (polled, an upper bound by at most one layer's backward)
+  // or when its wait at the end of backward returned. For timelines.
+  const std::vector<double>& completion_times_ms() const { return complete_ms_; }
+  // prepare_for_backward's time, steady_clock nanoseconds since its epoch: the origin of
+  // the times above.
+  double origin_ns() const { return start_ns_; }
   // Time the last backward spent after its final node waiting for all-reduces: the
   // communication that backward did not hide.
   double exposed_wait_ms() const { return exposed_wait_ms_; }
@@ -54,6 +61,7 @@ class Reducer {
   void build_buckets(const std::vector<size_t>& order);
   void on_gradient_ready(size_t index);
   void launch_ready_buckets();
+  void note_completions();
   void finish_backward();
 
   nn::NamedTensors params_;
@@ -73,6 +81,7 @@ class Reducer {
   bool rebuilt_ = false;
   double start_ns_ = 0;
   std::vector<double> launch_ms_;
+  std::vector<double> complete_ms_;
   double backward_end_ms_ = 0;
   double exposed_wait_ms_ = 0;
 };

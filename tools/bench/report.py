@@ -1,7 +1,8 @@
 """Tables for the benchmark scripts: reads the JSON lines the runs printed on stdin and
 keeps the best run of each kind.
     report.py vs_torch   (bench_train / torch_train.py lines)
-    report.py scaling    (bench_ddp / torch_ddp.py lines)"""
+    report.py scaling    (bench_ddp / torch_ddp.py lines)
+    report.py variants   (any lines with framework and images_per_sec: one row per framework)"""
 import json
 import sys
 
@@ -39,6 +40,14 @@ def scaling(runs):
         print(f"{f:<34}{one:>12.1f}{two:>12.1f}{two / (2 * one):>12.3f}")
 
 
+def variants(runs):
+    best = best_by(runs, lambda r: r["framework"])
+    print(f"best of {len(runs) // len(best)} runs each")
+    print(f"{'variant':<34}{'images/s':>12}")
+    for f, r in best.items():
+        print(f"{f:<34}{r['images_per_sec']:>12.1f}")
+
+
 if __name__ == "__main__":
     lines = [json.loads(line) for line in sys.stdin if line.strip().startswith("{")]
-    {"vs_torch": vs_torch, "scaling": scaling}[sys.argv[1]](lines)
+    {"vs_torch": vs_torch, "scaling": scaling, "variants": variants}[sys.argv[1]](lines)

@@ -1,0 +1,29 @@
+// Where a training step's time goes: waiting for the next batch, forward, backward compute,
+// waiting after backward for the all-reduces it did not hide (exposed communication), and
+// the optimizer. The five add up to the step; train writes their means per step.
+#pragma once
+
+#include <vector>
+
+#include "io/json.h"
+
+namespace dpt::profile {
+
+enum class Phase { data, forward, backward, comm_wait, optimizer };
+
+struct StepPhases {
+  double data_ms = 0, forward_ms = 0, backward_ms = 0, comm_wait_ms = 0, optimizer_ms = 0;
+
+  double& operator[](Phase phase);
+  double step_ms() const { return data_ms + forward_ms + backward_ms + comm_wait_ms + optimizer_ms; }
+  StepPhases& operator+=(const StepPhases& other);
+  StepPhases scaled(double factor) const;
+  // Adds data_ms, forward_ms, backward_ms, comm_wait_ms, optimizer_ms and step_ms.
+  io::JsonObject& add_to(io::JsonObject& json) const;
+};
+
+// Collective over the world: the mean of every rank's phases (a rank's own on one). For
+// means per step (sent as f32), not long totals.
+StepPhases mean_over_ranks(const StepPhases& mine);
+
+}  // namespace dpt::profile

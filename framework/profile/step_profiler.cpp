@@ -1,0 +1,111 @@
+#include "profile/step_profiler.h"
+
+#include "distributed/dist.h"
+
+namespace dpt::profile {
+namespace {
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::data:
+      return "data wait";
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::comm_wait:
+      return "allreduce wait";
+    case Phase::optimizer:
+      return "optimizer";
+  }
+  return "";
+}
+
+}  // namespace
+
+StepProfiler::StepProfiler(const dist::DistributedDataParallel* ddp, TimelineOptions timeline)
+    : ddp_(ddp), options_(std::move(timeline)) {
+  if (options_.path.empty()) return;
+  if (dist::info().rank == 0) check_writable(options_.path);
+  timeline_ = std::make_unique<Timeline>();
+  compute_track_ = timeline_->track("compute");
+}
+
+StepProfiler::~StepProfiler() = default;
+
+void StepProfiler::start_epoch() {
+  update_recording();
+  last_ns_ = now_ns();
+}
+
+void StepProfiler::lap(Phase phase) {
+  double now = now_ns();
+  double ms = (now - last_ns_) / 1e6;
+  if (phase == Phase::backward && ddp_) {
+    double wait_ms = std::min(ms, ddp_->reducer().exposed_wait_ms());
+    current_.comm_wait_ms += wait_ms;
+    ms -= wait_ms;
+    if (recorder_) record_backward(last_ns_, now);
+  } else if (recorder_) {
+    timeline_->add(compute_track_, phase_name(phase), last_ns_, now);
+  }
+  current_[phase] += ms;
+  last_ns_ = now;
+  if (phase != Phase::optimizer) return;
+  epoch_ += current_;
+  ++epoch_steps_;
+  run_ += current_;
+  if (++step_ > warmup_steps) run_after_warmup_ += current_;
+  current_ = {};
+  update_recording();
+}
+
+// Backward's own span, the wait for all-reduces after its last node, and each bucket's
+// all-reduce from launch to completion on the bucket's row.
+void StepProfiler::record_backward(double begin_ns, double end_ns) {
+  const dist::Reducer& reducer = ddp_->reducer();
+  double origin = reducer.origin_ns();
+  double compute_end = origin + reducer.backward_end_ms() * 1e6;
+  timeline_->add(compute_track_, phase_name(Phase::backward), begin_ns, compute_end);
+  timeline_->add(compute_track_, phase_name(Phase::comm_wait), compute_end, end_ns);
+  const auto& launched = reducer.launch_times_ms();
+  const auto& completed = reducer.completion_times_ms();
+  const auto& buckets = reducer.buckets();
+  for (size_t b = 0; b < launched.size() && b < completed.size(); ++b) {
+    // The first backward rebuilds the buckets after using them: sizes then describe new ones.
+    std::string args = launched.size() == buckets.size()
+                           ? "\"bucket\": " + std::to_string(b) +
+                                 ", \"bytes\": " + std::to_string(buckets[b].bytes) +
+                                 ", \"params\": " + std::to_string(buckets[b].params.size())
+                           : "\"bucket\": " + std::to_string(b);
+    timeline_->add(timeline_->track("allreduce bucket " + std::to_string(b)), "allreduce",
+                   origin + launched[b] * 1e6, origin + completed[b] * 1e6, args);
+  }
+}
+
+void StepProfiler::update_recording() {
+  bool record = timeline_ && step_ >= options_.skip_steps && step_ < options_.skip_steps + options_.steps;
+  if (record && !recorder_) recorder_.emplace(*timeline_, compute_track_);
+  if (!record && recorder_) recorder_.reset();
+}
+
+StepPhases StepProfiler::take_epoch_means() {
+  StepPhases means = epoch_.scaled(epoch_steps_ > 0 ? 1.0 / static_cast<double>(epoch_steps_) : 0.0);
+  epoch_ = {};
+  epoch_steps_ = 0;
+  return mean_over_ranks(means);
+}
+
+StepPhases StepProfiler::run_means() const {
+  bool long_run = step_ > warmup_steps;
+  const StepPhases& sums = long_run ? run_after_warmup_ : run_;
+  int64_t steps = long_run ? step_ - warmup_steps : step_;
+  return mean_over_ranks(sums.scaled(steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0));
+}
+
+void StepProfiler::write_timeline() {
+  recorder_.reset();
+  if (timeline_) timeline_->write(options_.path);
+}
+
+}  // namespace dpt::profile

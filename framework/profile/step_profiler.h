@@ -1,0 +1,61 @@
+// Times each training step by phase (step_phases.h) and, when asked, records a window of
+// steps into a Timeline: the loop calls lap() after each phase, and the profiler splits
+// DDP's exposed all-reduce wait off backward and adds each bucket's all-reduce to the
+// timeline. With no timeline it costs two clock reads a phase.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "distributed/ddp.h"
+#include "profile/step_phases.h"
+#include "profile/timeline.h"
+
+namespace dpt::profile {
+
+struct TimelineOptions {
+  std::string path;        // empty: no timeline
+  int64_t steps = 10;      // how many steps it records
+  int64_t skip_steps = 2;  // recorded from this step of the run on (the first build caches and buckets)
+};
+
+class StepProfiler {
+ public:
+  // `ddp`: the model's DDP wrapper, or null (one rank). Collective over the world when a
+  // timeline is asked for (checks the path on rank 0, then the timeline's barrier).
+  StepProfiler(const dist::DistributedDataParallel* ddp, TimelineOptions timeline);
+  ~StepProfiler();
+
+  // Before a step's batch is fetched, the first time in an epoch (time in between, such as
+  // evaluation, counts in no phase).
+  void start_epoch();
+  // The time since the last lap goes to `phase`; Phase::backward moves DDP's exposed wait
+  // into Phase::comm_wait; Phase::optimizer ends the step.
+  void lap(Phase phase);
+  // Mean phases per step of the epoch's steps, over every rank (collective); starts a new epoch's sums.
+  StepPhases take_epoch_means();
+  // Mean phases per step of the run after `warmup_steps` (all of them for a shorter run),
+  // over every rank (collective).
+  StepPhases run_means() const;
+  // Collective over the world: writes the timeline when one was asked for.
+  void write_timeline();
+
+  static constexpr int64_t warmup_steps = 2;
+
+ private:
+  void record_backward(double begin_ns, double end_ns);
+  void update_recording();
+
+  const dist::DistributedDataParallel* ddp_;
+  TimelineOptions options_;
+  std::unique_ptr<Timeline> timeline_;
+  std::optional<BackwardRecorder> recorder_;
+  int compute_track_ = 0;
+  double last_ns_ = 0;
+  int64_t step_ = 0;  // steps of the run so far
+  StepPhases current_, epoch_, run_, run_after_warmup_;
+  int64_t epoch_steps_ = 0;
+};
+
+}  // namespace dpt::profile

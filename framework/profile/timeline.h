@@ -1,0 +1,65 @@
+// A timeline of training steps as a Chrome trace (chrome://tracing, ui.perfetto.dev): one
+// process row per rank, and in it one thread row per track — the compute thread (data
+// wait, forward, backward with one span per autograd node, the all-reduce wait backward
+// did not hide, optimizer) and one row per DDP bucket (its all-reduce from launch to
+// completion) — so overlap of communication with backward shows at a glance.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/node.h"
+
+namespace dpt::profile {
+
+// steady_clock nanoseconds since its epoch: the clock every span is given in.
+double now_ns();
+
+class Timeline {
+ public:
+  // Collective over the world: leaves a barrier and takes the time as the origin, so the
+  // ranks of one machine line up to within the barrier's skew (tens of microseconds).
+  Timeline();
+  // The id of this rank's row `name`; rows are listed in the order first asked for.
+  int track(const std::string& name);
+  // A span [begin_ns, end_ns] on `track`. `args`: the body of a JSON object
+  // ("\"bytes\": 4096") or empty.
+  void add(int track, const std::string& name, double begin_ns, double end_ns, const std::string& args = "");
+  int64_t spans() const { return spans_; }
+  // Collective over the world: every rank's spans go to rank 0, which writes `path` (one
+  // JSON object with "traceEvents"). Throws Error naming the file when it cannot.
+  void write(const std::string& path) const;
+
+ private:
+  double origin_ns_ = 0;
+  std::vector<std::string> tracks_;
+  std::string events_;  // JSON objects, each followed by ",\n"
+  int64_t spans_ = 0;
+};
+
+// While alive, every node the backward engine runs on this thread becomes a span on
+// `track`: named after its op, with its sequence number and gradient shape (for an
+// accumulate_grad node, the parameter's element count: when and how big each gradient
+// became ready, which tools/predict_scaling reads back).
+class BackwardRecorder : public autograd::NodeObserver {
+ public:
+  BackwardRecorder(Timeline& timeline, int track);
+  ~BackwardRecorder() override;
+  BackwardRecorder(const BackwardRecorder&) = delete;
+  BackwardRecorder& operator=(const BackwardRecorder&) = delete;
+  void node_started(const autograd::Node& node, const Tensor& grad) override;
+  void node_finished(const autograd::Node& node, const Tensor& grad) override;
+
+ private:
+  Timeline& timeline_;
+  int track_;
+  autograd::NodeObserver* previous_;
+  std::vector<double> started_ns_;  // a stack: nodes do not nest today, but hooks could run backward
+};
+
+// Checks that `path` can be written (creating its folder), so a bad path fails before
+// training rather than after. Throws Error naming it.
+void check_writable(const std::string& path);
+
+}  // namespace dpt::profile

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# A scaling sweep: trains CONFIG at each process count and writes runs/scaling/<name>/
+# (or --out DIR) results.csv, results.md and scaling.png (tools/scaling_report.py), one
+# folder per run (np<N>/r<k>: metrics.jsonl, summary.json, timeline.json).
+#   tools/scaling.sh CONFIG [--np 1,2,4,8] [--steps K | --epochs E] [--weak | --strong]
+#     [--threads T] [--repeats R] [--target ACC] [--slots S] [--name NAME] [--out DIR]
+#     [--mpirun-args "ARGS"] [--set key=value ...]
+# --weak (default) keeps the config's batch per rank; --strong keeps the global batch of the
+# smallest np (batch_size x that np) and divides it among the ranks. Each rank gets T compute
+# threads (1) bound to its own cores; more processes than slots (cores / T, or --slots for
+# GPUs or other hosts) oversubscribe, with a warning. The best of R repeats counts.
+set -euo pipefail
+DPT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//'; }
+fail() { echo "error: $*" >&2; exit 2; }
+
+config="" nps="1,2,4" steps="" epochs="" mode=weak threads=1 repeats=1 target="" slots="" name="" out=""
+mpirun_args=() sets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --np) nps="${2:?}"; shift 2 ;;
+    --steps) steps="${2:?}"; shift 2 ;;
+    --epochs) epochs="${2:?}"; shift 2 ;;
+    --weak) mode=weak; shift ;;
+    --strong) mode=strong; shift ;;
+    --threads) threads="${2:?}"; shift 2 ;;
+    --repeats) repeats="${2:?}"; shift 2 ;;
+    --target) target="${2:?}"; shift 2 ;;
+    --slots) slots="${2:?}"; shift 2 ;;
+    --name) name="${2:?}"; shift 2 ;;
+    --out) out="${2:?}"; shift 2 ;;
+    --mpirun-args) read -r -a mpirun_args <<< "${2:?}"; shift 2 ;;
+    --set) sets+=(--set "${2:?}"); shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    -*) fail "unknown option '$1' ($(usage | head -1 | sed 's/^ *//'))" ;;
+    *) [ -z "$config" ] || fail "two configs: '$config' and '$1'"; config="$1"; shift ;;
+  esac
+done
+[ -n "$config" ] || fail "no config ($(usage | head -1 | sed 's/^ *//'))"
+[ -f "$config" ] || fail "config '$config' not found"
+[[ "$nps" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || fail "--np expects process counts like 1,2,4, got '$nps'"
+[ -z "$steps" ] || [ -z "$epochs" ] || fail "give --steps or --epochs, not both"
+for v in "$steps" "$epochs" "$threads" "$repeats" "$slots"; do
+  [ -z "$v" ] || [[ "$v" =~ ^[1-9][0-9]*$ ]] || fail "expected a positive whole number, got '$v'"
+done
+[ -z "$target" ] || [[ "$target" =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || fail "--target expects an accuracy in (0, 1], got '$target'"
+name=${name:-$(basename "${config%.*}")}
+out=${out:-$DPT_ROOT/runs/scaling/$name}
+[ -x "$DPT_ROOT/build/train" ] || fail "build/train not built (tools/run.sh or: ninja -C build train)"
+
+# The batch the config gives each process (train prints it resolved).
+IFS=, read -r -a np_list <<< "$nps"
+batch=$(grep -E '^batch_size:' "$config" | head -1 | sed 's/[^0-9]*\([0-9]*\).*/\1/')
+batch=${batch:-128}  # train's default
+for s in "${sets[@]}"; do [[ "$s" =~ ^batch_size=([0-9]+)$ ]] && batch=${BASH_REMATCH[1]}; done
+min_np=$(printf '%s\n' "${np_list[@]}" | sort -n | head -1)
+global=$((batch * min_np))
+if [ "$mode" = strong ]; then
+  for np in "${np_list[@]}"; do
+    [ $((global % np)) -eq 0 ] || fail "--strong: the global batch $global does not divide by $np processes"
+  done
+fi
+
+cores=$(nproc)
+slots=${slots:-$((cores / threads > 0 ? cores / threads : 1))}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 DPT_TTY=0
+mkdir -p "$out"
+rm -rf "$out"/np[0-9]* "$out"/results.csv "$out"/results.md "$out"/scaling.png "$out"/sweep.json  # an earlier sweep's
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+oversubscribed=()
+for np in "${np_list[@]}"; do
+  per_rank=$batch
+  [ "$mode" = weak ] || per_rank=$((global / np))
+  if [ "$np" -le "$slots" ]; then
+    binding=(--map-by "slot:PE=$threads" --bind-to core)
+  else
+    echo "warning: $np processes on $slots slot(s) ($cores cores, $threads thread(s) a rank): oversubscribing" >&2
+    binding=(--oversubscribe --bind-to none)
+    oversubscribed+=("$np")
+  fi
+  run_args=(--set "batch_size=$per_rank" --set "threads=$threads")
+  [ -z "$steps" ] || run_args+=(--set epochs=1 --set "max_steps_per_epoch=$steps")
+  [ -z "$epochs" ] || run_args+=(--set "epochs=$epochs")
+  for r in $(seq "$repeats"); do
+    dir="$out/np$np/r$r"
+    mkdir -p "$out/np$np"
+    echo "== np $np (batch $per_rank a rank), repeat $r: $dir"
+    mpirun -np "$np" "${binding[@]}" "${mpirun_args[@]}" -x DPT_TTY "$DPT_ROOT/build/train" "$config" \
+      "${sets[@]}" "${run_args[@]}" --set "output.dir=$dir" --timeline "$dir/timeline.json" > "$dir.log" 2>&1 ||
+      { tail -5 "$dir.log" >&2; fail "np $np failed (log: $dir.log)"; }
+    grep -E '^(model|epoch [0-9]+:|done)' "$dir.log" || true
+  done
+done
+# How the runs were made, for the report.
+command="tools/scaling.sh $config --np $nps${steps:+ --steps $steps}${epochs:+ --epochs $epochs} --$mode"
+[ "$threads" = 1 ] || command+=" --threads $threads"
+[ "$repeats" = 1 ] || command+=" --repeats $repeats"
+[ -z "$target" ] || command+=" --target $target"
+/usr/bin/python3 - "$out/sweep.json" "$command" "$mode" "$threads" "$cores" "$slots" "$repeats" "$target" \
+  "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "${oversubscribed[@]}" <<'PY'
+import json, sys, time
+path, command, mode, threads, cores, slots, repeats, target, before, after, *over = sys.argv[1:]
+json.dump({"command": command, "mode": mode, "threads_per_rank": int(threads), "cores": int(cores),
+           "slots": int(slots), "repeats": int(repeats), "target": float(target) if target else None,
+           "load_average": {"before": before, "after": after}, "oversubscribed": [int(n) for n in over],
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, open(path, "w"), indent=1)
+PY
+/usr/bin/python3 "$DPT_ROOT/tools/scaling_report.py" "$out"
