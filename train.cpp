@@ -122,6 +122,8 @@ int compute_threads(int64_t configured) {
 int run(const io::Config& config) {
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
+  dist::set_timeout(config.distributed.timeout_s);
+  dist::set_debug_collectives(config.debug == "collectives");
   threads_set(compute_threads(config.threads));
   Data data = load_data(config.dataset, config.seed);
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};

@@ -21,14 +21,15 @@ using Keys = std::vector<std::string>;
 
 const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size", "eval_batch_size",
                        "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
-                       "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay"};
+                       "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay",
+                       "debug"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
     {"optimizer", {"name", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bias_bn", "betas", "eps"}},
     {"schedule", {"name", "warmup_epochs", "milestones", "gamma", "min_lr"}},
     {"output", {"dir"}},
-    {"distributed", {"bucket_cap_mb", "sync_bn", "find_unused_parameters", "backend"}},
+    {"distributed", {"bucket_cap_mb", "sync_bn", "find_unused_parameters", "backend", "timeout_s"}},
 };
 // The keys that apply to each choice of `name`.
 const std::map<std::string, Keys> kDatasetKeys = {
@@ -52,6 +53,7 @@ const Keys kOptimizerNames = {"sgd", "adamw"};
 const Keys kScheduleNames = {"constant", "multistep", "cosine"};
 const Keys kLrScalingNames = {"none", "linear"};
 const Keys kBackendNames = {"auto", "mpi", "nccl"};
+const Keys kDebugNames = {"none", "collectives"};
 
 std::string join(const Keys& keys) {
   std::string out;
@@ -455,7 +457,11 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
       c.distributed.find_unused_parameters =
           r.get_bool(d["find_unused_parameters"], "distributed.find_unused_parameters");
     if (d["backend"]) c.distributed.backend = r.get_choice(d["backend"], "distributed.backend", "backend", kBackendNames);
+    if (d["timeout_s"])
+      c.distributed.timeout_s = r.get_double(d["timeout_s"], "distributed.timeout_s", 0, 1e9, false, false,
+                                             "a number of seconds in [0, 1e9] (0 = wait forever)");
   }
+  if (root["debug"]) c.debug = r.get_choice(root["debug"], "debug", "debug mode", kDebugNames);
 
   c.output.dir = "runs/" + std::filesystem::path(path).stem().string();
   if (const YAML::Node& output = root["output"]) {
@@ -558,7 +564,9 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "sync_bn" << YAML::Value << d.sync_bn;
   out << YAML::Key << "find_unused_parameters" << YAML::Value << d.find_unused_parameters;
   out << YAML::Key << "backend" << YAML::Value << d.backend;
+  number("timeout_s", d.timeout_s);
   out << YAML::EndMap;
+  out << YAML::Key << "debug" << YAML::Value << c.debug;
 
   out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "dir" << YAML::Value << c.output.dir;

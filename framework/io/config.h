@@ -60,6 +60,9 @@ struct DistributedConfig {
   bool sync_bn = false;                 // synchronised batch-norm statistics across ranks
   bool find_unused_parameters = false;  // allow parameters that get no gradient
   std::string backend = "auto";         // auto | mpi | nccl (auto: NCCL for CUDA tensors, else MPI)
+  // A collective not complete after this long ends the run with a message naming the group,
+  // the collective, its number and the ranks that did not call it; 0 = wait forever.
+  double timeout_s = 1800;
 };
 
 struct OutputConfig {
@@ -82,6 +85,9 @@ struct Config {
   std::string lr_scaling = "none";
   // Exponential moving average of the weights, used for evaluation; 0 = off.
   double ema_decay = 0;
+  // none, or collectives: before each collective every rank checks that all call the same
+  // operation with the same dtype and element count (a small all-gather per collective).
+  std::string debug = "none";
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   DistributedConfig distributed;
