@@ -126,6 +126,8 @@ int run(const io::Config& config) {
   dist::set_debug_collectives(config.debug == "collectives");
   threads_set(compute_threads(config.threads));
   Data data = load_data(config.dataset, config.seed);
+  data::dataset_check_split(data.train, data.test,
+                            config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
   if (main_rank)

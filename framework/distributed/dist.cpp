@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "core/error.h"
 #include "distributed/fatal.h"
@@ -209,7 +211,13 @@ void abort_all(const std::string& message, int code) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  if (initialized && !finalized) {
+    // mpirun forwards the line above through a pipe, and MPI_Abort's own report through
+    // another channel that may overtake it: give the line a head start, so the first thing
+    // the user reads is why.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::_Exit(code);
 }
 

@@ -428,9 +428,12 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   if (root["batch_size"]) c.batch_size = r.get_int(root["batch_size"], "batch_size", 1, positive);
   if (root["eval_batch_size"])
     c.eval_batch_size = r.get_int(root["eval_batch_size"], "eval_batch_size", 1, positive);
-  if (root["threads"])
-    c.threads =
-        r.get_int(root["threads"], "threads", 0, non_negative + " (0 = this process's share of the cores)");
+  if (root["threads"]) {
+    // OpenMP cannot start an absurd number of threads, and crashes trying.
+    const std::string expected = "an integer in [0, 1024] (0 = this process's share of the cores)";
+    c.threads = r.get_int(root["threads"], "threads", 0, expected);
+    if (c.threads > 1024) r.fail_value(root["threads"], "threads", expected);
+  }
   if (root["seed"]) c.seed = r.get_u64(root["seed"], "seed");
   if (root["label_smoothing"]) {
     c.label_smoothing =
