@@ -1,9 +1,10 @@
 // train: the entry point. config -> MPI -> data -> model (DDP when several ranks) ->
 // optimizer -> epochs of train and evaluate -> metrics.jsonl and summary.json (rank 0).
 // Any dpt::Error ends the run with one line on stderr and exit code 2; on several ranks
-// it ends every rank (MPI_Abort), so no rank waits forever on one that died.
+// it ends every rank (MPI_Abort), so no rank waits forever on one that died. Checkpoints,
+// --resume, SIGTERM/SIGINT (exit 128 + signal) and non-finite gradients (exit 3): io/run_control.h.
 //
-//   mpirun -np 2 build/train configs/default.yaml [--set key=value ...]
+//   mpirun -np 2 build/train configs/default.yaml [--set key=value ...] [--resume PATH|auto]
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +25,9 @@
 #include "io/config.h"
 #include "io/json.h"
 #include "io/progress.h"
+#include "io/run_control.h"
+#include "io/safetensors.h"
+#include "io/stop_signal.h"
 #include "models/registry.h"
 #include "models/summary.h"
 #include "ops/loss.h"
@@ -119,17 +123,19 @@ int compute_threads(int64_t configured) {
   return std::max(1, available / dist::info().local_size);
 }
 
-int run(const io::Config& config) {
+int run(const io::Config& config, const std::string& resume) {
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
   dist::set_timeout(config.distributed.timeout_s);
   dist::set_debug_collectives(config.debug == "collectives");
+  if (config.deterministic) threads_set_deterministic();
   threads_set(compute_threads(config.threads));
   Data data = load_data(config.dataset, config.seed);
   data::dataset_check_split(data.train, data.test,
                             config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
+  const nn::ModulePtr net = model;  // without DDP: what checkpoints hold
   if (main_rank)
     std::printf("model %s: %lld parameters, %.1fM multiply-adds per image; %d rank(s) x %d threads, global batch %lld\n",
                 config.model.name.c_str(), static_cast<long long>(model->parameter_count()),
@@ -158,75 +164,95 @@ int run(const io::Config& config) {
                        << data.train.size() << " samples)";
   auto optimizer = make_optimizer(config.optimizer, *model);
   std::unique_ptr<optim::Ema> ema;
-  if (config.ema_decay > 0) ema = std::make_unique<optim::Ema>(*model, static_cast<float>(config.ema_decay));
+  if (config.ema_decay > 0) ema = std::make_unique<optim::Ema>(*net, static_cast<float>(config.ema_decay));
   float lr = static_cast<float>(config.optimizer.lr) * (config.lr_scaling == "linear" ? world.world_size : 1);
   optim::LrSchedule schedule(lr, schedule_options(config.schedule), steps, config.epochs);
 
+  io::Progress progress(config.epochs, config.log_every);
+  io::RunControl control(config, {*net, config.model.name, *optimizer, config.optimizer.name, ema.get()}, progress);
+  control.resume(resume);
+  io::TrainingProgress& at = control.progress();
   std::string metrics_path = config.output.dir + "/metrics.jsonl";
   if (main_rank) {
     std::filesystem::create_directories(config.output.dir);
-    std::filesystem::remove(metrics_path);
+    if (!control.resumed()) std::filesystem::remove(metrics_path);
+    io::metrics_keep_epochs(metrics_path, at.epoch);
     io::write_file(config.output.dir + "/config.yaml", io::config_to_yaml(config));
   }
 
-  io::Progress progress(config.epochs, config.log_every);
   const int64_t global_batch = config.batch_size * world.world_size;
-  double best_acc = 0, final_acc = 0, train_time = 0;
-  int64_t train_images = 0;
+  double &best_acc = at.best_test_acc, &final_acc = at.final_test_acc, &train_time = at.train_time_s;
+  int64_t& train_images = at.train_images;
   auto run_start = Clock::now();
-  for (int64_t epoch = 0; epoch < config.epochs; ++epoch) {
+  for (int64_t epoch = at.epoch; epoch < config.epochs; ++epoch) {
     auto epoch_start = Clock::now();
+    // A resumed epoch goes on after the samples its checkpoint had trained on.
+    const int64_t done = control.samples_done(epoch), first_step = done / global_batch;
     train_loader.start_epoch(
-        data::train_shard(data.train.size(), config.seed, epoch, world.rank, world.world_size, true), epoch);
+        data::train_shard_rest(data.train.size(), config.seed, epoch, world.rank, world.world_size, true, done), epoch,
+        first_step);
     data::Batch batch;
     double loss_sum = 0;
-    int64_t step = 0;
+    int64_t step = first_step, applied = 0;
     while (step < steps && train_loader.next(batch)) {
-      Tensor loss = cross_entropy((*model)(batch.images), batch.labels, static_cast<float>(config.label_smoothing));
+      control.before_forward();
+      Tensor loss = control.loss_hook(
+          cross_entropy((*model)(batch.images), batch.labels, static_cast<float>(config.label_smoothing)));
       optimizer->zero_grad();
       loss.backward();
-      optimizer->step(schedule.lr_at(epoch * steps + step));
-      if (ema) ema->update(*model);
-      loss_sum += loss.item();
+      const float step_lr = schedule.lr_at(epoch * steps + step);
       ++step;
+      const io::RunControl::StepAction action = control.after_backward(loss, epoch, step, steps);
+      if (action == io::RunControl::StepAction::stop) return 3;
+      if (action == io::RunControl::StepAction::apply) {
+        optimizer->step(step_lr);
+        if (ema) ema->update(*net);
+        loss_sum += loss.item();
+        ++applied;
+      }
       double elapsed = seconds_since(epoch_start);
       if (main_rank) {
-        double rate = static_cast<double>(step * global_batch) / elapsed;
-        double eta = elapsed / static_cast<double>(step) * static_cast<double>(steps * (config.epochs - epoch) - step);
-        progress.update(epoch + 1, step, steps, loss_sum / static_cast<double>(step), rate, eta);
+        double rate = static_cast<double>((step - first_step) * global_batch) / elapsed;
+        double eta = elapsed / static_cast<double>(step - first_step) *
+                     static_cast<double>(steps * (config.epochs - epoch) - step);
+        progress.update(epoch + 1, step, steps, loss_sum / static_cast<double>(std::max<int64_t>(applied, 1)), rate,
+                        eta);
       }
+      if (int signal = control.stop_requested(epoch, step, step_lr, loss_sum, applied)) return 128 + signal;
     }
     if (main_rank) progress.finish_line();
     double epoch_train_time = seconds_since(epoch_start);
     train_time += epoch_train_time;
-    train_images += step * global_batch;
-    double train_loss = sum_over_ranks({static_cast<float>(loss_sum / static_cast<double>(step))})[0] /
-                        static_cast<double>(world.world_size);
+    train_images += (step - first_step) * global_batch;
+    double train_loss = control.epoch_loss(epoch, loss_sum, applied);
     EvalResult eval;
     if (ema) {
-      optim::Ema::Swap averaged(*ema, *model);
+      optim::Ema::Swap averaged(*ema, *net);
       eval = evaluate(*model, test_loader);
     } else {
       eval = evaluate(*model, test_loader);
     }
     final_acc = eval.accuracy;
     best_acc = std::max(best_acc, eval.accuracy);
-    double images_per_sec = static_cast<double>(step * global_batch) / epoch_train_time;
-    if (!main_rank) continue;
-    std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
-                static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
-    std::fflush(stdout);
-    io::append_line(metrics_path, io::JsonObject()
-                                      .add("epoch", epoch + 1)
-                                      .add("train_loss", train_loss)
-                                      .add("test_loss", eval.loss)
-                                      .add("test_acc", eval.accuracy)
-                                      .add("images_per_sec", images_per_sec)
-                                      .add("epoch_time_s", seconds_since(epoch_start))
-                                      .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1)))
-                                      .str());
+    double images_per_sec = static_cast<double>((step - first_step) * global_batch) / epoch_train_time;
+    if (main_rank) {
+      std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
+                  static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
+      std::fflush(stdout);
+      io::append_line(metrics_path, io::JsonObject()
+                                        .add("epoch", epoch + 1)
+                                        .add("train_loss", train_loss)
+                                        .add("test_loss", eval.loss)
+                                        .add("test_acc", eval.accuracy)
+                                        .add("images_per_sec", images_per_sec)
+                                        .add("epoch_time_s", seconds_since(epoch_start))
+                                        .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1)))
+                                        .str());
+    }
+    control.epoch_end(epoch, schedule.lr_at((epoch + 1) * steps - 1));  // after the metrics line
   }
   if (!main_rank) return 0;
+  io::safetensors_write(config.output.dir + "/model.safetensors", net->state_dict(), {{"format", "pt"}});
   io::write_file(config.output.dir + "/summary.json", io::JsonObject()
                                                           .add("final_test_acc", final_acc)
                                                           .add("best_test_acc", best_acc)
@@ -235,6 +261,7 @@ int run(const io::Config& config) {
                                                           .add("world_size", world.world_size)
                                                           .add("model", config.model.name)
                                                           .add("params", model->parameter_count())
+                                                          .add("skipped_steps", at.skipped_steps)
                                                           .str() +
                                                       "\n");
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc, config.output.dir.c_str());
@@ -246,11 +273,16 @@ int run(const io::Config& config) {
 int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
+  std::string resume;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::printf("usage: train CONFIG.yaml [--set key=value ...]\n");
+      std::printf("usage: train CONFIG.yaml [--set key=value ...] [--resume PATH|auto]\n");
       return 0;
+    } else if (arg == "--resume" && i + 1 < argc) {
+      resume = argv[++i];
+    } else if (arg.rfind("--resume=", 0) == 0) {
+      resume = arg.substr(9);
     } else if (arg == "--set" && i + 1 < argc) {
       overrides.push_back(argv[++i]);
     } else if (arg.rfind("--set=", 0) == 0) {
@@ -258,30 +290,34 @@ int main(int argc, char** argv) {
     } else if (config_path.empty() && arg[0] != '-') {
       config_path = arg;
     } else {
-      std::fprintf(stderr, "error: unexpected argument '%s' (usage: train CONFIG.yaml [--set key=value ...])\n",
+      std::fprintf(stderr, "error: unexpected argument '%s' (usage: train CONFIG.yaml [--set key=value ...] [--resume PATH|auto])\n",
                    arg.c_str());
       return 2;
     }
   }
   if (config_path.empty()) {
-    std::fprintf(stderr, "error: no config file (usage: train CONFIG.yaml [--set key=value ...])\n");
+    std::fprintf(stderr, "error: no config file (usage: train CONFIG.yaml [--set key=value ...] [--resume PATH|auto])\n");
     return 2;
   }
   int code = 0;
   std::string message;
+  bool failed = false;  // an exception is this rank's alone; run()'s exit codes are every rank's
+  io::stop_signals_install();
   try {
     dist::init();
-    code = run(io::load_config(config_path, overrides));
+    code = run(io::load_config(config_path, overrides), resume);
   } catch (const Error& e) {
     code = 2;
     message = e.what();
+    failed = true;
   } catch (const std::exception& e) {
     code = 1;
     message = e.what();
+    failed = true;
   }
   std::fflush(stdout);
-  if (code != 0 && dist::initialized() && dist::info().world_size > 1) dist::abort_all("error: " + message, code);
-  if (code != 0) std::fprintf(stderr, "error: %s\n", message.c_str());
+  if (failed && dist::initialized() && dist::info().world_size > 1) dist::abort_all("error: " + message, code);
+  if (failed) std::fprintf(stderr, "error: %s\n", message.c_str());
   dist::finalize();
   return code;
 }

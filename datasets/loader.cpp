@@ -38,7 +38,7 @@ void Loader::start_epoch(int64_t epoch) {
   start_epoch(std::move(order), epoch);
 }
 
-void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
+void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch) {
   for (size_t i = 0; i < indices.size(); ++i) {
     DPT_CHECK(indices[i] >= 0 && indices[i] < dataset_.size())
         << "loader: index " << indices[i] << " at position " << i
@@ -47,6 +47,7 @@ void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
   worker_stop();
   indices_ = std::move(indices);
   epoch_ = epoch;
+  first_batch_ = first_batch;
   epoch_samples_ = static_cast<int64_t>(indices_.size());
   queue_.clear();
   done_ = false;
@@ -96,7 +97,7 @@ void Loader::worker_main() {
         if (stop_) return;
       }
       Batch batch = batch_make(indices_.data() + i * b, std::min(b, epoch_samples_ - i * b));
-      if (options_.transform) options_.transform(batch, epoch_, i);
+      if (options_.transform) options_.transform(batch, epoch_, first_batch_ + i);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (stop_) return;

@@ -49,9 +49,10 @@ class Loader {
   // Starts an epoch over the whole dataset, permuted by shuffle_permutation(size, seed,
   // epoch) when options.shuffle, else in order. Abandons any epoch in progress.
   void start_epoch(int64_t epoch);
-  // Starts epoch `epoch` over exactly these sample indices, in this order.
+  // Starts epoch `epoch` over exactly these sample indices, in this order. The transform
+  // sees batch indices from `first_batch` on (a resumed epoch continues its numbering).
   // Requires: each index in [0, dataset.size()).
-  void start_epoch(std::vector<int64_t> indices, int64_t epoch = 0);
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch = 0, int64_t first_batch = 0);
 
   // Fills `batch` with the next batch of the epoch and returns true, or returns false at
   // the end of the epoch. Rethrows an exception raised on the worker thread.
@@ -76,6 +77,7 @@ class Loader {
   std::vector<int64_t> indices_;  // the epoch's order; read by the worker, written only when it is stopped
   int64_t epoch_samples_ = 0;
   int64_t epoch_ = 0;
+  int64_t first_batch_ = 0;
   bool started_ = false;
 
   std::mutex mutex_;

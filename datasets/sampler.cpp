@@ -1,5 +1,6 @@
 #include "datasets/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -21,6 +22,15 @@ std::vector<int64_t> train_shard(int64_t n, uint64_t seed, int64_t epoch, int ra
   std::vector<int64_t> shard;
   shard.reserve(per_rank);
   for (int64_t k = 0; k < per_rank; ++k) shard.push_back(order[(k * world_size + rank) % n]);
+  return shard;
+}
+
+std::vector<int64_t> train_shard_rest(int64_t n, uint64_t seed, int64_t epoch, int rank, int world_size, bool shuffle,
+                                      int64_t consumed) {
+  DPT_CHECK(consumed >= 0) << "train_shard_rest: consumed must be >= 0, got " << consumed;
+  std::vector<int64_t> shard = train_shard(n, seed, epoch, rank, world_size, shuffle);
+  const int64_t skip = std::min<int64_t>(consumed / world_size, static_cast<int64_t>(shard.size()));
+  shard.erase(shard.begin(), shard.begin() + skip);
   return shard;
 }
 

@@ -4,8 +4,9 @@
 set -euo pipefail
 DPT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
+# python3-torch: test_torch_interop loads dpt's checkpoints in PyTorch (it skips without it).
 dpt_packages=(g++ cmake ninja-build pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev libdnnl-dev
-              zlib1g-dev libgtest-dev dataset-fashion-mnist)
+              zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy)
 
 dpt_install() {
   local missing=()

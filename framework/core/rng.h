@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -20,6 +21,10 @@ class Rng {
   void fill_uniform(const Tensor& t, float low, float high);
   void fill_normal(const Tensor& t, float mean, float stddev);
   std::mt19937_64& engine() { return engine_; }
+  // The generator's whole state as text (the standard's portable form), for checkpoints;
+  // set_state(state()) continues the same sequence. set_state throws Error on bad text.
+  std::string state() const;
+  void set_state(const std::string& text);
 
  private:
   std::mt19937_64 engine_;

@@ -17,4 +17,6 @@ void threads_set(int n) { omp_set_num_threads(n > 0 ? n : threads_available()); 
 
 int threads_get() { return omp_get_max_threads(); }
 
+void threads_set_deterministic() { omp_set_dynamic(0); }
+
 }  // namespace dpt

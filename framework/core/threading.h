@@ -9,5 +9,8 @@ int threads_available();
 // Sets the compute threads; n <= 0 means threads_available().
 void threads_set(int n);
 int threads_get();
+// For deterministic runs: OpenMP may not change the thread count from one parallel region
+// to the next (omp_set_dynamic(0)), so every region splits its work the same way.
+void threads_set_deterministic();
 
 }  // namespace dpt

@@ -22,13 +22,14 @@ using Keys = std::vector<std::string>;
 const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size", "eval_batch_size",
                        "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
                        "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay",
-                       "debug"};
+                       "deterministic", "on_nonfinite", "checkpoint", "debug"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
     {"optimizer", {"name", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bias_bn", "betas", "eps"}},
     {"schedule", {"name", "warmup_epochs", "milestones", "gamma", "min_lr"}},
     {"output", {"dir"}},
+    {"checkpoint", {"every_epochs", "keep_last"}},
     {"distributed", {"bucket_cap_mb", "sync_bn", "find_unused_parameters", "backend", "timeout_s"}},
 };
 // The keys that apply to each choice of `name`.
@@ -54,6 +55,7 @@ const Keys kScheduleNames = {"constant", "multistep", "cosine"};
 const Keys kLrScalingNames = {"none", "linear"};
 const Keys kBackendNames = {"auto", "mpi", "nccl"};
 const Keys kDebugNames = {"none", "collectives"};
+const Keys kNonfiniteActions = {"stop", "skip"};
 
 std::string join(const Keys& keys) {
   std::string out;
@@ -466,6 +468,18 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   }
   if (root["debug"]) c.debug = r.get_choice(root["debug"], "debug", "debug mode", kDebugNames);
 
+  if (root["deterministic"]) c.deterministic = r.get_bool(root["deterministic"], "deterministic");
+  if (root["on_nonfinite"])
+    c.on_nonfinite = r.get_choice(root["on_nonfinite"], "on_nonfinite", "action", kNonfiniteActions);
+  if (const YAML::Node& k = root["checkpoint"]) {
+    r.check_keys(k, "checkpoint", kSectionKeys.at("checkpoint"));
+    if (k["every_epochs"])
+      c.checkpoint.every_epochs =
+          r.get_int(k["every_epochs"], "checkpoint.every_epochs", 0, "a non-negative integer (0 = only on a signal)");
+    if (k["keep_last"])
+      c.checkpoint.keep_last = r.get_int(k["keep_last"], "checkpoint.keep_last", 0, "a non-negative integer (0 = all)");
+  }
+
   c.output.dir = "runs/" + std::filesystem::path(path).stem().string();
   if (const YAML::Node& output = root["output"]) {
     r.check_keys(output, "output", kSectionKeys.at("output"));
@@ -570,6 +584,13 @@ std::string config_to_yaml(const Config& c) {
   number("timeout_s", d.timeout_s);
   out << YAML::EndMap;
   out << YAML::Key << "debug" << YAML::Value << c.debug;
+
+  out << YAML::Key << "deterministic" << YAML::Value << c.deterministic;
+  out << YAML::Key << "on_nonfinite" << YAML::Value << c.on_nonfinite;
+  out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "every_epochs" << YAML::Value << c.checkpoint.every_epochs;
+  out << YAML::Key << "keep_last" << YAML::Value << c.checkpoint.keep_last;
+  out << YAML::EndMap;
 
   out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "dir" << YAML::Value << c.output.dir;

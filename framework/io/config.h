@@ -65,6 +65,12 @@ struct DistributedConfig {
   double timeout_s = 1800;
 };
 
+// Checkpoints go to <output.dir>/checkpoints (io/checkpoint.h has the layout).
+struct CheckpointConfig {
+  int64_t every_epochs = 1;  // a checkpoint after every N-th epoch; 0 = only on SIGTERM/SIGINT
+  int64_t keep_last = 3;     // older checkpoints are removed; 0 keeps all
+};
+
 struct OutputConfig {
   std::string dir;  // default runs/<config file stem>
 };
@@ -88,6 +94,13 @@ struct Config {
   // none, or collectives: before each collective every rank checks that all call the same
   // operation with the same dtype and element count (a small all-gather per collective).
   std::string debug = "none";
+  // Bit-for-bit reproducible CPU runs from the seed for a given world size and thread
+  // count (README: "Determinism").
+  bool deterministic = false;
+  // A step whose gradients are not finite (NaN or Inf): stop (exit code 3, the last good
+  // checkpoint kept) or skip (the update is not applied; training continues).
+  std::string on_nonfinite = "stop";
+  CheckpointConfig checkpoint;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   DistributedConfig distributed;

@@ -109,6 +109,7 @@ class Dropout : public Module {
   Dropout(float p, uint64_t seed);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
+  Rng& rng() { return rng_; }  // its state goes into checkpoints
 
  private:
   float p_;

@@ -1,19 +1,32 @@
 #include "ops/reduce.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "autograd/node.h"
 #include "ops/device_check.h"
 
 namespace dpt {
 namespace {
 
-// Sum in double: a mean over a whole batch of activations loses digits in f32.
+// Sum in double: a mean over a whole batch of activations loses digits in f32. Fixed-size
+// chunks are added up in chunk order, so the result has the same bits whatever the thread
+// count or timing (an OpenMP reduction clause adds the threads' partial sums in the order
+// they finish).
 double sum_double(const Tensor& x) {
+  constexpr int64_t kChunk = 32768;
   Tensor c = x.contiguous();
   const float* p = c.data<float>();
+  const int64_t n = c.numel(), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t k = 0; k < chunks; ++k) {
+    double s = 0;
+    for (int64_t i = k * kChunk, end = std::min(n, i + kChunk); i < end; ++i) s += p[i];
+    partial[k] = s;
+  }
   double s = 0;
-  int64_t n = c.numel();
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) s += p[i];
+  for (double v : partial) s += v;
   return s;
 }
 

@@ -40,4 +40,15 @@ void AdamW::step(float lr) {
   }
 }
 
+std::vector<Optimizer::StateTensor> AdamW::state_tensors() const {
+  std::vector<StateTensor> out;
+  size_t k = 0;
+  for (const auto& group : groups_)
+    for (const auto& p : group.params) {
+      out.push_back({"exp_avg", p, m_[k]});
+      out.push_back({"exp_avg_sq", p, v_[k++]});
+    }
+  return out;
+}
+
 }  // namespace dpt::optim

@@ -16,6 +16,9 @@ class AdamW : public Optimizer {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
   void step(float lr) override;
+  std::vector<StateTensor> state_tensors() const override;  // "exp_avg", "exp_avg_sq" (PyTorch's names)
+  int64_t step_count() const override { return steps_; }
+  void set_step_count(int64_t steps) override { steps_ = steps; }
 
  private:
   AdamWOptions options_;

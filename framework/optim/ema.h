@@ -16,6 +16,9 @@ class Ema {
   // averages do not hold on to the random initialisation.
   void update(const nn::Module& model);
   const nn::NamedTensors& shadow() const { return shadow_; }
+  // Updates so far (they set the warm-up decay), for checkpoints.
+  int64_t updates() const { return updates_; }
+  void set_updates(int64_t updates) { updates_ = updates; }
 
   // While alive, the model holds the averaged weights; the trained ones come back after.
   class Swap {

@@ -28,6 +28,19 @@ class Optimizer {
   // Sets every gradient to zero in place (a gradient may be a view DDP owns).
   void zero_grad();
 
+  // Per-parameter state for checkpoints: `kind` names it ("momentum", "exp_avg",
+  // "exp_avg_sq"), `param` is the parameter it belongs to, `value` the optimizer's own
+  // tensor (loading a checkpoint copies into it). In group order.
+  struct StateTensor {
+    std::string kind;
+    Tensor param;
+    Tensor value;
+  };
+  virtual std::vector<StateTensor> state_tensors() const = 0;
+  // Updates taken, where the rule depends on it (AdamW's bias correction); else 0.
+  virtual int64_t step_count() const { return 0; }
+  virtual void set_step_count(int64_t) {}
+
  protected:
   std::vector<ParamGroup> groups_;
 };

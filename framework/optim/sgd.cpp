@@ -43,4 +43,13 @@ void Sgd::step(float lr) {
   }
 }
 
+std::vector<Optimizer::StateTensor> Sgd::state_tensors() const {
+  std::vector<StateTensor> out;
+  if (options_.momentum == 0.0f) return out;  // plain SGD keeps no state
+  size_t k = 0;
+  for (const auto& group : groups_)
+    for (const auto& p : group.params) out.push_back({"momentum", p, velocity_[k++]});
+  return out;
+}
+
 }  // namespace dpt::optim

@@ -17,6 +17,7 @@ class Sgd : public Optimizer {
   void step(float lr) override;
   // Momentum buffers, one per parameter in group order (for checkpoints).
   const std::vector<Tensor>& momentum_buffers() const { return velocity_; }
+  std::vector<StateTensor> state_tensors() const override;  // "momentum" when momentum > 0
 
  private:
   SgdOptions options_;

@@ -1,0 +1,23 @@
+// Crash-safe file replacement for checkpoints: after a crash, a power cut or a full disk,
+// the path holds either the complete old content or the complete new one, never a mix.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dpt::io {
+
+// Writes the pieces, in order, to `path`.tmp, fsyncs it, renames it over `path` and
+// fsyncs the directory. On any failure (disk full, file-size limit, permissions) the
+// temporary file is removed, `path` is left as it was, and dpt::Error says which file,
+// which system call and the system's reason ("No space left on device").
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
+
+// Removes `path` if it exists; Error (with the reason) if it exists and cannot be removed.
+void remove_file(const std::string& path);
+
+// Reads a whole regular file. Error naming the path and reason when it cannot.
+std::string read_file(const std::string& path);
+
+}  // namespace dpt::io

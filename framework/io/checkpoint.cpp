@@ -1,0 +1,324 @@
+// Saving walks the training objects into three files; loading reads and checks all of the
+// JSON and both tensor files before it changes anything it can avoid changing, so a bad
+// checkpoint ends with one line naming what is wrong, never with half-loaded weights
+// training on.
+#include "io/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/json_value.h"
+#include "io/safetensors.h"
+#include "nn/layers.h"
+
+namespace dpt::io {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kFormat = "dpt checkpoint";
+constexpr int64_t kVersion = 1;
+
+std::string stem(int64_t step) { return "step-" + std::to_string(step); }
+
+std::vector<nn::Dropout*> dropouts(nn::Module& model) {
+  std::vector<nn::Dropout*> out;
+  for (nn::Module* m : model.modules())
+    if (auto* d = dynamic_cast<nn::Dropout*>(m)) out.push_back(d);
+  return out;
+}
+
+// The optimizer's and EMA's tensors under their checkpoint names.
+nn::NamedTensors state_tensors(const TrainingObjects& o, bool with_ema) {
+  std::map<const TensorImpl*, std::string> names;
+  for (const auto& [name, p] : o.model.named_parameters()) names.emplace(p.impl(), name);
+  nn::NamedTensors out;
+  for (const auto& s : o.optimizer.state_tensors()) {
+    auto it = names.find(s.param.impl());
+    DPT_CHECK(it != names.end()) << "checkpoint: the optimizer holds a parameter of shape "
+                                 << shape_str(s.param.shape()) << " that is not in the model";
+    out.emplace_back(s.kind + "." + it->second, s.value);
+  }
+  if (with_ema)
+    for (const auto& [name, t] : o.ema->shadow()) out.emplace_back("ema." + name, t);
+  return out;
+}
+
+// Reads dotted keys ("position.step") from the checkpoint JSON with messages naming the file.
+class Fields {
+ public:
+  Fields(const JsonValue& root, std::string file) : root_(root), file_(std::move(file)) {}
+
+  const JsonValue& get(const std::string& dotted) const {
+    const JsonValue* v = &root_;
+    std::string path;
+    std::stringstream parts(dotted);
+    for (std::string part; std::getline(parts, part, '.');) {
+      DPT_CHECK(v->kind() == JsonValue::Kind::object)
+          << file_ << ": key '" << path << "' should be an object, got " << v->describe();
+      path += (path.empty() ? "" : ".") + part;
+      v = v->find(part);
+      DPT_CHECK(v != nullptr) << file_ << ": missing key '" << path << "'";
+    }
+    return *v;
+  }
+  std::string where(const std::string& dotted) const { return file_ + ": key '" + dotted + "'"; }
+  int64_t integer(const std::string& dotted, int64_t min) const {
+    int64_t v = get(dotted).as_int(where(dotted));
+    DPT_CHECK(v >= min) << where(dotted) << ": expected an integer >= " << min << ", got " << v;
+    return v;
+  }
+  double number(const std::string& dotted) const { return get(dotted).as_double(where(dotted)); }
+  const std::string& string(const std::string& dotted) const { return get(dotted).as_string(where(dotted)); }
+  // A file named in the JSON: a bare name beside the JSON, never a path elsewhere.
+  std::string sibling(const std::string& dotted) const {
+    const std::string& name = string(dotted);
+    DPT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..")
+        << where(dotted) << ": expected a file name beside the JSON, got '" << name << "'";
+    return (fs::path(file_).parent_path() / name).string();
+  }
+
+ private:
+  const JsonValue& root_;
+  std::string file_;
+};
+
+struct StepFile {
+  int64_t step;
+  bool json;  // step-S.json (not a tensor file or a temporary)
+};
+
+// Recognises step-S.json, step-S.safetensors, step-S.optimizer.safetensors and their .tmp.
+bool parse_step_file(const std::string& name, StepFile& out) {
+  static const std::regex pattern(R"(step-(\d{1,18})\.(json|safetensors|optimizer\.safetensors)(\.tmp)?)");
+  std::smatch m;
+  if (!std::regex_match(name, m, pattern)) return false;
+  out.step = std::stoll(m[1].str());
+  out.json = m[2].str() == "json" && !m[3].matched;
+  return true;
+}
+
+void prune(const std::string& dir, int64_t keep_last) {
+  std::vector<int64_t> steps = checkpoint_steps(dir);
+  std::set<int64_t> kept(steps.begin(), steps.end());
+  if (keep_last > 0)
+    while (static_cast<int64_t>(kept.size()) > keep_last) kept.erase(kept.begin());
+  // JSONs first: a checkpoint stops existing before its tensors go.
+  std::vector<std::string> jsons, others;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    StepFile f;
+    if (!parse_step_file(entry.path().filename().string(), f) || kept.count(f.step)) continue;
+    (f.json ? jsons : others).push_back(entry.path().string());
+  }
+  for (const auto& p : jsons) remove_file(p);
+  for (const auto& p : others) remove_file(p);
+}
+
+// Everything but the tensors. Keys are grouped as checkpoint_load reads them.
+JsonValue checkpoint_json(const TrainingObjects& objects, const CheckpointInfo& info,
+                          const std::string& model_file, const std::string& state_file) {
+  const TrainingProgress& p = info.progress;
+  JsonValue rng = JsonValue::array();
+  for (nn::Dropout* d : dropouts(objects.model)) rng.push(d->rng().state());
+  JsonValue root = JsonValue::object();
+  root.set("format", kFormat).set("version", kVersion);
+  root.set("position", JsonValue::object()
+                           .set("step", p.step)
+                           .set("epoch", p.epoch)
+                           .set("step_in_epoch", p.step_in_epoch)
+                           .set("samples_in_epoch", p.samples_in_epoch)
+                           .set("epoch_loss_sum", p.epoch_loss_sum)
+                           .set("epoch_steps_applied", p.epoch_steps_applied));
+  root.set("world_size", info.world_size).set("batch_size", info.batch_size).set("threads", info.threads);
+  root.set("deterministic", info.deterministic);
+  root.set("model", JsonValue::object().set("name", objects.model_name).set("file", model_file));
+  root.set("optimizer", JsonValue::object()
+                            .set("name", objects.optimizer_name)
+                            .set("file", state_file)
+                            .set("steps", objects.optimizer.step_count()));
+  root.set("schedule", JsonValue::object().set("lr", static_cast<double>(info.lr)));
+  root.set("ema", objects.ema ? JsonValue::object().set("updates", objects.ema->updates()) : JsonValue());
+  root.set("rng", JsonValue::object().set("dropout", std::move(rng)));
+  root.set("metrics", JsonValue::object()
+                          .set("skipped_steps", p.skipped_steps)
+                          .set("train_images", p.train_images)
+                          .set("train_time_s", p.train_time_s)
+                          .set("best_test_acc", p.best_test_acc)
+                          .set("final_test_acc", p.final_test_acc));
+  root.set("config", info.config_yaml);
+  return root;
+}
+
+}  // namespace
+
+std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
+                            const CheckpointInfo& info, int64_t keep_last) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  DPT_CHECK(!ec) << dir << ": cannot create the checkpoint directory: " << ec.message();
+  const TrainingProgress& p = info.progress;
+  const std::string name = stem(p.step);
+  const std::string model_file = name + ".safetensors", state_file = name + ".optimizer.safetensors";
+  const std::string json_path = dir + "/" + name + ".json";
+  const Metadata metadata = {{"format", "pt"}, {"producer", "dpt"}, {"step", std::to_string(p.step)}};
+  // An older checkpoint of the same step (a run resumed from before it) stops existing
+  // first, so its JSON never names half-replaced tensor files.
+  remove_file(json_path);
+  try {
+    safetensors_write(dir + "/" + model_file, objects.model.state_dict(), metadata);
+    safetensors_write(dir + "/" + state_file, state_tensors(objects, objects.ema != nullptr), metadata);
+
+    const std::string text = checkpoint_json(objects, info, model_file, state_file).dump() + "\n";
+    write_file_atomic(json_path, {text});
+  } catch (const Error& e) {
+    // Free what this checkpoint took; without its JSON it would never be used.
+    ::unlink(json_path.c_str());
+    ::unlink((dir + "/" + model_file).c_str());
+    ::unlink((dir + "/" + state_file).c_str());
+    std::vector<int64_t> kept = checkpoint_steps(dir);
+    DPT_FAIL() << "checkpoint " << name << " not saved: " << e.what() << "; "
+               << (kept.empty()
+                       ? std::string("no earlier checkpoint exists")
+                       : "the last complete checkpoint is " + dir + "/" + stem(kept.back()) + ".json");
+  }
+  prune(dir, keep_last);
+  return json_path;
+}
+
+std::vector<int64_t> checkpoint_steps(const std::string& dir) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return steps;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    StepFile f;
+    if (parse_step_file(entry.path().filename().string(), f) && f.json) steps.push_back(f.step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::string checkpoint_resolve(const std::string& arg, const std::string& dir) {
+  const std::string accepted =
+      "expected auto, a checkpoints directory, or a step-<S>.json / step-<S>.safetensors checkpoint file";
+  std::error_code ec;
+  if (arg == "auto" || fs::is_directory(arg, ec)) {
+    const std::string where = arg == "auto" ? dir : arg;
+    std::vector<int64_t> steps = checkpoint_steps(where);
+    if (steps.empty()) {
+      DPT_CHECK(arg == "auto") << "--resume " << arg << ": no checkpoint (step-<S>.json) in this directory";
+      return "";
+    }
+    return (fs::path(where) / (stem(steps.back()) + ".json")).string();
+  }
+  StepFile f;
+  const fs::path path(arg);
+  DPT_CHECK(parse_step_file(path.filename().string(), f) && path.extension() != ".tmp")
+      << "--resume " << arg << ": " << accepted;
+  const fs::path json = path.parent_path() / (stem(f.step) + ".json");
+  DPT_CHECK(fs::exists(json, ec)) << "--resume " << arg << ": " << json.string()
+                                  << " does not exist (an incomplete or removed checkpoint)";
+  return json.string();
+}
+
+CheckpointInfo checkpoint_load(const std::string& json_path, const TrainingObjects& objects) {
+  const std::string text = read_file(json_path);
+  const JsonValue root = json_parse(text, json_path);
+  Fields f(root, json_path);
+  DPT_CHECK(f.string("format") == kFormat)
+      << f.where("format") << ": expected \"" << kFormat << "\", got \"" << f.string("format") << "\"";
+  DPT_CHECK(f.integer("version", 0) == kVersion)
+      << f.where("version") << ": this dpt reads version " << kVersion << ", the file is version "
+      << f.integer("version", 0);
+
+  CheckpointInfo info;
+  TrainingProgress& p = info.progress;
+  p.step = f.integer("position.step", 0);
+  p.epoch = f.integer("position.epoch", 0);
+  p.step_in_epoch = f.integer("position.step_in_epoch", 0);
+  p.samples_in_epoch = f.integer("position.samples_in_epoch", 0);
+  p.epoch_loss_sum = f.number("position.epoch_loss_sum");
+  p.epoch_steps_applied = f.integer("position.epoch_steps_applied", 0);
+  info.world_size = static_cast<int>(f.integer("world_size", 1));
+  info.batch_size = f.integer("batch_size", 1);
+  info.threads = static_cast<int>(f.integer("threads", 0));
+  info.deterministic = f.get("deterministic").as_bool(f.where("deterministic"));
+  info.lr = static_cast<float>(f.number("schedule.lr"));
+  p.skipped_steps = f.integer("metrics.skipped_steps", 0);
+  p.train_images = f.integer("metrics.train_images", 0);
+  p.train_time_s = f.number("metrics.train_time_s");
+  p.best_test_acc = f.number("metrics.best_test_acc");
+  p.final_test_acc = f.number("metrics.final_test_acc");
+  info.config_yaml = f.string("config");
+
+  const std::string& model_name = f.string("model.name");
+  DPT_CHECK(model_name == objects.model_name)
+      << json_path << ": a checkpoint of model '" << model_name << "', but the config's model is '"
+      << objects.model_name << "'";
+  const std::string& optimizer_name = f.string("optimizer.name");
+  DPT_CHECK(optimizer_name == objects.optimizer_name)
+      << json_path << ": a checkpoint with " << optimizer_name
+      << " optimizer state, but the config's optimizer is " << objects.optimizer_name;
+  const int64_t optimizer_steps = f.integer("optimizer.steps", 0);
+  const JsonValue& ema = f.get("ema");
+  info.has_ema = !ema.is_null();
+  const int64_t ema_updates = info.has_ema ? f.integer("ema.updates", 0) : 0;
+  std::vector<std::string> rng_states;
+  for (const JsonValue& s : f.get("rng.dropout").as_array(f.where("rng.dropout")))
+    rng_states.push_back(s.as_string(f.where("rng.dropout")));
+  std::vector<nn::Dropout*> drops = dropouts(objects.model);
+  DPT_CHECK(rng_states.size() == drops.size())
+      << f.where("rng.dropout") << ": " << rng_states.size()
+      << " dropout generator states, but the model has " << drops.size() << " dropout layers";
+
+  // Both tensor files are read and parsed before anything is copied.
+  SafetensorsFile model_file = safetensors_read(f.sibling("model.file"));
+  SafetensorsFile state_file = safetensors_read(f.sibling("optimizer.file"));
+  const bool load_ema = objects.ema && info.has_ema;
+  safetensors_load_into(model_file, objects.model.state_dict(), "the model '" + objects.model_name + "'");
+  safetensors_load_into(
+      state_file, state_tensors(objects, load_ema),
+      "the " + objects.optimizer_name + " optimizer" + (load_ema ? " and EMA" : "") + " state",
+      [&](const std::string& name) { return !objects.ema && name.rfind("ema.", 0) == 0; });
+  objects.optimizer.set_step_count(optimizer_steps);
+  for (size_t i = 0; i < drops.size(); ++i) {
+    try {
+      drops[i]->rng().set_state(rng_states[i]);
+    } catch (const Error& e) {
+      DPT_FAIL() << f.where("rng.dropout") << " entry " << i << ": " << e.what();
+    }
+  }
+  if (objects.ema) {
+    if (load_ema) {
+      objects.ema->set_updates(ema_updates);
+    } else {  // no EMA state saved: start averaging from the loaded weights
+      nn::NamedTensors state = objects.model.state_dict();
+      for (size_t i = 0; i < state.size(); ++i) objects.ema->shadow()[i].second.copy_from(state[i].second);
+      objects.ema->set_updates(0);
+    }
+  }
+  return info;
+}
+
+void metrics_keep_epochs(const std::string& path, int64_t epochs) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  std::stringstream in(read_file(path));
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    try {
+      if (json_parse(line, path).at("epoch", path).as_int(path) <= epochs) kept += line + "\n";
+    } catch (const Error&) {
+      // A line cut short by a crash mid-append: dropped with the epochs after the checkpoint.
+    }
+  }
+  write_file_atomic(path, {kept});
+}
+
+}  // namespace dpt::io

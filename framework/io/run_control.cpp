@@ -1,0 +1,156 @@
+#include "io/run_control.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/threading.h"
+#include "distributed/dist.h"
+#include "io/stop_signal.h"
+#include "ops/elementwise.h"
+
+namespace dpt::io {
+namespace {
+
+double sum_over_ranks(double value) {
+  if (dist::info().world_size == 1) return value;
+  Tensor t = Tensor::full({1}, static_cast<float>(value));
+  dist::world()->all_reduce(t, dist::ReduceOp::sum)->wait();
+  return t.item();
+}
+
+void barrier() {
+  if (dist::info().world_size > 1) dist::world()->barrier()->wait();
+}
+
+std::string last_checkpoint(const std::string& dir) {
+  std::vector<int64_t> steps = checkpoint_steps(dir);
+  return steps.empty() ? "none (no checkpoint written yet)"
+                       : dir + "/step-" + std::to_string(steps.back()) + ".json";
+}
+
+}  // namespace
+
+RunControl::RunControl(const Config& config, const TrainingObjects& objects, Progress& progress)
+    : config_(config),
+      objects_(objects),
+      progress_(progress),
+      dir_(config.output.dir + "/checkpoints"),
+      faults_(FaultInjection::from_env(dist::info().rank)),
+      guard_(objects.model, config.on_nonfinite == "skip", dist::info().world_size == 1) {}
+
+void RunControl::resume(const std::string& arg) {
+  const bool main_rank = dist::info().rank == 0;
+  const std::string path = arg.empty() ? "" : checkpoint_resolve(arg, dir_);
+  if (path.empty()) {
+    if (!arg.empty() && main_rank)
+      std::printf("--resume %s: no checkpoint in %s, starting from scratch\n", arg.c_str(), dir_.c_str());
+    return;
+  }
+  CheckpointInfo info = checkpoint_load(path, objects_);
+  at_ = info.progress;
+  resumed_ = true;
+  // Results depend on the thread count (how oneDNN splits its sums): a deterministic run
+  // left to choose takes the checkpoint's.
+  const bool pin_threads = config_.deterministic && config_.threads == 0 && info.threads != threads_get();
+  if (pin_threads) threads_set(info.threads);
+  if (!main_rank) return;
+  if (pin_threads)
+    std::printf("deterministic: %d threads per rank, as in the checkpoint's run\n", info.threads);
+  std::printf("resumed from %s: step %lld, epoch %lld, step %lld of the epoch\n", path.c_str(),
+              static_cast<long long>(at_.step), static_cast<long long>(at_.epoch + 1),
+              static_cast<long long>(at_.step_in_epoch));
+  const int world_size = dist::info().world_size;
+  if (info.world_size != world_size || info.batch_size != config_.batch_size)
+    std::printf(
+        "resumed with %d rank(s) x batch %lld; the checkpoint had %d x %lld: the data order follows the new "
+        "world size\n",
+        world_size, static_cast<long long>(config_.batch_size), info.world_size,
+        static_cast<long long>(info.batch_size));
+  if (config_.deterministic && info.threads != threads_get())
+    std::printf(
+        "note: %d threads per rank, the checkpoint's run had %d: not bit for bit the same as that run\n",
+        threads_get(), info.threads);
+}
+
+void RunControl::before_forward() {
+  faults_.before_step(at_.step + 1);
+  guard_.before_forward();
+}
+
+Tensor RunControl::loss_hook(const Tensor& loss) const {
+  return faults_.nan_at(at_.step + 1) ? mul(loss, NAN) : loss;
+}
+
+RunControl::StepAction RunControl::after_backward(const Tensor& loss, int64_t epoch, int64_t step_in_epoch,
+                                                  int64_t steps) {
+  ++at_.step;
+  // Every rank holds the same all-reduced gradients, so every rank decides the same.
+  if (guard_.step_finite(loss)) return StepAction::apply;
+  const bool skip = config_.on_nonfinite == "skip";
+  if (dist::info().rank == 0) {
+    progress_.finish_line();
+    std::fprintf(
+        stderr,
+        "%s: step %lld (epoch %lld, step %lld of %lld): non-finite gradients (NaN or Inf; rank 0's "
+        "loss %g); %s\n",
+        skip ? "warning" : "error", static_cast<long long>(at_.step), static_cast<long long>(epoch + 1),
+        static_cast<long long>(step_in_epoch), static_cast<long long>(steps), loss.item(),
+        skip ? "step skipped" : ("stopped, the last good checkpoint is " + last_checkpoint(dir_)).c_str());
+  }
+  if (skip) {
+    ++at_.skipped_steps;
+    return StepAction::skip;
+  }
+  barrier();
+  return StepAction::stop;
+}
+
+int RunControl::stop_requested(int64_t epoch, int64_t step_in_epoch, float lr, double loss_sum,
+                               int64_t applied) {
+  const int signal = stop_signal_agreed();
+  if (signal == 0) return 0;
+  const bool carried = epoch == at_.epoch;
+  at_.epoch_loss_sum = (carried ? at_.epoch_loss_sum : 0) +
+                       sum_over_ranks(loss_sum) / static_cast<double>(dist::info().world_size);
+  at_.epoch_steps_applied = (carried ? at_.epoch_steps_applied : 0) + applied;
+  move_to(epoch, step_in_epoch);
+  if (dist::info().rank == 0) {
+    progress_.finish_line();
+    std::printf("signal %d: stopping after step %lld\n", signal, static_cast<long long>(at_.step));
+    save(lr);
+  }
+  barrier();  // no rank exits (and has mpirun end the others) before the checkpoint is written
+  return signal;
+}
+
+double RunControl::epoch_loss(int64_t epoch, double loss_sum, int64_t applied) const {
+  const bool carried = epoch == at_.epoch;
+  const double sum = (carried ? at_.epoch_loss_sum : 0) +
+                     sum_over_ranks(loss_sum) / static_cast<double>(dist::info().world_size);
+  return sum / static_cast<double>((carried ? at_.epoch_steps_applied : 0) + applied);
+}
+
+void RunControl::epoch_end(int64_t epoch, float lr) {
+  move_to(epoch + 1, 0);
+  const int64_t every = config_.checkpoint.every_epochs;
+  if (dist::info().rank == 0 && every > 0 && (epoch + 1) % every == 0) save(lr);
+}
+
+void RunControl::move_to(int64_t epoch, int64_t step_in_epoch) {
+  at_.epoch = epoch;
+  at_.step_in_epoch = step_in_epoch;
+  at_.samples_in_epoch = step_in_epoch * config_.batch_size * dist::info().world_size;
+  if (step_in_epoch == 0) {
+    at_.epoch_loss_sum = 0;
+    at_.epoch_steps_applied = 0;
+  }
+}
+
+void RunControl::save(float lr) {
+  CheckpointInfo info{at_, dist::info().world_size, config_.batch_size, threads_get(), config_.deterministic,
+                      lr,  config_to_yaml(config_)};
+  std::printf("checkpoint %s\n", checkpoint_save(dir_, objects_, info, config_.checkpoint.keep_last).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace dpt::io

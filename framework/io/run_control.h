@@ -1,0 +1,76 @@
+// What a training run does around its steps so that it can stop and go on: resuming from a
+// checkpoint, saving one every `checkpoint.every_epochs` and on SIGTERM/SIGINT, deciding
+// what a step with non-finite gradients does, and the debug faults. The training loop calls
+// it at a few fixed points; every rank calls each function at the same point, so the
+// collective ones (stop_requested) line up.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+#include "io/checkpoint.h"
+#include "io/config.h"
+#include "io/fault_injection.h"
+#include "io/progress.h"
+#include "optim/nonfinite.h"
+
+namespace dpt::io {
+
+class RunControl {
+ public:
+  // `objects.model` is the bare model (not DDP); `progress` is the live line, ended before
+  // messages. Requires dist::init(). Reads DPT_DEBUG_FAULT.
+  RunControl(const Config& config, const TrainingObjects& objects, Progress& progress);
+
+  // Restores the checkpoint `--resume ARG` names ("" or "auto" without one: a fresh
+  // start), says so on rank 0, and in deterministic mode with `threads: 0` takes the
+  // checkpoint's thread count. Throws dpt::Error for a bad checkpoint.
+  void resume(const std::string& arg);
+  // Where training stands; the run's counters (step, times, accuracies) live here.
+  TrainingProgress& progress() { return at_; }
+  bool resumed() const { return resumed_; }
+
+  // Samples of epoch `epoch`'s global order already trained on (only the epoch a mid-epoch
+  // checkpoint stopped in has any).
+  int64_t samples_done(int64_t epoch) const { return epoch == at_.epoch ? at_.samples_in_epoch : 0; }
+
+  // Before a step's forward pass: fault injection, and in skip mode a copy of the buffers.
+  void before_forward();
+  // The step's loss, multiplied by NaN when a fault says so.
+  Tensor loss_hook(const Tensor& loss) const;
+
+  enum class StepAction { apply, skip, stop };
+  // After backward: counts the step and says whether to apply its update. For non-finite
+  // gradients prints why on rank 0 (with the last good checkpoint) and returns skip or stop
+  // as on_nonfinite says; on stop every rank has also passed a barrier, so the message is out.
+  StepAction after_backward(const Tensor& loss, int64_t epoch, int64_t step_in_epoch, int64_t steps);
+
+  // Collective, after each step: the signal any rank received (0 if none). When non-zero,
+  // rank 0 has saved a checkpoint at (epoch, step_in_epoch), with the epoch's loss so far
+  // (`loss_sum` over `applied` steps on this rank), and every rank passed a barrier after it.
+  int stop_requested(int64_t epoch, int64_t step_in_epoch, float lr, double loss_sum, int64_t applied);
+
+  // The epoch's mean training loss over ranks, including a resumed epoch's earlier steps.
+  // Collective.
+  double epoch_loss(int64_t epoch, double loss_sum, int64_t applied) const;
+
+  // After epoch `epoch` (from 0) on every rank: training now stands at the next epoch's
+  // start, and rank 0 saves a checkpoint when every_epochs says so.
+  void epoch_end(int64_t epoch, float lr);
+
+ private:
+  void move_to(int64_t epoch, int64_t step_in_epoch);  // every rank
+  void save(float lr);                                 // rank 0
+
+  const Config& config_;
+  TrainingObjects objects_;
+  Progress& progress_;
+  std::string dir_;
+  FaultInjection faults_;
+  optim::NonfiniteGuard guard_;
+  TrainingProgress at_;
+  bool resumed_ = false;
+};
+
+}  // namespace dpt::io

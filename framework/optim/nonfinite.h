@@ -1,0 +1,34 @@
+// Numerical faults: whether a step's update may be applied. After DDP's all-reduce every
+// rank holds the same averaged gradients, so "are they all finite?" has the same answer on
+// every rank without any communication (a NaN or Inf on one rank reaches every rank's
+// sum). The loss differs by rank, so it only counts where there is one rank; a non-finite
+// loss makes its gradients non-finite anyway (the softmax of an Inf logit is NaN).
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/module.h"
+
+namespace dpt::optim {
+
+// True when every defined .grad of `params` holds only finite values (f32).
+bool gradients_finite(const std::vector<Tensor>& params);
+
+class NonfiniteGuard {
+ public:
+  // `model` is the bare model; `keep_buffers` (skip mode) saves its buffers before each
+  // forward pass so that a skipped step leaves the batch-norm statistics as they were.
+  NonfiniteGuard(const nn::Module& model, bool keep_buffers, bool check_loss);
+  void before_forward();
+  // After backward (and DDP's all-reduce): true if the step may be applied. When false and
+  // keep_buffers, the buffers are back to what they were before the forward pass.
+  bool step_finite(const Tensor& loss);
+
+ private:
+  std::vector<Tensor> params_;
+  nn::NamedTensors buffers_, saved_;
+  bool keep_buffers_, check_loss_;
+};
+
+}  // namespace dpt::optim
