@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "datasets/cifar10.h"
 #include "datasets/idx.h"
 #include "io/config.h"
+#include "io/safetensors.h"
 
 namespace dpt::fuzz {
 namespace {
@@ -93,7 +95,37 @@ Outcome config(const uint8_t* data, size_t size) {
   return outcome;
 }
 
+Outcome safetensors(const uint8_t* data, size_t size) {
+  io::SafetensorsFile file;
+  Outcome outcome = outcome_of([&] { file.view = io::parse_safetensors(data, size, "fuzz input"); });
+  if (!outcome.accepted) return outcome;
+  file.path = "fuzz input";
+  file.bytes.assign(reinterpret_cast<const char*>(data), size);
+  const io::SafetensorsView& view = file.view;
+  auto broken = [&](const io::SafetensorsEntry& e, const char* promise) {
+    std::fprintf(stderr, "parse_safetensors accepted tensor '%s' [%llu, %llu) of a %zu-byte file: %s\n",
+                 e.name.c_str(), static_cast<unsigned long long>(e.begin), static_cast<unsigned long long>(e.end),
+                 size, promise);
+    std::abort();
+  };
+  if (view.data_start + view.data_size != size) broken({}, "the data section is not the rest of the file");
+  for (const io::SafetensorsEntry& e : view.tensors) {
+    uint64_t bytes = e.element_size;
+    for (int64_t d : e.shape) {
+      if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) broken(e, "bad shape");
+    }
+    if (e.begin > e.end || e.end > view.data_size) broken(e, "bytes outside the data section");
+    if (e.end - e.begin != bytes) broken(e, "byte count differs from shape x dtype size");
+    if (e.dtype != "F32" && e.dtype != "I64") continue;
+    Tensor t = file.tensor(e);
+    if (bytes > 0 && std::memcmp(t.raw_data(), data + view.data_start + e.begin, bytes) != 0)
+      broken(e, "the copied tensor differs from the file's bytes");
+  }
+  return outcome;
+}
+
 Target target_named(const std::string& name) {
+  if (name == "safetensors") return safetensors;
   if (name == "idx") return idx;
   if (name == "cifar10") return cifar10;
   if (name == "config") return config;

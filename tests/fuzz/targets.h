@@ -28,8 +28,13 @@ Outcome cifar10(const uint8_t* data, size_t size);
 // (io/config.h promises it); a difference aborts.
 Outcome config(const uint8_t* data, size_t size);
 
-// The targets by name ("idx", "cifar10", "config"), for the regression test; nullptr for
-// an unknown name.
+// The bytes as a safetensors file (the checkpoint and model-weights format). Accepted
+// files must keep the parser's promises: every tensor's bytes inside the data section and
+// as many as its shape and dtype need; F32 and I64 tensors are then copied out.
+Outcome safetensors(const uint8_t* data, size_t size);
+
+// The targets by name ("idx", "cifar10", "config", "safetensors"), for the regression test;
+// nullptr for an unknown name.
 using Target = Outcome (*)(const uint8_t*, size_t);
 Target target_named(const std::string& name);
 
