@@ -5,12 +5,13 @@
 //   size-mismatch   all_reduce of 0 elements where rank 0 has 1000 (no MPI traffic: rank 0 hangs)
 //   missing         never calls the all_reduce (computes for a long time instead)
 //   throw           throws a dpt::Error
-//   segv            dereferences a null pointer
+//   segv            writes to a read-only page (SIGSEGV)
 //   kill            raise(SIGKILL)
 //   terminate       an exception escapes a thread (std::terminate)
 // Errors end the job as train does: "[rank R] error: ..." and abort_all(), exit code 2.
 //   mpirun -np 2 build/fault_rank SCENARIO [timeout_s]
 #include <signal.h>
+#include <sys/mman.h>
 
 #include <chrono>
 #include <cstdio>
@@ -47,8 +48,10 @@ void misbehave(const std::string& scenario, dist::ProcessGroup& world) {
     DPT_FAIL() << "rank 1 fails on purpose";
   } else if (scenario == "segv") {
     sleep_s(late);
-    volatile int* nowhere = nullptr;
-    *nowhere = 1;
+    // A store to a read-only page: a real fault (a null pointer is reported by
+    // UndefinedBehaviorSanitizer first in a sanitizer build).
+    void* page = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    *static_cast<volatile int*>(page) = 1;
   } else if (scenario == "kill") {
     sleep_s(late);
     raise(SIGKILL);

@@ -6,12 +6,14 @@
 
 extern "C" {
 
-// Leaks are reported (detect_leaks), except those in lsan.supp: memory the MPI and OpenMP
-// runtimes keep until exit by design. abort_on_error: a report ends the process with
-// SIGABRT, which dpt's handler names with the rank, so mpirun ends the other ranks.
+// Leaks are reported (detect_leaks), except those in lsan.supp: memory the MPI runtime
+// keeps until exit by design; whole stacks for every allocation (fast_unwind_on_malloc=0)
+// so that those suppressions can match through Open MPI's frame-pointer-less code.
+// abort_on_error: a report ends the process with SIGABRT, which dpt's handler names with
+// the rank, so mpirun ends the other ranks.
 const char* __asan_default_options() {
-  return "detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0:strict_string_checks=1:"
-         "check_initialization_order=1";
+  return "detect_leaks=1:abort_on_error=1:strict_string_checks=1:check_initialization_order=1:"
+         "fast_unwind_on_malloc=0";
 }
 
 const char* __lsan_default_options() { return "suppressions=" DPT_SANITIZER_DIR "/lsan.supp:print_suppressions=0"; }
