@@ -129,9 +129,13 @@ int compute_threads(int64_t configured) {
 int run(const io::Config& config, const std::string& resume, const profile::TimelineOptions& timeline) {
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
+  dist::set_timeout(config.distributed.timeout_s);
+  dist::set_debug_collectives(config.debug == "collectives");
   if (config.deterministic) threads_set_deterministic();
   threads_set(compute_threads(config.threads));
   Data data = load_data(config.dataset, config.seed);
+  data::dataset_check_split(data.train, data.test,
+                            config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
   const nn::ModulePtr net = model;  // without DDP: what checkpoints hold

@@ -28,6 +28,17 @@ void dataset_check(const Dataset& d) {
   for (float s : d.normalization.std) DPT_CHECK(s > 0) << "dataset: normalization std must be > 0, got " << s;
 }
 
+void dataset_check_split(const Dataset& train, const Dataset& test, const std::string& name) {
+  auto geometry = [](const Dataset& d) {
+    return std::to_string(d.channels) + "x" + std::to_string(d.height) + "x" + std::to_string(d.width) + " images, " +
+           std::to_string(d.classes) + " classes";
+  };
+  DPT_CHECK(train.channels == test.channels && train.height == test.height && train.width == test.width &&
+            train.classes == test.classes)
+      << name << ": the training set has " << geometry(train) << " but the test set has " << geometry(test)
+      << "; both must be the same";
+}
+
 void dataset_sample_to_float(const Dataset& d, int64_t index, float* out) {
   const int64_t plane = d.height * d.width;
   const uint8_t* src = d.images.data() + index * d.sample_numel();

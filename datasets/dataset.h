@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace dpt::data {
@@ -33,6 +34,11 @@ struct Dataset {
 // Throws dpt::Error unless the fields agree: geometry and classes > 0, images.size() ==
 // size() * sample_numel(), labels in range, one mean and one std > 0 per channel.
 void dataset_check(const Dataset& dataset);
+
+// Throws dpt::Error unless `test` has the channels, image size and classes of `train`, so
+// that a model built for the training set also takes the test set; `name` names the data
+// in the message ("mnist in data/mnist").
+void dataset_check_split(const Dataset& train, const Dataset& test, const std::string& name);
 
 // Writes sample `index` as sample_numel() normalised floats to `out` (CHW).
 // Requires: dataset_check(dataset) passes and 0 <= index < size().

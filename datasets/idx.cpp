@@ -185,10 +185,10 @@ IdxImages idx_read_images(const std::string& path) {
   images.cols = dims[2];
   std::ostringstream what;
   what << images.count << " images of " << images.rows << "x" << images.cols;
-  // Each size is < 2^32, so rows * cols fits; the product with count may not.
-  int64_t per_image = images.rows * images.cols;
-  int64_t payload = 0;
-  DPT_CHECK(!__builtin_mul_overflow(images.count, per_image, &payload) && payload <= INT64_MAX - 16)
+  // Each size is < 2^32, so no product of two is negative, but rows * cols can pass 2^63.
+  int64_t per_image = 0, payload = 0;
+  DPT_CHECK(!__builtin_mul_overflow(images.rows, images.cols, &per_image) &&
+            !__builtin_mul_overflow(images.count, per_image, &payload) && payload <= INT64_MAX - 16)
       << path << ": header says " << what.str() << ", which does not fit in 64-bit sizes";
   images.pixels = read_payload(reader, path, 16, payload, what.str());
   return images;

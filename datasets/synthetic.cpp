@@ -2,7 +2,10 @@
 // bytes are the same everywhere (no std::uniform_*_distribution, which is not).
 #include "datasets/synthetic.h"
 
+#include <unistd.h>
+
 #include <random>
+#include <string>
 
 #include "core/error.h"
 
@@ -13,6 +16,18 @@ Dataset make_synthetic(int64_t channels, int64_t height, int64_t width, int64_t 
   DPT_CHECK(channels > 0 && height > 0 && width > 0 && classes > 0 && size > 0)
       << "synthetic dataset: shape [" << channels << ", " << height << ", " << width << "], classes "
       << classes << " and size " << size << " must all be > 0";
+  // The arguments come from a config: check what they ask for before allocating it.
+  int64_t sample = 0, pixels = 0, bytes = 0;
+  const bool fits = !__builtin_mul_overflow(channels, height, &sample) &&
+                    !__builtin_mul_overflow(sample, width, &sample) &&
+                    !__builtin_mul_overflow(sample, size, &pixels) &&
+                    !__builtin_add_overflow(pixels, size * static_cast<int64_t>(sizeof(int64_t)), &bytes);
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  DPT_CHECK(fits && bytes <= memory)
+      << "synthetic dataset: " << size << " samples of " << channels << "x" << height << "x" << width << " need "
+      << (fits ? std::to_string(bytes / (1 << 20)) + " MiB (" + std::to_string(sample + 8) + " bytes each)"
+               : std::string("more than 2^63 bytes"))
+      << ", more than this machine's memory (" << memory / (1 << 20) << " MiB)";
   Dataset d;
   d.channels = channels;
   d.height = height;

@@ -157,6 +157,19 @@ TEST_F(ConfigTest, Defaults) {
   EXPECT_DOUBLE_EQ(cosine.schedule.min_lr, 0.001);
 }
 
+TEST_F(ConfigTest, FaultKeys) {
+  Config c = load("model: {name: m}\n");
+  EXPECT_DOUBLE_EQ(c.distributed.timeout_s, 1800);
+  EXPECT_EQ(c.debug, "none");
+  c = load("model: {name: m}\ndistributed: {timeout_s: 2.5}\ndebug: collectives\n");
+  EXPECT_DOUBLE_EQ(c.distributed.timeout_s, 2.5);
+  EXPECT_EQ(c.debug, "collectives");
+  EXPECT_DOUBLE_EQ(load("model: {name: m}\n", {"distributed.timeout_s=0"}).distributed.timeout_s, 0);
+  Config again = load_config(write(config_to_yaml(c), "again.yaml"));
+  EXPECT_DOUBLE_EQ(again.distributed.timeout_s, 2.5);
+  EXPECT_EQ(again.debug, "collectives");
+}
+
 TEST_F(ConfigTest, SetOverridesScalarsListsAndNewSections) {
   Config c = load(kFull, {"optimizer.lr=0.2", "schedule.milestones=[2,4]", "epochs=5", "model.dropout=0.5",
                           "output.dir=runs/other"});
@@ -260,7 +273,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"batch_size: 0\n", "key 'batch_size': expected a positive integer, got '0'"},
         BadValue{"batch_size: [1]\n", "key 'batch_size': expected a positive integer, got [1]"},
         BadValue{"eval_batch_size: -5\n", "key 'eval_batch_size': expected a positive integer, got '-5'"},
-        BadValue{"threads: -1\n", "key 'threads': expected a non-negative integer"},
+        BadValue{"threads: -1\n", "key 'threads': expected an integer in [0, 1024]"},
+        BadValue{"threads: 100000\n", "key 'threads': expected an integer in [0, 1024] (0 = this process's share "
+                                      "of the cores), got '100000'"},
+        BadValue{"distributed: {timeout_s: -1}\n",
+                 "key 'distributed.timeout_s': expected a number of seconds in [0, 1e9] (0 = wait forever), got '-1'"},
+        BadValue{"distributed: {timeout_s: soon}\n", "key 'distributed.timeout_s': expected a number of seconds"},
+        BadValue{"debug: all\n", ":2: key 'debug': unknown debug mode 'all' (expected one of: none, collectives)"},
         BadValue{"seed: -1\n", "key 'seed': expected a non-negative integer, got '-1'"},
         BadValue{"log_every: 0\n", "key 'log_every': expected a positive integer"},
         BadValue{"label_smoothing: 1.0\n", "key 'label_smoothing': expected a number in [0, 1), got '1.0'"},

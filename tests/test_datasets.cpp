@@ -191,6 +191,10 @@ TEST(Idx, HugeClaimInSmallFileIsAnErrorNotAnAllocation) {
       error_of([&] { idx_read_images(dir.file("overflow")); }),
       HasSubstr(
           "header says 4294967295 images of 4294967295x4294967295, which does not fit in 64-bit sizes"));
+  // rows x cols alone passes 2^63 (UndefinedBehaviorSanitizer caught it being computed unchecked).
+  write_raw(dir.file("rows_cols"), images_file(1, 0xffffffffu, 0xffffffffu, {}));
+  EXPECT_THAT(error_of([&] { idx_read_images(dir.file("rows_cols")); }),
+              HasSubstr("header says 1 images of 4294967295x4294967295, which does not fit in 64-bit sizes"));
 }
 
 TEST(Idx, ZeroDimension) {
@@ -373,6 +377,27 @@ TEST(Synthetic, ShapedDeterministicAndSeeded) {
   EXPECT_NE(a.labels, c.labels);
   EXPECT_EQ(std::set<int64_t>(a.labels.begin(), a.labels.end()).size(), 7u);  // 50 draws hit all 7 classes
   EXPECT_THAT(error_of([] { make_synthetic(1, 0, 28, 10, 5, 0); }), HasSubstr("must all be > 0"));
+}
+
+TEST(Synthetic, MoreThanTheMachineHoldsIsAnErrorNotAnAllocation) {
+  EXPECT_THAT(error_of([] { make_synthetic(1, 28, 28, 10, int64_t{1} << 40, 0); }),
+              HasSubstr("synthetic dataset: 1099511627776 samples of 1x28x28 need 830472192 MiB (792 bytes each), more than this "
+                        "machine's memory ("));
+  // Sizes whose product does not fit in 64 bits, checked without overflowing.
+  EXPECT_THAT(error_of([] { make_synthetic(3000000000, 3000000000, 3000000000, 10, 10, 0); }),
+              HasSubstr("samples of 3000000000x3000000000x3000000000 need more than 2^63 bytes"));
+}
+
+TEST(Dataset, TrainAndTestSetsMustHaveTheSameGeometry) {
+  Dataset train = make_synthetic(1, 28, 28, 10, 4, 0);
+  dataset_check_split(train, make_synthetic(1, 28, 28, 10, 2, 1), "x");
+  EXPECT_THAT(error_of([&] { dataset_check_split(train, make_synthetic(1, 32, 32, 10, 2, 1), "mnist in d"); }),
+              HasSubstr("mnist in d: the training set has 1x28x28 images, 10 classes but the test set has "
+                        "1x32x32 images, 10 classes; both must be the same"));
+  EXPECT_THAT(error_of([&] { dataset_check_split(train, make_synthetic(3, 28, 28, 10, 2, 1), "x"); }),
+              HasSubstr("the test set has 3x28x28 images"));
+  EXPECT_THAT(error_of([&] { dataset_check_split(train, make_synthetic(1, 28, 28, 7, 2, 1), "x"); }),
+              HasSubstr("the test set has 1x28x28 images, 7 classes"));
 }
 
 // --- Shuffle

@@ -22,3 +22,13 @@ TEST(Storage, LargeHostBlocksAreReusedNotReturned) {
   Tensor small = Tensor::empty({3});
   EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % 64, 0u);
 }
+
+TEST(Tensor, FromAnEmptyVector) {
+  // An empty vector's data() may be null: copying 0 bytes from it must not be attempted
+  // (UndefinedBehaviorSanitizer reported it).
+  Tensor f = Tensor::from_vector(std::vector<float>{}, {0});
+  Tensor i = Tensor::from_vector(std::vector<int64_t>{}, {2, 0});
+  EXPECT_EQ(f.numel(), 0);
+  EXPECT_EQ(i.numel(), 0);
+  EXPECT_EQ(i.dtype(), DType::i64);
+}

@@ -1,5 +1,7 @@
 // The train binary end to end: a short run on synthetic data writes its metrics files,
-// and every kind of bad input ends with one clear line on stderr and exit code 2.
+// every kind of bad input ends with one clear line on stderr and exit code 2, and a fault on
+// one of two ranks (an error, ranks that disagree, a hung rank, a signal) ends both within
+// 30 s, non-zero, with the failing rank's message first.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -10,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "mpi_job.h"
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -122,6 +126,32 @@ TEST_F(TrainCli, BadDataIsOneLineAndExitCode2) {
                      "bad");
 }
 
+TEST_F(TrainCli, DataThatCannotTrainTheModelIsOneLineAndExitCode2) {
+  std::string base = "model: {name: mlp}\nepochs: 1\nbatch_size: 2\noutput: {dir: " + (dir_ / "run").string() + "}\n";
+  // Test images of another size than the training images: stopped before training, not at
+  // the first evaluation.
+  fs::create_directories(dir_ / "geometry");
+  auto images = [](uint32_t count, uint32_t side) {
+    std::string header("\x00\x00\x08\x03", 4);
+    for (uint32_t v : {count, side, side})
+      for (int shift = 24; shift >= 0; shift -= 8) header += static_cast<char>(v >> shift);
+    return header + std::string(count * side * side, '\0');
+  };
+  auto labels = [](uint32_t count) { return std::string("\x00\x00\x08\x01\x00\x00\x00", 7) + char(count) + std::string(count, '\0'); };
+  std::ofstream(dir_ / "geometry" / "train-images-idx3-ubyte") << images(4, 28);
+  std::ofstream(dir_ / "geometry" / "train-labels-idx1-ubyte") << labels(4);
+  std::ofstream(dir_ / "geometry" / "t10k-images-idx3-ubyte") << images(2, 32);
+  std::ofstream(dir_ / "geometry" / "t10k-labels-idx1-ubyte") << labels(2);
+  expect_clear_error(
+      write("geometry.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "geometry").string() + "}\n").string(),
+      "the training set has 1x28x28 images, 10 classes but the test set has 1x32x32 images");
+  // A synthetic dataset larger than the machine, and more threads than OpenMP can start.
+  expect_clear_error(write("huge.yaml", synthetic_config()).string() +
+                         " --set 'dataset={name: synthetic, shape: [1, 28, 28], size: 1000000000000}'",
+                     "more than this machine's memory");
+  expect_clear_error(write("threads.yaml", synthetic_config()).string() + " --set threads=100000", "threads");
+}
+
 TEST_F(TrainCli, OneFailingRankEndsEveryRankQuickly) {
   // Rank 0 trains on synthetic data and soon waits in a collective; rank 1 cannot find
   // its data. Both must end, non-zero, with rank 1's message, well within 30 s.
@@ -137,4 +167,79 @@ TEST_F(TrainCli, OneFailingRankEndsEveryRankQuickly) {
   EXPECT_LT(seconds, 30.0);
   EXPECT_THAT(r.err, HasSubstr("[rank 1] error:"));
   EXPECT_THAT(r.err, HasSubstr("no_such_dir"));
+}
+
+namespace {
+
+// Two ranks training the synthetic config for a long time, each with its own --set.
+std::string two_ranks(const fs::path& train, const std::string& config, const std::string& rank0,
+                      const std::string& rank1) {
+  const std::string each = train.string() + " " + config + " --set epochs=100000 --set log_every=1000 ";
+  return "mpirun --oversubscribe --bind-to none -np 1 " + each + rank0 + " : -np 1 " + each + rank1;
+}
+
+}  // namespace
+
+TEST_F(TrainCli, DebugCollectivesStopsRanksThatDisagreeAtTheCall) {
+  // Rank 1 takes one step more per epoch: where rank 0 sums its epoch's loss (1 f32), rank 1
+  // all-reduces its gradient bucket (2212 f32). Without the check this is undefined
+  // behaviour in MPI (Open MPI may corrupt memory); with it both ranks stop at the call.
+  std::string config = write("ok.yaml", synthetic_config()).string();
+  dpt::testing::MpiJob job(two_ranks(train_, config, "--set debug=collectives --set max_steps_per_epoch=3",
+                                     "--set debug=collectives --set max_steps_per_epoch=4"),
+                           dir_);
+  dpt::testing::JobResult r = job.finish(std::chrono::seconds(60));
+  ASSERT_TRUE(r.finished) << r.err;
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_LT(r.seconds, 30.0);
+  EXPECT_THAT(r.first_err_line(), ::testing::StartsWith("[rank ")) << r.err;
+  EXPECT_THAT(r.first_err_line(), HasSubstr("] error: world: collective #")) << r.err;
+  EXPECT_THAT(r.first_err_line(), HasSubstr(" differs between ranks (debug: collectives): rank 0 calls "
+                                            "all_reduce(sum) of 1 f32, rank 1 calls all_reduce(avg) of 2212 f32"))
+      << r.err;
+}
+
+TEST_F(TrainCli, AHungRankIsNamedWhenTheTimeoutEndsTheRun) {
+  // Rank 1 stops (SIGSTOP) mid-training: rank 0's next collective times out after
+  // distributed.timeout_s and names it; rank 1's listener cannot answer either.
+  std::string config = write("ok.yaml", synthetic_config()).string();
+  dpt::testing::MpiJob job(two_ranks(train_, config, "--set distributed.timeout_s=2", "--set distributed.timeout_s=2"),
+                           dir_);
+  ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30)));
+  const pid_t rank1 = job.rank_pid(1, std::chrono::seconds(10));
+  ASSERT_GT(rank1, 0);
+  job.mark();
+  ::kill(rank1, SIGSTOP);
+  dpt::testing::JobResult r = job.finish(std::chrono::seconds(60));
+  ASSERT_TRUE(r.finished) << r.err;
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_GE(r.seconds, 2.0);
+  EXPECT_LT(r.seconds, 30.0);
+  EXPECT_THAT(r.first_err_line(), ::testing::StartsWith("[rank 0] error: ")) << r.err;
+  EXPECT_THAT(r.first_err_line(), HasSubstr(" on world (collective #")) << r.err;
+  EXPECT_THAT(r.first_err_line(), HasSubstr("): not complete after 2 s")) << r.err;
+  EXPECT_THAT(r.first_err_line(), HasSubstr("; no answer within 1.5 s from rank 1")) << r.err;
+}
+
+TEST_F(TrainCli, ASignalOnOneRankEndsEveryRank) {
+  std::string config = write("ok.yaml", synthetic_config()).string();
+  for (int signal : {SIGSEGV, SIGKILL}) {
+    dpt::testing::MpiJob job(two_ranks(train_, config, "", ""), dir_);
+    ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30)));
+    const pid_t rank1 = job.rank_pid(1, std::chrono::seconds(10));
+    ASSERT_GT(rank1, 0);
+    job.mark();
+    ::kill(rank1, signal);
+    dpt::testing::JobResult r = job.finish(std::chrono::seconds(60));
+    ASSERT_TRUE(r.finished) << r.err;
+    EXPECT_NE(r.exit_code, 0) << r.err;
+    EXPECT_LT(r.seconds, 30.0);
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("[rank 0]"))) << r.err;
+    if (signal == SIGSEGV) {
+      EXPECT_EQ(r.first_err_line(), "[rank 1] fatal signal SIGSEGV (segmentation fault)") << r.err;
+    } else {
+      EXPECT_THAT(r.err, HasSubstr("process rank 1 with PID")) << r.err;
+      EXPECT_THAT(r.err, HasSubstr("on signal 9 (Killed)")) << r.err;
+    }
+  }
 }

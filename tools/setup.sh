@@ -28,4 +28,4 @@ dpt_build() {
 }
 
 dpt_install
-dpt_build
+[ "${DPT_INSTALL_ONLY:-0}" = 1 ] || dpt_build  # tools/sanitize.sh builds elsewhere

@@ -166,7 +166,8 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape)
   DPT_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape))
       << "from_vector: " << values.size() << " values for shape " << shape_str(shape);
   Tensor t = empty(shape);
-  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));
+  // memcpy from an empty vector's data() (null) is undefined even for 0 bytes (UBSan).
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));
   return t;
 }
 
@@ -174,7 +175,8 @@ Tensor Tensor::from_vector(const std::vector<int64_t>& values, const Shape& shap
   DPT_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape))
       << "from_vector: " << values.size() << " values for shape " << shape_str(shape);
   Tensor t = empty(shape, DType::i64);
-  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int64_t));
+  // memcpy from an empty vector's data() (null) is undefined even for 0 bytes (UBSan).
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int64_t));
   return t;
 }
 

@@ -37,13 +37,18 @@ void CommTask::wait() {
       // thread_ is valid here: the task is not complete, and completing needs mutex_. Once
       // enter_polling() succeeds the thread does not exit before leave_polling().
       CommThread* thread = thread_;
+      bool finished;
       if (thread->enter_polling()) {
         lock.unlock();
         OnExit leave{[thread] { thread->leave_polling(); }};
-        if (!thread->poll_until_done(*this, deadline)) throw_timeout();
-      } else if (!sleep_until_done(lock, deadline)) {
-        throw_timeout();
+        finished = thread->poll_until_done(*this, deadline);
+      } else {
+        finished = sleep_until_done(lock, deadline);
+        lock.unlock();
       }
+      // With the poll token and this task's mutex released: the communication thread
+      // progresses the group meanwhile, and the detail may take a while to gather.
+      if (!finished) throw_timeout();
     }
   }
   if (!error_.empty()) throw Error(error_);
@@ -64,9 +69,10 @@ bool CommTask::sleep_until_done(std::unique_lock<std::mutex>& lock, Clock::time_
 }
 
 void CommTask::throw_timeout() const {
-  throw Error(describe() + ": not complete after " + std::to_string(timeout_.count() / 1000.0) +
-              " s (DPT_DIST_TIMEOUT_S); did every member of the group call the same collectives in the same "
-              "order?");
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g s", static_cast<double>(timeout_.count()) / 1000.0);
+  throw Error(describe() + ": not complete after " + seconds + " (distributed.timeout_s, DPT_DIST_TIMEOUT_S)" +
+              timeout_detail());
 }
 
 bool CommTask::is_completed() {

@@ -89,8 +89,11 @@ class CommTask : public Work {
   // thread is awake to progress it (a task that needs no MPI request may otherwise wait
   // for the next wait() or post() of its group).
   bool is_completed() override;
-  // For messages: "all_reduce(sum) of 1000 f32 on world".
+  // For messages: "all_reduce(sum) of 1000 f32 on world (collective #3)".
   virtual std::string describe() const = 0;
+  // Appended to the timeout message: who did not arrive ("; did not arrive: rank 1 ...").
+  // Called on the waiting thread, after it stopped polling; must not throw.
+  virtual std::string timeout_detail() const { return ""; }
 
  protected:
   // By the poll token's holder (a caller in post() or wait(), or the communication thread),

@@ -4,14 +4,18 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "core/error.h"
+#include "distributed/fatal.h"
 #include "distributed/mpi_check.h"
 #include "distributed/mpi_process_group.h"
 
@@ -26,6 +30,10 @@ struct State {
   InitInfo info;
   std::shared_ptr<MpiProcessGroup> world;
   std::vector<std::weak_ptr<MpiProcessGroup>> groups;  // every live group, for finalize()
+  // Set by set_timeout() / set_debug_collectives(), for groups made later; unset: each
+  // group's own default (the environment).
+  std::optional<std::chrono::milliseconds> timeout;
+  std::optional<bool> debug_collectives;
 };
 
 // The default process group and what MPI said at start-up: the one global state DESIGN.md
@@ -79,6 +87,8 @@ GroupPtr make_group(MPI_Comm comm, const std::string& label) {
   auto group = std::make_shared<MpiProcessGroup>(comm, ranks, label + ranks_str(ranks));
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.timeout) group->set_timeout(*s.timeout);
+  if (s.debug_collectives) group->set_debug_collectives(*s.debug_collectives);
   std::erase_if(s.groups, [](const auto& g) { return g.expired(); });
   s.groups.push_back(group);
   return group;
@@ -127,6 +137,11 @@ const InitInfo& init() {
     int rc = MPI_Init_thread(nullptr, nullptr, thread_level_requested(), &provided);
     DPT_CHECK(rc == MPI_SUCCESS) << "MPI_Init_thread failed: " << detail::mpi_error_string(rc);
     s.own_mpi = true;
+    // An error inside a nonblocking collective (e.g. MPI_ERR_TRUNCATE when ranks pass
+    // different counts) is reported on MPI_COMM_WORLD's handler, whatever the request's
+    // communicator: return it, so the collective fails with a dpt::Error naming it instead
+    // of Open MPI ending the job with a message that names no collective.
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   } else {
     MPI_CHECK(MPI_Query_thread(&provided));
   }
@@ -144,6 +159,7 @@ const InitInfo& init() {
   MPI_CHECK(MPI_Comm_size(node, &info.local_size));
   MPI_CHECK(MPI_Comm_free(&node));
   g_rank = info.rank;
+  install_fatal_handlers(info.rank);
 
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
@@ -196,8 +212,36 @@ void abort_all(const std::string& message, int code) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  if (initialized && !finalized) {
+    // mpirun forwards the line above through a pipe, and MPI_Abort's own report through
+    // another channel that may overtake it: give the line a head start, so the first thing
+    // the user reads is why.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::_Exit(code);
+}
+
+void set_timeout(double seconds) {
+  DPT_CHECK(seconds >= 0 && seconds <= 1e9) << "dist::set_timeout: expected seconds in [0, 1e9], got " << seconds;
+  const std::chrono::milliseconds timeout(static_cast<int64_t>(seconds * 1000));
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  DPT_CHECK(s.initialized) << "dist::set_timeout() requires dist::init()";
+  s.timeout = timeout;
+  for (auto& weak : s.groups) {
+    if (auto group = weak.lock()) group->set_timeout(timeout);
+  }
+}
+
+void set_debug_collectives(bool on) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  DPT_CHECK(s.initialized) << "dist::set_debug_collectives() requires dist::init()";
+  s.debug_collectives = on;
+  for (auto& weak : s.groups) {
+    if (auto group = weak.lock()) group->set_debug_collectives(on);
+  }
 }
 
 const InitInfo& info() {

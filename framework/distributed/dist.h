@@ -32,7 +32,12 @@ struct InitInfo {
 // If MPI was initialised by someone else, dpt uses it and leaves MPI_Finalize to them.
 // Before MPI_Init_thread it sets OMPI_MCA_coll_libnbc_iallreduce_algorithm=3 unless the
 // environment sets it (Open MPI's default for in-place MPI_Iallreduce is 2x slower).
-// Environment: DPT_DIST_TIMEOUT_S (Work::wait() timeout), DPT_MPI_THREAD_LEVEL.
+// Environment: DPT_DIST_TIMEOUT_S (Work::wait() timeout), DPT_DIST_DEBUG=collectives (see
+// set_debug_collectives), DPT_MPI_THREAD_LEVEL.
+// Faults (fatal.h): when dpt initialised MPI, MPI errors are returned as dpt::Error rather
+// than ending the job from inside MPI; a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+// SIGABRT) prints "[rank R] fatal signal ..." before the usual handling ends the process, and
+// an uncaught exception ends every rank through abort_all() with its message.
 const InitInfo& init();
 bool initialized();  // init() done and finalize() not yet
 // Lets every group's queued collectives complete, stops the communication threads, frees
@@ -44,6 +49,15 @@ void finalize();
 // Ends every rank at once (MPI_Abort) with `code` after printing `message` on stderr,
 // prefixed with the rank. Used when one rank fails so the others cannot hang.
 [[noreturn]] void abort_all(const std::string& message, int code);
+
+// For every group, those that exist and those made later. set_timeout: a collective whose
+// wait() has not returned after `seconds` throws Error naming the group, the collective, its
+// number and the ranks that did not call it (MpiProcessGroup::set_timeout); 0 waits forever;
+// requires seconds >= 0. set_debug_collectives: before each collective the ranks check they
+// all call the same one (MpiProcessGroup::set_debug_collectives); every rank must agree.
+// requires: init() (else Error).
+void set_timeout(double seconds);
+void set_debug_collectives(bool on);
 
 const InitInfo& info();  // requires init() (else Error)
 GroupPtr world();        // requires init() (else Error)

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "core/error.h"
@@ -64,9 +65,23 @@ void divide(const Tensor& t, int divisor) {
   for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] /= d;
 }
 
+// "all_reduce(sum) of 1000 f32", "broadcast of 10 f32 from rank 0", "barrier": a collective's
+// signature as text, for messages on every rank alike.
+std::string signature_text(const CallSignature& sig) {
+  const auto kind = static_cast<OpKind>(sig.op);
+  std::ostringstream s;
+  s << op_kind_name(kind);
+  if (kind == OpKind::all_reduce || kind == OpKind::reduce_scatter)
+    s << "(" << reduce_op_name(static_cast<ReduceOp>(sig.reduce)) << ")";
+  if (kind != OpKind::barrier) s << " of " << sig.count << " " << dtype_name(static_cast<DType>(sig.dtype));
+  if (kind == OpKind::broadcast) s << " from rank " << sig.root;
+  return s.str();
+}
+
+}  // namespace
+
 // One collective: what to run, on which buffers; the tensors stay alive until it completes.
-class MpiOp final : public CommTask {
- public:
+struct MpiOp final : public CommTask {
   OpKind kind = OpKind::barrier;
   ReduceOp reduce = ReduceOp::sum;
   MPI_Comm comm = MPI_COMM_NULL;
@@ -80,19 +95,26 @@ class MpiOp final : public CommTask {
   bool in_place = false;            // all_gather's `in` is its own chunk of `out`
   ShmSegment* shm = nullptr;        // all_reduce: through shared memory instead of MPI
   uint64_t shm_seq = 0;             // its op number, once started
+  ControlChannel* control = nullptr;  // the group's, which outlives its pending work
+  int64_t seq = 0;                    // the collective's number in its group; 0 for send/recv
+
+  CallSignature signature() const {
+    return {static_cast<int32_t>(kind), static_cast<int32_t>(reduce), static_cast<int32_t>(dtype),
+            kind == OpKind::broadcast ? peer : 0, n};
+  }
 
   std::string describe() const override {
     std::ostringstream s;
-    s << op_kind_name(kind);
-    if (kind == OpKind::all_reduce || kind == OpKind::reduce_scatter)
-      s << "(" << reduce_op_name(reduce) << ")";
-    if (kind != OpKind::barrier) s << " of " << n << " " << dtype_name(dtype);
-    if (kind == OpKind::broadcast) s << " from rank " << peer;
-    if (kind == OpKind::send) s << " to rank " << peer << " (tag " << tag << ")";
-    if (kind == OpKind::recv) s << " from rank " << peer << " (tag " << tag << ")";
-    s << " on " << *group_name;
+    if (kind == OpKind::send || kind == OpKind::recv) {
+      s << op_kind_name(kind) << " of " << n << " " << dtype_name(dtype) << (kind == OpKind::send ? " to" : " from")
+        << " rank " << peer << " (tag " << tag << ") on " << *group_name;
+    } else {
+      s << signature_text(signature()) << " on " << *group_name << " (collective #" << seq << ")";
+    }
     return s.str();
   }
+
+  std::string timeout_detail() const override { return seq > 0 ? control->diagnose(seq, signature()) : ""; }
 
  protected:
   MPI_Request start() override {
@@ -156,11 +178,21 @@ class MpiOp final : public CommTask {
   }
 };
 
+namespace {
+
 bool overlaps(const Tensor& a, const Tensor& b) {
   const char* pa = static_cast<const char*>(a.raw_data());
   const char* pb = static_cast<const char*>(b.raw_data());
   const size_t na = a.numel() * dtype_size(a.dtype()), nb = b.numel() * dtype_size(b.dtype());
   return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+
+bool debug_from_environment() {
+  const char* text = std::getenv("DPT_DIST_DEBUG");
+  if (!text || !*text || std::strcmp(text, "off") == 0) return false;
+  DPT_CHECK(std::strcmp(text, "collectives") == 0)
+      << "DPT_DIST_DEBUG must be 'collectives' or 'off', got '" << text << "'";
+  return true;
 }
 
 std::chrono::milliseconds timeout_from_environment() {
@@ -208,10 +240,12 @@ std::string ranks_str(const std::vector<int>& ranks) {
 MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, std::string name)
     : ProcessGroup(comm_rank(comm), std::move(world_ranks), std::move(name)),
       comm_(comm),
-      timeout_(timeout_from_environment()) {
+      timeout_ms_(timeout_from_environment().count()),
+      debug_collectives_(debug_from_environment()) {
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_dup(comm_, &creation_));
   MPI_CHECK(MPI_Comm_set_errhandler(creation_, MPI_ERRORS_RETURN));
+  control_ = std::make_unique<ControlChannel>(comm_, this->world_ranks(), this->name(), signature_text);
   int* tag_ub = nullptr;
   int found = 0;
   MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
@@ -230,12 +264,13 @@ MpiProcessGroup::~MpiProcessGroup() {
 void MpiProcessGroup::shutdown() {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shut_down_.exchange(true)) return;
-  if (!thread_.stop(timeout_)) {
+  if (!thread_.stop(timeout())) {
     abort_all("process group " + name() + ": " + std::to_string(thread_.pending()) +
                   " collective(s) still not complete when the group was shut down (dist::finalize() or "
                   "destruction); another rank did not call them",
               1);
   }
+  control_->shutdown();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;  // MPI has freed every communicator already
@@ -276,8 +311,22 @@ MPI_Comm MpiProcessGroup::creation_comm() const {
 WorkPtr MpiProcessGroup::post(std::shared_ptr<CommTask> task) {
   DPT_CHECK(!shut_down_) << task->describe()
                          << ": the group was used after it was shut down (dist::finalize())";
-  thread_.post(task, timeout_);
+  thread_.post(task, timeout());
   return task;
+}
+
+WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task) {
+  DPT_CHECK(!shut_down_) << task->describe()
+                         << ": the group was used after it was shut down (dist::finalize())";
+  const CallSignature signature = task->signature();
+  task->control = control_.get();
+  task->seq = control_->record(signature);
+  if (debug_collectives_.load(std::memory_order_relaxed)) {
+    const std::chrono::milliseconds limit = timeout();
+    control_->check_same(task->seq, signature,
+                         limit.count() > 0 ? ControlChannel::Clock::now() + limit : ControlChannel::Clock::time_point::max());
+  }
+  return post(std::move(task));
 }
 
 void MpiProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what) const {
@@ -346,7 +395,7 @@ WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
     task->shm = shm_.get();
     task->scratch = {shm_->begin(), shm_->end()};
   }
-  return post(std::move(task));
+  return post_collective(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
@@ -359,7 +408,7 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
   task->writes = span_of(t);
   task->dtype = t.dtype();
   task->n = t.numel();
-  return post(std::move(task));
+  return post_collective(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
@@ -386,7 +435,7 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   task->dtype = out.dtype();
   task->n = n;
   set_chunks(*task, n, size());
-  return post(std::move(task));
+  return post_collective(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
@@ -410,10 +459,10 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
   task->dtype = in.dtype();
   task->n = n;
   set_chunks(*task, n, size());
-  return post(std::move(task));
+  return post_collective(std::move(task));
 }
 
-WorkPtr MpiProcessGroup::barrier() { return post(make_op(OpKind::barrier, comm_, *this)); }
+WorkPtr MpiProcessGroup::barrier() { return post_collective(make_op(OpKind::barrier, comm_, *this)); }
 
 WorkPtr MpiProcessGroup::send(const Tensor& t, int dst, int tag) {
   if (t.defined() && t.device().is_cuda()) return nccl(t).send(t, dst, tag);

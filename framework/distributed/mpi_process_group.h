@@ -1,8 +1,9 @@
 // The MPI backend of ProcessGroup, for CPU tensors: each group owns a communicator for its
-// collectives, a second one from which sub-groups are made, and a CommThread (comm_thread.h)
-// that runs the collectives as nonblocking MPI calls in call order: started by the caller
-// when the group's poll token is free, polled by a caller in wait(), and otherwise by the
-// group's communication thread in the background.
+// collectives, a second one from which sub-groups are made, a ControlChannel
+// (control_channel.h) that numbers its collectives and explains a timeout, and a CommThread
+// (comm_thread.h) that runs the collectives as nonblocking MPI calls in call order: started
+// by the caller when the group's poll token is free, polled by a caller in wait(), and
+// otherwise by the group's communication thread in the background.
 #pragma once
 
 #include <mpi.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "distributed/comm_thread.h"
+#include "distributed/control_channel.h"
 #include "distributed/process_group.h"
 
 namespace dpt::dist {
@@ -22,6 +24,8 @@ namespace dpt::dist {
 class NcclProcessGroup;
 
 class ShmSegment;
+
+struct MpiOp;
 
 class MpiProcessGroup final : public ProcessGroup {
  public:
@@ -59,11 +63,21 @@ class MpiProcessGroup final : public ProcessGroup {
   MPI_Comm creation_comm() const;
   // Tuning, for benchmarks (PollPolicy in comm_thread.h).
   void set_poll_policy(const PollPolicy& policy) { thread_.set_poll_policy(policy); }
-  // wait() throws Error after this long; 0 (the default unless the environment variable
-  // DPT_DIST_TIMEOUT_S is set) waits forever. A timed-out collective leaves MPI unusable:
-  // the caller should report and abort_all().
-  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  // wait() throws Error after this long, naming the collective, its number in the group
+  // (#1, #2, ...) and the ranks that did not call it or called it with other arguments
+  // (ControlChannel::diagnose); 0 waits forever. Default: the environment variable
+  // DPT_DIST_TIMEOUT_S (seconds), else 0; dist::set_timeout() sets it for every group. A
+  // timed-out collective leaves the group unusable: the caller should report and abort_all().
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ms_ = timeout.count(); }
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
+  // Debug mode: before each collective (not send/recv) every rank of the group checks that all
+  // of them call the same operation with the same reduce op, dtype, element count and root,
+  // and the call throws Error on every rank naming the first rank that differs from rank 0
+  // (ControlChannel::check_same). Costs a small all-gather per collective. Default: on when
+  // the environment variable DPT_DIST_DEBUG is "collectives"; dist::set_debug_collectives()
+  // sets it for every group. Every rank must use the same setting.
+  void set_debug_collectives(bool on) { debug_collectives_ = on; }
+  bool debug_collectives() const { return debug_collectives_; }
 
   // Lets the queued collectives complete (abort_all() if they are not complete within the
   // timeout, when one is set), stops the thread and frees the communicators; afterwards
@@ -79,13 +93,17 @@ class MpiProcessGroup final : public ProcessGroup {
   ProcessGroup& nccl(const Tensor& t);
 
   WorkPtr post(std::shared_ptr<CommTask> task);
+  // Numbers a collective (and checks it in debug mode), then posts it.
+  WorkPtr post_collective(std::shared_ptr<MpiOp> task);
   void check_tensor(const char* op, const Tensor& t, const char* what) const;
   void check_peer(const char* op, const char* what, int peer) const;
   void check_tag(const char* op, int tag) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;      // the collectives' (called by the poll token's holder)
   MPI_Comm creation_ = MPI_COMM_NULL;  // sub-group creation only
-  std::chrono::milliseconds timeout_{0};
+  std::atomic<int64_t> timeout_ms_{0};
+  std::atomic<bool> debug_collectives_{false};
+  std::unique_ptr<ControlChannel> control_;
   int tag_ub_ = 32767;  // MPI_TAG_UB
   std::mutex shutdown_mutex_;
   std::atomic<bool> shut_down_{false};

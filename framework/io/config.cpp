@@ -22,7 +22,7 @@ using Keys = std::vector<std::string>;
 const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size", "eval_batch_size",
                        "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
                        "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay",
-                       "deterministic", "on_nonfinite", "checkpoint"};
+                       "deterministic", "on_nonfinite", "checkpoint", "debug"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
@@ -30,7 +30,7 @@ const std::map<std::string, Keys> kSectionKeys = {
     {"schedule", {"name", "warmup_epochs", "milestones", "gamma", "min_lr"}},
     {"output", {"dir"}},
     {"checkpoint", {"every_epochs", "keep_last"}},
-    {"distributed", {"bucket_cap_mb", "sync_bn", "find_unused_parameters", "backend"}},
+    {"distributed", {"bucket_cap_mb", "sync_bn", "find_unused_parameters", "backend", "timeout_s"}},
 };
 // The keys that apply to each choice of `name`.
 const std::map<std::string, Keys> kDatasetKeys = {
@@ -54,6 +54,7 @@ const Keys kOptimizerNames = {"sgd", "adamw"};
 const Keys kScheduleNames = {"constant", "multistep", "cosine"};
 const Keys kLrScalingNames = {"none", "linear"};
 const Keys kBackendNames = {"auto", "mpi", "nccl"};
+const Keys kDebugNames = {"none", "collectives"};
 const Keys kNonfiniteActions = {"stop", "skip"};
 
 std::string join(const Keys& keys) {
@@ -429,9 +430,12 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   if (root["batch_size"]) c.batch_size = r.get_int(root["batch_size"], "batch_size", 1, positive);
   if (root["eval_batch_size"])
     c.eval_batch_size = r.get_int(root["eval_batch_size"], "eval_batch_size", 1, positive);
-  if (root["threads"])
-    c.threads =
-        r.get_int(root["threads"], "threads", 0, non_negative + " (0 = this process's share of the cores)");
+  if (root["threads"]) {
+    // OpenMP cannot start an absurd number of threads, and crashes trying.
+    const std::string expected = "an integer in [0, 1024] (0 = this process's share of the cores)";
+    c.threads = r.get_int(root["threads"], "threads", 0, expected);
+    if (c.threads > 1024) r.fail_value(root["threads"], "threads", expected);
+  }
   if (root["seed"]) c.seed = r.get_u64(root["seed"], "seed");
   if (root["label_smoothing"]) {
     c.label_smoothing =
@@ -458,7 +462,11 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
       c.distributed.find_unused_parameters =
           r.get_bool(d["find_unused_parameters"], "distributed.find_unused_parameters");
     if (d["backend"]) c.distributed.backend = r.get_choice(d["backend"], "distributed.backend", "backend", kBackendNames);
+    if (d["timeout_s"])
+      c.distributed.timeout_s = r.get_double(d["timeout_s"], "distributed.timeout_s", 0, 1e9, false, false,
+                                             "a number of seconds in [0, 1e9] (0 = wait forever)");
   }
+  if (root["debug"]) c.debug = r.get_choice(root["debug"], "debug", "debug mode", kDebugNames);
 
   if (root["deterministic"]) c.deterministic = r.get_bool(root["deterministic"], "deterministic");
   if (root["on_nonfinite"])
@@ -573,7 +581,9 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "sync_bn" << YAML::Value << d.sync_bn;
   out << YAML::Key << "find_unused_parameters" << YAML::Value << d.find_unused_parameters;
   out << YAML::Key << "backend" << YAML::Value << d.backend;
+  number("timeout_s", d.timeout_s);
   out << YAML::EndMap;
+  out << YAML::Key << "debug" << YAML::Value << c.debug;
 
   out << YAML::Key << "deterministic" << YAML::Value << c.deterministic;
   out << YAML::Key << "on_nonfinite" << YAML::Value << c.on_nonfinite;

@@ -60,6 +60,9 @@ struct DistributedConfig {
   bool sync_bn = false;                 // synchronised batch-norm statistics across ranks
   bool find_unused_parameters = false;  // allow parameters that get no gradient
   std::string backend = "auto";         // auto | mpi | nccl (auto: NCCL for CUDA tensors, else MPI)
+  // A collective not complete after this long ends the run with a message naming the group,
+  // the collective, its number and the ranks that did not call it; 0 = wait forever.
+  double timeout_s = 1800;
 };
 
 // Checkpoints go to <output.dir>/checkpoints (io/checkpoint.h has the layout).
@@ -88,6 +91,9 @@ struct Config {
   std::string lr_scaling = "none";
   // Exponential moving average of the weights, used for evaluation; 0 = off.
   double ema_decay = 0;
+  // none, or collectives: before each collective every rank checks that all call the same
+  // operation with the same dtype and element count (a small all-gather per collective).
+  std::string debug = "none";
   // Bit-for-bit reproducible CPU runs from the seed for a given world size and thread
   // count (README: "Determinism").
   bool deterministic = false;

@@ -1,0 +1,300 @@
+// The control channel of control_channel.h: the call records, the listener that answers
+// other ranks' questions about them, the debug check, and the account of a timed-out
+// collective. Every MPI call goes through MPI_CHECK (so under MPI_THREAD_SERIALIZED it takes
+// the process-wide MPI mutex); the listener and diagnose() turn failures into text instead
+// of throwing, since they run when something has already gone wrong.
+#include "distributed/control_channel.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "distributed/mpi_check.h"
+
+namespace dpt::dist {
+namespace {
+
+using Clock = ControlChannel::Clock;
+
+// Tests `request` until it completes or `deadline` passes: yields at first (the answer is
+// usually there within microseconds), then sleeps up to 1 ms between tests so a long wait
+// does not take a core from the ranks it waits for. false: timed out.
+bool test_until(MPI_Request& request, Clock::time_point deadline) {
+  int sleep_us = 0;
+  for (;;) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return true;
+    if (Clock::now() >= deadline) return false;
+    if (sleep_us == 0) {
+      sched_yield();
+      sleep_us = 1;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min(sleep_us * 2, 1000);
+    }
+  }
+}
+
+std::string seconds_text(Clock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", std::chrono::duration<double>(d).count());
+  return text;
+}
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+}  // namespace
+
+ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
+                               Describe describe)
+    : world_ranks_(std::move(world_ranks)), group_name_(std::move(group_name)), describe_(std::move(describe)) {
+  MPI_CHECK(MPI_Comm_dup(comm, &control_));
+  MPI_CHECK(MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(control_, &rank_));
+  MPI_CHECK(MPI_Comm_size(control_, &size_));
+  if (size_ > 1) {
+    MPI_CHECK(MPI_Irecv(&query_, sizeof(Query), MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, control_, &query_request_));
+    listener_ = std::thread([this] { listen(); });
+  }
+}
+
+ControlChannel::~ControlChannel() {
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dpt: shutting down the control channel of %s: %s\n", group_name_.c_str(), e.what());
+  }
+}
+
+void ControlChannel::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) return;
+    shut_down_ = stopping_ = true;
+  }
+  cv_.notify_all();
+  if (listener_.joinable()) listener_.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_CHECK(MPI_Comm_free(&control_));
+}
+
+int64_t ControlChannel::record(const CallSignature& signature) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t seq = ++latest_;
+  records_[static_cast<size_t>(seq) % kRemembered] = {seq, signature};
+  return seq;
+}
+
+ControlChannel::Answer ControlChannel::answer_for(int64_t seq) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Answer a;
+  if (latest_ > 0) a.latest = records_[static_cast<size_t>(latest_) % kRemembered];
+  const Record& r = records_[static_cast<size_t>(seq > 0 ? seq : 0) % kRemembered];
+  if (seq > 0 && r.seq == seq) a.asked = r;
+  return a;
+}
+
+void ControlChannel::listen() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!cv_.wait_for(lock, kListenInterval, [&] { return stopping_; })) {
+      lock.unlock();
+      const bool ok = serve_queries();
+      lock.lock();
+      if (!ok) break;
+    }
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  try {
+    if (query_request_ != MPI_REQUEST_NULL) {
+      MPI_CHECK(MPI_Cancel(&query_request_));
+      MPI_CHECK(MPI_Wait(&query_request_, MPI_STATUS_IGNORE));
+    }
+    // Answers are a few bytes and leave at once; one still pending goes to a rank that is
+    // gone, so give it a moment, then let MPI finish it alone and keep its buffer alive.
+    const Clock::time_point until = Clock::now() + kListenInterval;
+    for (size_t i = 0; i < reply_requests_.size(); ++i) {
+      if (!test_until(reply_requests_[i], until)) {
+        MPI_CHECK(MPI_Request_free(&reply_requests_[i]));
+        (void)replies_[i].release();
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dpt: control channel of %s: %s\n", group_name_.c_str(), e.what());
+  }
+}
+
+bool ControlChannel::serve_queries() {
+  try {
+    for (;;) {
+      int done = 0;
+      MPI_Status status;
+      MPI_CHECK(MPI_Test(&query_request_, &done, &status));
+      if (!done) break;
+      replies_.push_back(std::make_unique<Answer>(answer_for(query_.seq)));
+      reply_requests_.push_back(MPI_REQUEST_NULL);
+      MPI_CHECK(MPI_Isend(replies_.back().get(), sizeof(Answer), MPI_BYTE, status.MPI_SOURCE, query_.reply_tag,
+                          control_, &reply_requests_.back()));
+      MPI_CHECK(
+          MPI_Irecv(&query_, sizeof(Query), MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, control_, &query_request_));
+    }
+    for (size_t i = 0; i < reply_requests_.size();) {
+      int done = 0;
+      MPI_CHECK(MPI_Test(&reply_requests_[i], &done, MPI_STATUS_IGNORE));
+      if (!done) {
+        ++i;
+        continue;
+      }
+      reply_requests_.erase(reply_requests_.begin() + static_cast<std::ptrdiff_t>(i));
+      replies_.erase(replies_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dpt: control channel of %s stops answering: %s\n", group_name_.c_str(), e.what());
+    return false;
+  }
+}
+
+std::string ControlChannel::rank_name(int rank) const {
+  std::string name = "rank " + std::to_string(rank);
+  if (world_ranks_[rank] != rank) name += " (world rank " + std::to_string(world_ranks_[rank]) + ")";
+  return name;
+}
+
+std::string ControlChannel::call_text(const Record& record) const {
+  if (record.seq == 0) return "none yet";
+  std::ostringstream text;
+  text << "#" << record.seq << " " << describe_(record.signature);
+  return text.str();
+}
+
+void ControlChannel::check_same(int64_t seq, const CallSignature& signature, Clock::time_point deadline) {
+  if (size_ == 1) return;
+  std::lock_guard<std::mutex> check(check_mutex_);
+  // On the heap: a gather that times out stays in flight (MPI cannot cancel a collective),
+  // so its buffers must outlive this call; they are leaked then, as the group is unusable.
+  struct Exchange {
+    Record mine;
+    std::vector<Record> all;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  auto owned = std::make_unique<Exchange>();
+  Exchange* x = owned.get();
+  x->mine = {seq, signature};
+  x->all.resize(static_cast<size_t>(size_));
+  MPI_CHECK(MPI_Iallgather(&x->mine, sizeof(Record), MPI_BYTE, x->all.data(), sizeof(Record), MPI_BYTE, control_,
+                           &x->request));
+  const Clock::time_point start = Clock::now();
+  if (!test_until(x->request, deadline)) {
+    (void)owned.release();
+    DPT_FAIL() << group_name_ << ": collective " << call_text(x->mine) << ": not every rank reached the "
+               << "debug: collectives check within " << seconds_text(deadline - start) << diagnose_locked(seq, signature)
+               << " (do all ranks run with debug: collectives?)";
+  }
+  const Record& first = x->all[0];
+  for (int r = 1; r < size_; ++r) {
+    const Record& other = x->all[static_cast<size_t>(r)];
+    if (other.seq == first.seq && other.signature == first.signature) continue;
+    const bool same_seq = other.seq == first.seq;
+    DPT_FAIL() << group_name_ << ": collective #" << seq << " differs between ranks (debug: collectives): "
+               << rank_name(0) << " calls " << (same_seq ? describe_(first.signature) : call_text(first)) << ", "
+               << rank_name(r) << " calls " << (same_seq ? describe_(other.signature) : call_text(other));
+  }
+}
+
+std::string ControlChannel::diagnose(int64_t seq, const CallSignature& signature) {
+  if (size_ == 1) return "";
+  std::lock_guard<std::mutex> check(check_mutex_);
+  return diagnose_locked(seq, signature);
+}
+
+std::string ControlChannel::diagnose_locked(int64_t seq, const CallSignature& signature) {
+  // Replies carry a tag of their own, so a late answer to an earlier question is never
+  // taken for this one's. On the heap: a send or receive that cannot be cancelled keeps
+  // its buffer (leaked then).
+  struct Exchange {
+    Query query;
+    std::vector<Answer> answers;
+    std::vector<MPI_Request> receives, sends;
+  };
+  auto owned = std::make_unique<Exchange>();
+  Exchange* x = owned.get();
+  queries_ = queries_ % 32000 + 1;  // tags 1..32000, below every MPI_TAG_UB (>= 32767)
+  x->query = {seq, queries_, 0};
+  x->answers.resize(static_cast<size_t>(size_));
+  x->receives.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  x->sends.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  std::vector<bool> answered(static_cast<size_t>(size_), false);
+  bool leak = false;
+  std::string failure;
+  try {
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_CHECK(MPI_Irecv(&x->answers[r], sizeof(Answer), MPI_BYTE, r, x->query.reply_tag, control_,
+                          &x->receives[r]));
+      MPI_CHECK(MPI_Isend(&x->query, sizeof(Query), MPI_BYTE, r, kTagQuery, control_, &x->sends[r]));
+    }
+    const Clock::time_point deadline = Clock::now() + kAnswerWait;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) answered[r] = test_until(x->receives[r], deadline);
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      if (!answered[r]) {
+        MPI_CHECK(MPI_Cancel(&x->receives[r]));
+        int cancelled = 0;
+        MPI_Status status;
+        MPI_CHECK(MPI_Wait(&x->receives[r], &status));
+        MPI_CHECK(MPI_Test_cancelled(&status, &cancelled));
+        answered[r] = !cancelled;  // it came in after all
+      }
+      int sent = 0;
+      MPI_CHECK(MPI_Test(&x->sends[r], &sent, MPI_STATUS_IGNORE));
+      if (!sent) {
+        MPI_CHECK(MPI_Request_free(&x->sends[r]));
+        leak = true;
+      }
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+    leak = true;
+  }
+  if (leak) (void)owned.release();
+  if (!failure.empty()) return "; could not ask the other ranks: " + failure;
+
+  std::vector<std::string> missing, different, silent;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const Answer& a = x->answers[r];
+    if (!answered[r]) {
+      silent.push_back(rank_name(r));
+    } else if (a.asked.seq == seq) {
+      if (!(a.asked.signature == signature))
+        different.push_back(rank_name(r) + " as " + describe_(a.asked.signature));
+    } else if (a.latest.seq < seq) {
+      missing.push_back(rank_name(r) + " (its latest collective on " + group_name_ + ": " + call_text(a.latest) +
+                        ")");
+    }
+  }
+  std::string text;
+  if (!missing.empty()) text += "; did not arrive: " + join(missing);
+  if (!different.empty())
+    text += "; called it with other arguments: " + join(different) +
+            " (debug: collectives checks each call before it runs)";
+  if (!silent.empty()) text += "; no answer within " + seconds_text(kAnswerWait) + " from " + join(silent);
+  if (text.empty()) text = "; every rank called it with the same arguments (is one stuck in another group's collective?)";
+  return text;
+}
+
+}  // namespace dpt::dist

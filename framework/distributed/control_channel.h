@@ -1,0 +1,119 @@
+// A process group's side channel for faults. Each rank numbers the group's collectives as
+// it calls them (#1, #2, ...) and keeps the last few; over a duplicate of the group's
+// communicator that no collective data travels on, a listener thread answers the other
+// ranks' questions about them. So a rank whose collective timed out can name the ranks that
+// never called it, or called something else; and in debug mode the ranks compare every
+// collective before it runs (as TORCH_DISTRIBUTED_DEBUG=DETAIL does).
+// The normal path costs one counter and a 24-byte copy under an uncontended mutex per
+// collective; the listener wakes every kListenInterval to test one receive.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace dpt::dist {
+
+// What tells one collective call from another across ranks: the backend's operation code,
+// reduce op, dtype, root and element count. Its text comes from the group (describe below).
+struct CallSignature {
+  int32_t op = 0, reduce = 0, dtype = 0, root = 0;
+  int64_t count = 0;
+  bool operator==(const CallSignature&) const = default;
+};
+
+class ControlChannel {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Describe = std::function<std::string(const CallSignature&)>;
+  static constexpr std::chrono::milliseconds kListenInterval{50};
+  // How long diagnose() waits for the other ranks' answers.
+  static constexpr std::chrono::milliseconds kAnswerWait{1500};
+
+  // Collective over `comm` (it is duplicated, not kept). requires: MPI initialised;
+  // world_ranks[r] the world rank of comm's rank r; group_name for messages ("world");
+  // describe gives a call's text ("all_reduce(sum) of 10 f32").
+  // ensures: a listener thread runs when the group has more than one rank.
+  ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name, Describe describe);
+  ~ControlChannel();  // shutdown()
+  ControlChannel(const ControlChannel&) = delete;
+  ControlChannel& operator=(const ControlChannel&) = delete;
+
+  // Stops the listener and frees the duplicate communicator. Idempotent; nothing below may
+  // be called afterwards.
+  void shutdown();
+
+  // Numbers the group's next collective and remembers its signature; returns its number
+  // (1, 2, ...). Called by the caller of each collective, in call order.
+  int64_t record(const CallSignature& signature);
+
+  // debug: collectives. Every rank passes its number and signature for the same call.
+  // Throws Error on every rank when some rank's call differs from rank 0's, naming the first
+  // such rank and both calls; or, on a rank where not every rank has come by `deadline`
+  // (Clock::time_point::max(): no limit), Error with diagnose()'s account.
+  void check_same(int64_t seq, const CallSignature& signature, Clock::time_point deadline);
+
+  // For collective `seq` that did not complete: asks every other rank (kAnswerWait at most)
+  // and returns "; rank 1 did not arrive (its latest collective is #3: barrier)" or
+  // "; every rank called it, but rank 1 as all_reduce(sum) of 0 f32", or the like.
+  // "" on a group of one rank. Never throws: an MPI failure becomes part of the text.
+  std::string diagnose(int64_t seq, const CallSignature& signature);
+
+ private:
+  struct Record {
+    int64_t seq = 0;  // 0: none
+    CallSignature signature;
+  };
+  // A listener's answer about call `asked`: the rank's latest call, and its call number
+  // `asked` if it has made it and still remembers it (else seq 0).
+  struct Answer {
+    Record latest, asked;
+  };
+  struct Query {
+    int64_t seq = 0;
+    int32_t reply_tag = 0, unused = 0;
+  };
+  static constexpr int kTagQuery = 0;
+  static constexpr size_t kRemembered = 64;  // calls each rank keeps for answers
+
+  std::string diagnose_locked(int64_t seq, const CallSignature& signature);  // under check_mutex_
+  Answer answer_for(int64_t seq);
+  void listen();
+  bool serve_queries();   // by the listener; false when MPI failed
+  std::string rank_name(int rank) const;  // "rank 1" or "rank 1 (world rank 3)"
+  std::string call_text(const Record& record) const;
+
+  MPI_Comm control_ = MPI_COMM_NULL;
+  std::vector<int> world_ranks_;
+  std::string group_name_;
+  Describe describe_;
+  int rank_ = 0, size_ = 1;
+
+  std::mutex mutex_;  // the records; the listener's stop flag
+  std::condition_variable cv_;
+  int64_t latest_ = 0;
+  std::array<Record, kRemembered> records_{};
+  bool stopping_ = false, shut_down_ = false;
+
+  std::mutex check_mutex_;  // one check_same() or diagnose() at a time
+  int32_t queries_ = 0;     // under check_mutex_: makes each diagnose()'s reply tag fresh
+
+  // The listener's own; it is the only thread that touches them.
+  Query query_{};
+  MPI_Request query_request_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> reply_requests_;
+  std::vector<std::unique_ptr<Answer>> replies_;  // parallel; buffers stay put while in flight
+
+  std::thread listener_;  // last: starts once the members above exist
+};
+
+}  // namespace dpt::dist
