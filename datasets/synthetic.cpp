@@ -23,11 +23,13 @@ Dataset make_synthetic(int64_t channels, int64_t height, int64_t width, int64_t 
                     !__builtin_mul_overflow(sample, size, &pixels) &&
                     !__builtin_add_overflow(pixels, size * static_cast<int64_t>(sizeof(int64_t)), &bytes);
   const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  DPT_CHECK(fits && bytes <= memory)
-      << "synthetic dataset: " << size << " samples of " << channels << "x" << height << "x" << width << " need "
-      << (fits ? std::to_string(bytes / (1 << 20)) + " MiB (" + std::to_string(sample + 8) + " bytes each)"
-               : std::string("more than 2^63 bytes"))
-      << ", more than this machine's memory (" << memory / (1 << 20) << " MiB)";
+  DPT_CHECK(fits && bytes <= memory) << "synthetic dataset: " << size << " samples of " << channels << "x"
+                                     << height << "x" << width << " need "
+                                     << (fits ? std::to_string(bytes / (1 << 20)) + " MiB (" +
+                                                    std::to_string(sample + 8) + " bytes each)"
+                                              : std::string("more than 2^63 bytes"))
+                                     << ", more than this machine's memory (" << memory / (1 << 20)
+                                     << " MiB)";
   Dataset d;
   d.channels = channels;
   d.height = height;

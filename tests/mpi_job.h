@@ -32,13 +32,16 @@ class MpiJob {
   // Runs `command` with /bin/sh in a process group of its own, stdout and stderr into
   // `dir`/out and `dir`/err, and DPT_TEST_JOB set so that its ranks can be told from others.
   MpiJob(const std::string& command, const std::filesystem::path& dir)
-      : out_(dir / "job_out"), err_(dir / "job_err"), id_(std::to_string(::getpid()) + "_" + std::to_string(next_id()++)) {
+      : out_(dir / "job_out"),
+        err_(dir / "job_err"),
+        id_(std::to_string(::getpid()) + "_" + std::to_string(next_id()++)) {
     mark_ = std::chrono::steady_clock::now();
     pid_ = ::fork();
     if (pid_ == 0) {
       ::setpgid(0, 0);
-      const std::string line = "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 DPT_TEST_JOB=" + id_ +
-                               "; exec " + command + " >" + out_.string() + " 2>" + err_.string();
+      const std::string line =
+          "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 DPT_TEST_JOB=" + id_ + "; exec " +
+          command + " >" + out_.string() + " 2>" + err_.string();
       ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -101,7 +104,8 @@ class MpiJob {
       reaped_ = true;
     }
     r.seconds = std::chrono::duration<double>(end_ - mark_).count();
-    if (!r.finished) r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - mark_).count();
+    if (!r.finished)
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - mark_).count();
     r.exit_code = WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
     r.out = read(out_);
     r.err = read(err_);

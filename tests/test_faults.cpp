@@ -38,7 +38,8 @@ TEST_P(Faults, EveryRankEndsNonZeroWithTheFailingRanksMessageFirst) {
   const fs::path program = fs::path(build ? build : ".") / "fault_rank";
   ASSERT_TRUE(fs::exists(program)) << program << " not built (DPT_BUILD_DIR)";
   dpt::testing::TempDir dir("dpt_faults");
-  dpt::testing::MpiJob job("mpirun --oversubscribe --bind-to none -np 2 " + program.string() + " " + s.name, dir.path());
+  dpt::testing::MpiJob job("mpirun --oversubscribe --bind-to none -np 2 " + program.string() + " " + s.name,
+                           dir.path());
   dpt::testing::JobResult r = job.finish(std::chrono::seconds(60));
   ASSERT_TRUE(r.finished) << s.name << ": still running after 60 s\n" << r.err;
   EXPECT_NE(r.exit_code, 0) << r.err;
@@ -56,15 +57,18 @@ INSTANTIATE_TEST_SUITE_P(
                  "] error: world: collective #2 differs between ranks (debug: collectives): rank 0 calls "
                  "all_reduce(sum) of 1000 f32, rank 1 calls all_reduce(sum) of 1001 f32",
                  0},
-        Scenario{"size-mismatch",
-                 "[rank 0] error: all_reduce(sum) of 1000 f32 on world (collective #2): not complete after 2 s",
-                 "; called it with other arguments: rank 1 as all_reduce(sum) of 0 f32", 2},
-        Scenario{"missing",
-                 "[rank 0] error: all_reduce(sum) of 1000 f32 on world (collective #2): not complete after 2 s",
-                 "; did not arrive: rank 1 (its latest collective on world: #1 barrier)", 2},
+        Scenario{
+            "size-mismatch",
+            "[rank 0] error: all_reduce(sum) of 1000 f32 on world (collective #2): not complete after 2 s",
+            "; called it with other arguments: rank 1 as all_reduce(sum) of 0 f32", 2},
+        Scenario{
+            "missing",
+            "[rank 0] error: all_reduce(sum) of 1000 f32 on world (collective #2): not complete after 2 s",
+            "; did not arrive: rank 1 (its latest collective on world: #1 barrier)", 2},
         Scenario{"throw", "[rank 1] error: rank 1 fails on purpose", "", 0},
         Scenario{"segv", "[rank 1] fatal signal SIGSEGV (segmentation fault)", "", 0},
-        Scenario{"terminate", "[rank 1] error: uncaught exception: thrown on a thread of rank 1 on purpose", "", 0}),
+        Scenario{"terminate", "[rank 1] error: uncaught exception: thrown on a thread of rank 1 on purpose",
+                 "", 0}),
     [](const ::testing::TestParamInfo<Scenario>& info) {
       std::string name = info.param.name;
       std::replace(name.begin(), name.end(), '-', '_');
@@ -77,7 +81,8 @@ TEST(FaultRankKilled, MpirunNamesTheRankAndEndsTheOthers) {
   const char* build = std::getenv("DPT_BUILD_DIR");
   const fs::path program = fs::path(build ? build : ".") / "fault_rank";
   dpt::testing::TempDir dir("dpt_faults");
-  dpt::testing::MpiJob job("mpirun --oversubscribe --bind-to none -np 2 " + program.string() + " kill", dir.path());
+  dpt::testing::MpiJob job("mpirun --oversubscribe --bind-to none -np 2 " + program.string() + " kill",
+                           dir.path());
   dpt::testing::JobResult r = job.finish(std::chrono::seconds(60));
   ASSERT_TRUE(r.finished) << r.err;
   EXPECT_NE(r.exit_code, 0);

@@ -205,6 +205,7 @@ TEST(MpiCollectives, ReduceScatterUneven) {
 
 TEST(MpiCollectives, BarrierWaitsForTheSlowestRank) {
   GroupPtr w = world();
+  w->barrier()->wait();  // start together: a rank late from the previous test would wait less
   auto begin = std::chrono::steady_clock::now();
   if (w->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   w->barrier()->wait();

@@ -59,13 +59,12 @@ TEST(MpiFaults, DebugCollectivesNamesTheFirstRankThatDiffers) {
   m = error_of([&] { w->all_reduce(filled(10, 1), r == odd ? ReduceOp::max : ReduceOp::sum); });
   EXPECT_TRUE(has(m, prefix + "all_reduce(sum) of 10 f32" + who + "all_reduce(max) of 10 f32")) << m;
 
-  m = error_of([&] {
-    w->all_reduce(r == odd ? Tensor::zeros({10}, DType::i64) : filled(10, 1));
-  });
+  m = error_of([&] { w->all_reduce(r == odd ? Tensor::zeros({10}, DType::i64) : filled(10, 1)); });
   EXPECT_TRUE(has(m, prefix + "all_reduce(sum) of 10 f32" + who + "all_reduce(sum) of 10 i64")) << m;
 
   m = error_of([&] { w->broadcast(filled(10, 1), r == odd ? 1 : 0); });
-  EXPECT_TRUE(has(m, prefix + "broadcast of 10 f32 from rank 0" + who + "broadcast of 10 f32 from rank 1")) << m;
+  EXPECT_TRUE(has(m, prefix + "broadcast of 10 f32 from rank 0" + who + "broadcast of 10 f32 from rank 1"))
+      << m;
 
   m = error_of([&] {
     if (r == odd) {

@@ -31,7 +31,8 @@ OnExit(F) -> OnExit<F>;
 
 void CommTask::wait() {
   if (!finished()) {
-    const Clock::time_point deadline = timeout_.count() > 0 ? Clock::now() + timeout_ : Clock::time_point::max();
+    const Clock::time_point deadline =
+        timeout_.count() > 0 ? Clock::now() + timeout_ : Clock::time_point::max();
     std::unique_lock<std::mutex> lock(mutex_);
     if (!finished()) {
       // thread_ is valid here: the task is not complete, and completing needs mutex_. Once
@@ -71,8 +72,8 @@ bool CommTask::sleep_until_done(std::unique_lock<std::mutex>& lock, Clock::time_
 void CommTask::throw_timeout() const {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%g s", static_cast<double>(timeout_.count()) / 1000.0);
-  throw Error(describe() + ": not complete after " + seconds + " (distributed.timeout_s, DPT_DIST_TIMEOUT_S)" +
-              timeout_detail());
+  throw Error(describe() + ": not complete after " + seconds +
+              " (distributed.timeout_s, DPT_DIST_TIMEOUT_S)" + timeout_detail());
 }
 
 bool CommTask::is_completed() {

@@ -55,13 +55,16 @@ std::string join(const std::vector<std::string>& parts) {
 
 ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
                                Describe describe)
-    : world_ranks_(std::move(world_ranks)), group_name_(std::move(group_name)), describe_(std::move(describe)) {
+    : world_ranks_(std::move(world_ranks)),
+      group_name_(std::move(group_name)),
+      describe_(std::move(describe)) {
   MPI_CHECK(MPI_Comm_dup(comm, &control_));
   MPI_CHECK(MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(control_, &rank_));
   MPI_CHECK(MPI_Comm_size(control_, &size_));
   if (size_ > 1) {
-    MPI_CHECK(MPI_Irecv(&query_, sizeof(Query), MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, control_, &query_request_));
+    MPI_CHECK(
+        MPI_Irecv(&query_, sizeof(Query), MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, control_, &query_request_));
     listener_ = std::thread([this] { listen(); });
   }
 }
@@ -144,8 +147,8 @@ bool ControlChannel::serve_queries() {
       if (!done) break;
       replies_.push_back(std::make_unique<Answer>(answer_for(query_.seq)));
       reply_requests_.push_back(MPI_REQUEST_NULL);
-      MPI_CHECK(MPI_Isend(replies_.back().get(), sizeof(Answer), MPI_BYTE, status.MPI_SOURCE, query_.reply_tag,
-                          control_, &reply_requests_.back()));
+      MPI_CHECK(MPI_Isend(replies_.back().get(), sizeof(Answer), MPI_BYTE, status.MPI_SOURCE,
+                          query_.reply_tag, control_, &reply_requests_.back()));
       MPI_CHECK(
           MPI_Irecv(&query_, sizeof(Query), MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, control_, &query_request_));
     }
@@ -193,23 +196,24 @@ void ControlChannel::check_same(int64_t seq, const CallSignature& signature, Clo
   Exchange* x = owned.get();
   x->mine = {seq, signature};
   x->all.resize(static_cast<size_t>(size_));
-  MPI_CHECK(MPI_Iallgather(&x->mine, sizeof(Record), MPI_BYTE, x->all.data(), sizeof(Record), MPI_BYTE, control_,
-                           &x->request));
+  MPI_CHECK(MPI_Iallgather(&x->mine, sizeof(Record), MPI_BYTE, x->all.data(), sizeof(Record), MPI_BYTE,
+                           control_, &x->request));
   const Clock::time_point start = Clock::now();
   if (!test_until(x->request, deadline)) {
     (void)owned.release();
     DPT_FAIL() << group_name_ << ": collective " << call_text(x->mine) << ": not every rank reached the "
-               << "debug: collectives check within " << seconds_text(deadline - start) << diagnose_locked(seq, signature)
-               << " (do all ranks run with debug: collectives?)";
+               << "debug: collectives check within " << seconds_text(deadline - start)
+               << diagnose_locked(seq, signature) << " (do all ranks run with debug: collectives?)";
   }
   const Record& first = x->all[0];
   for (int r = 1; r < size_; ++r) {
     const Record& other = x->all[static_cast<size_t>(r)];
     if (other.seq == first.seq && other.signature == first.signature) continue;
     const bool same_seq = other.seq == first.seq;
-    DPT_FAIL() << group_name_ << ": collective #" << seq << " differs between ranks (debug: collectives): "
-               << rank_name(0) << " calls " << (same_seq ? describe_(first.signature) : call_text(first)) << ", "
-               << rank_name(r) << " calls " << (same_seq ? describe_(other.signature) : call_text(other));
+    DPT_FAIL() << group_name_ << ": collective #" << seq
+               << " differs between ranks (debug: collectives): " << rank_name(0) << " calls "
+               << (same_seq ? describe_(first.signature) : call_text(first)) << ", " << rank_name(r)
+               << " calls " << (same_seq ? describe_(other.signature) : call_text(other));
   }
 }
 
@@ -283,8 +287,8 @@ std::string ControlChannel::diagnose_locked(int64_t seq, const CallSignature& si
       if (!(a.asked.signature == signature))
         different.push_back(rank_name(r) + " as " + describe_(a.asked.signature));
     } else if (a.latest.seq < seq) {
-      missing.push_back(rank_name(r) + " (its latest collective on " + group_name_ + ": " + call_text(a.latest) +
-                        ")");
+      missing.push_back(rank_name(r) + " (its latest collective on " + group_name_ + ": " +
+                        call_text(a.latest) + ")");
     }
   }
   std::string text;
@@ -293,7 +297,8 @@ std::string ControlChannel::diagnose_locked(int64_t seq, const CallSignature& si
     text += "; called it with other arguments: " + join(different) +
             " (debug: collectives checks each call before it runs)";
   if (!silent.empty()) text += "; no answer within " + seconds_text(kAnswerWait) + " from " + join(silent);
-  if (text.empty()) text = "; every rank called it with the same arguments (is one stuck in another group's collective?)";
+  if (text.empty())
+    text = "; every rank called it with the same arguments (is one stuck in another group's collective?)";
   return text;
 }
 

@@ -88,7 +88,7 @@ class ControlChannel {
   std::string diagnose_locked(int64_t seq, const CallSignature& signature);  // under check_mutex_
   Answer answer_for(int64_t seq);
   void listen();
-  bool serve_queries();   // by the listener; false when MPI failed
+  bool serve_queries();                   // by the listener; false when MPI failed
   std::string rank_name(int rank) const;  // "rank 1" or "rank 1 (world rank 3)"
   std::string call_text(const Record& record) const;
 

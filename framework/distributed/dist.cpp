@@ -223,7 +223,8 @@ void abort_all(const std::string& message, int code) {
 }
 
 void set_timeout(double seconds) {
-  DPT_CHECK(seconds >= 0 && seconds <= 1e9) << "dist::set_timeout: expected seconds in [0, 1e9], got " << seconds;
+  DPT_CHECK(seconds >= 0 && seconds <= 1e9)
+      << "dist::set_timeout: expected seconds in [0, 1e9], got " << seconds;
   const std::chrono::milliseconds timeout(static_cast<int64_t>(seconds * 1000));
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);

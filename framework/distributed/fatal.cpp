@@ -21,8 +21,10 @@ struct FatalSignal {
   const char* text;  // the whole line after the rank, formatted in advance
 };
 constexpr FatalSignal kSignals[] = {
-    {SIGSEGV, "fatal signal SIGSEGV (segmentation fault)"}, {SIGBUS, "fatal signal SIGBUS (bus error)"},
-    {SIGFPE, "fatal signal SIGFPE (arithmetic error)"},      {SIGILL, "fatal signal SIGILL (illegal instruction)"},
+    {SIGSEGV, "fatal signal SIGSEGV (segmentation fault)"},
+    {SIGBUS, "fatal signal SIGBUS (bus error)"},
+    {SIGFPE, "fatal signal SIGFPE (arithmetic error)"},
+    {SIGILL, "fatal signal SIGILL (illegal instruction)"},
     {SIGABRT, "fatal signal SIGABRT (abort)"},
 };
 constexpr int kSignalCount = sizeof kSignals / sizeof kSignals[0];

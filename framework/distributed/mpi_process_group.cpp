@@ -90,11 +90,11 @@ struct MpiOp final : public CommTask {
   int peer = 0, tag = 0;  // broadcast's root; send's dst; recv's src
   Tensor out, in;         // out: the in-place tensor of all_reduce, broadcast, send, recv
   DType dtype = DType::f32;
-  int64_t n = 0;                    // elements: of `out`, of all_gather's out, of reduce_scatter's in
-  std::vector<int> counts, displs;  // all_gather, reduce_scatter: per-rank chunks
-  bool in_place = false;            // all_gather's `in` is its own chunk of `out`
-  ShmSegment* shm = nullptr;        // all_reduce: through shared memory instead of MPI
-  uint64_t shm_seq = 0;             // its op number, once started
+  int64_t n = 0;                      // elements: of `out`, of all_gather's out, of reduce_scatter's in
+  std::vector<int> counts, displs;    // all_gather, reduce_scatter: per-rank chunks
+  bool in_place = false;              // all_gather's `in` is its own chunk of `out`
+  ShmSegment* shm = nullptr;          // all_reduce: through shared memory instead of MPI
+  uint64_t shm_seq = 0;               // its op number, once started
   ControlChannel* control = nullptr;  // the group's, which outlives its pending work
   int64_t seq = 0;                    // the collective's number in its group; 0 for send/recv
 
@@ -106,8 +106,9 @@ struct MpiOp final : public CommTask {
   std::string describe() const override {
     std::ostringstream s;
     if (kind == OpKind::send || kind == OpKind::recv) {
-      s << op_kind_name(kind) << " of " << n << " " << dtype_name(dtype) << (kind == OpKind::send ? " to" : " from")
-        << " rank " << peer << " (tag " << tag << ") on " << *group_name;
+      s << op_kind_name(kind) << " of " << n << " " << dtype_name(dtype)
+        << (kind == OpKind::send ? " to" : " from") << " rank " << peer << " (tag " << tag << ") on "
+        << *group_name;
     } else {
       s << signature_text(signature()) << " on " << *group_name << " (collective #" << seq << ")";
     }
@@ -323,8 +324,9 @@ WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task) {
   task->seq = control_->record(signature);
   if (debug_collectives_.load(std::memory_order_relaxed)) {
     const std::chrono::milliseconds limit = timeout();
-    control_->check_same(task->seq, signature,
-                         limit.count() > 0 ? ControlChannel::Clock::now() + limit : ControlChannel::Clock::time_point::max());
+    control_->check_same(
+        task->seq, signature,
+        limit.count() > 0 ? ControlChannel::Clock::now() + limit : ControlChannel::Clock::time_point::max());
   }
   return post(std::move(task));
 }

@@ -77,19 +77,24 @@ Outcome config(const uint8_t* data, size_t size) {
   std::vector<std::string> overrides;
   for (size_t begin = end; begin != std::string::npos && begin < bytes.size();) {
     const size_t next = bytes.find('\0', begin + 1);
-    overrides.push_back(bytes.substr(begin + 1, next == std::string::npos ? std::string::npos : next - begin - 1));
+    overrides.push_back(
+        bytes.substr(begin + 1, next == std::string::npos ? std::string::npos : next - begin - 1));
     begin = next;
   }
   const std::string text = bytes.substr(0, end);
   io::Config loaded;
-  Outcome outcome = outcome_of([&] { loaded = io::load_config(file.hold(text.data(), text.size()), overrides); });
+  Outcome outcome =
+      outcome_of([&] { loaded = io::load_config(file.hold(text.data(), text.size()), overrides); });
   if (!outcome.accepted) return outcome;
   const std::string yaml = io::config_to_yaml(loaded);
   std::string yaml_again;
-  Outcome reloaded = outcome_of([&] { yaml_again = io::config_to_yaml(io::load_config(again.hold(yaml.data(), yaml.size()))); });
+  Outcome reloaded = outcome_of(
+      [&] { yaml_again = io::config_to_yaml(io::load_config(again.hold(yaml.data(), yaml.size()))); });
   if (!reloaded.accepted || yaml_again != yaml) {
-    std::fprintf(stderr, "config_to_yaml does not round-trip:\n--- input\n%s\n--- resolved\n%s\n--- reloaded (%s)\n%s\n",
-                 text.c_str(), yaml.c_str(), reloaded.error.c_str(), yaml_again.c_str());
+    std::fprintf(
+        stderr,
+        "config_to_yaml does not round-trip:\n--- input\n%s\n--- resolved\n%s\n--- reloaded (%s)\n%s\n",
+        text.c_str(), yaml.c_str(), reloaded.error.c_str(), yaml_again.c_str());
     std::abort();
   }
   return outcome;
@@ -104,8 +109,8 @@ Outcome safetensors(const uint8_t* data, size_t size) {
   const io::SafetensorsView& view = file.view;
   auto broken = [&](const io::SafetensorsEntry& e, const char* promise) {
     std::fprintf(stderr, "parse_safetensors accepted tensor '%s' [%llu, %llu) of a %zu-byte file: %s\n",
-                 e.name.c_str(), static_cast<unsigned long long>(e.begin), static_cast<unsigned long long>(e.end),
-                 size, promise);
+                 e.name.c_str(), static_cast<unsigned long long>(e.begin),
+                 static_cast<unsigned long long>(e.end), size, promise);
     std::abort();
   };
   if (view.data_start + view.data_size != size) broken({}, "the data section is not the rest of the file");

@@ -16,7 +16,9 @@ const char* __asan_default_options() {
          "fast_unwind_on_malloc=0";
 }
 
-const char* __lsan_default_options() { return "suppressions=" DPT_SANITIZER_DIR "/lsan.supp:print_suppressions=0"; }
+const char* __lsan_default_options() {
+  return "suppressions=" DPT_SANITIZER_DIR "/lsan.supp:print_suppressions=0";
+}
 
 const char* __ubsan_default_options() {
   return "print_stacktrace=1:halt_on_error=1:suppressions=" DPT_SANITIZER_DIR "/ubsan.supp";
