@@ -116,6 +116,7 @@ class Report(unittest.TestCase):
             self.assertEqual([float(r["efficiency"]) for r in rows], [1.0, 0.8, 0.25])
             self.assertEqual([r["time_to_target_s"] for r in rows], ["30.0000", "20.0000", ""])
             self.assertEqual([r["oversubscribed"] for r in rows], ["no", "no", "yes"])
+            self.assertEqual([r["run"] for r in rows], ["np1/r1", "np2/r1", "np4/r1"])
             with open(os.path.join(d, "results.md")) as f:
                 md = f.read()
             self.assertIn("| 4 (over) |", md)

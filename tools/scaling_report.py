@@ -21,7 +21,7 @@ from report import best_by  # noqa: E402  (tools/bench/report.py: the best run o
 PHASES = [("data_ms", "data wait"), ("forward_ms", "forward"), ("backward_ms", "backward"),
           ("comm_wait_ms", "exposed comm"), ("optimizer_ms", "optimizer")]
 COLUMNS = ["np", "global_batch", "images_per_sec", "step_ms"] + [k for k, _ in PHASES] + [
-    "efficiency", "final_test_acc", "best_test_acc", "time_to_target_s", "oversubscribed"]
+    "efficiency", "final_test_acc", "best_test_acc", "time_to_target_s", "oversubscribed", "run"]
 
 
 def load_runs(folder):
@@ -37,6 +37,7 @@ def load_runs(folder):
             summary = plotting.read_json(os.path.join(run, "summary.json"))
             summary["metrics"] = plotting.read_jsonl(os.path.join(run, "metrics.jsonl"))
             summary["np"] = summary["world_size"]
+            summary["run"] = f"{np_dir}/{rep}"  # the repeat's folder: its timeline, metrics and log
             # Steady state: the mean step after train's warm-up steps (summary.json's own
             # images_per_sec also counts the first steps, which build caches and buckets).
             summary["images_per_sec"] = summary["global_batch"] / summary["step_ms"] * 1e3
@@ -60,7 +61,8 @@ def table(runs, sweep):
     rows = []
     for n in sorted(best):
         r = best[n]
-        row = {k: r[k] for k in ("np", "global_batch", "images_per_sec", "step_ms", "final_test_acc", "best_test_acc")}
+        row = {k: r[k] for k in ("np", "global_batch", "images_per_sec", "step_ms", "final_test_acc", "best_test_acc",
+                                 "run")}
         row.update({k: r[k] for k, _ in PHASES})
         row["efficiency"] = (r["images_per_sec"] / n) / (base["images_per_sec"] / base["np"])
         row["time_to_target_s"] = time_to_target(r["metrics"], sweep.get("target"))
