@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "datasets/sampler.h"
 #include "error_of.h"
@@ -113,12 +114,13 @@ TEST(Checkpoint, RestoredCopyTrainsOnBitForBit) {
 
     Trainer b(optimizer, 2);  // another initialisation, fresh optimizer state and generators
     ASSERT_NE(flat(a.model->state_dict()), flat(b.model->state_dict()));
-    io::CheckpointInfo info = io::checkpoint_load(json, b.objects());
+    io::CheckpointRecord record = io::checkpoint_load(json, b.objects());
+    const io::CheckpointInfo& info = record.info;
     EXPECT_EQ(info.progress.step, 3);
     EXPECT_EQ(info.progress.samples_in_epoch, 16);
     EXPECT_EQ(info.progress.best_test_acc, 0.25);
     EXPECT_EQ(info.config_yaml, "model: {name: mlp}\n");
-    EXPECT_TRUE(info.has_ema);
+    EXPECT_TRUE(record.has_ema);
     EXPECT_EQ(flat(a.model->state_dict()), flat(b.model->state_dict()));
     EXPECT_EQ(b.optimizer->step_count(), a.optimizer->step_count());
 
@@ -161,6 +163,11 @@ TEST(Checkpoint, KeepLastPrunesOldAndOrphanedFiles) {
   EXPECT_EQ(files, (std::vector<std::string>{"notes.txt", "step-5.json", "step-5.optimizer.safetensors",
                                              "step-5.safetensors", "step-6.json",
                                              "step-6.optimizer.safetensors", "step-6.safetensors"}));
+  // A run resumed from an earlier checkpoint abandons the later ones: its own stay.
+  io::checkpoint_save(dir.path(), a.objects(), info_at(4), 2);
+  EXPECT_EQ(io::checkpoint_steps(dir.path()), (std::vector<int64_t>{4}));
+  io::checkpoint_save(dir.path(), a.objects(), info_at(5), 2);
+  EXPECT_EQ(io::checkpoint_steps(dir.path()), (std::vector<int64_t>{4, 5}));
 }
 
 TEST(Checkpoint, ResolveFindsTheCheckpointAResumeMeans) {
@@ -168,7 +175,7 @@ TEST(Checkpoint, ResolveFindsTheCheckpointAResumeMeans) {
   const std::string ckpt = dir.file("checkpoints");
   EXPECT_EQ(io::checkpoint_resolve("auto", ckpt), "");  // nothing yet: a fresh start
   Trainer a("sgd", 1);
-  for (int64_t s : {4, 12, 8}) io::checkpoint_save(ckpt, a.objects(), info_at(s), 0);
+  for (int64_t s : {4, 8, 12}) io::checkpoint_save(ckpt, a.objects(), info_at(s), 0);
   EXPECT_EQ(io::checkpoint_resolve("auto", ckpt), ckpt + "/step-12.json");
   EXPECT_EQ(io::checkpoint_resolve(ckpt, "elsewhere"), ckpt + "/step-12.json");
   EXPECT_EQ(io::checkpoint_resolve(ckpt + "/step-8.safetensors", ""), ckpt + "/step-8.json");
@@ -245,6 +252,28 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
   EXPECT_THAT(load_error(b), HasSubstr(model + ": cannot open: No such file or directory"));
 }
 
+TEST(Checkpoint, JsonParserRejectsEveryTruncationAndSurvivesCorruption) {
+  TempDir dir("dpt_checkpoint");
+  Trainer a("adamw", 1);
+  const std::string good = slurp(io::checkpoint_save(dir.path(), a.objects(), info_at(3), 0));
+  io::CheckpointRecord r = io::checkpoint_parse_json(good, "c.json");
+  EXPECT_EQ(r.model_file, "step-3.safetensors");
+  EXPECT_EQ(r.optimizer_file, "step-3.optimizer.safetensors");
+  EXPECT_EQ(r.dropout_rng.size(), 1u);
+  // Cut anywhere before its closing brace, the JSON is an error, never a crash.
+  for (size_t n = 0; n + 1 < good.size() - 1; n += 7)
+    EXPECT_THROW(io::checkpoint_parse_json(good.substr(0, n), "c"), Error);
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bad = good;
+    for (int k = 0; k < 2; ++k) bad[rng() % bad.size()] = static_cast<char>(rng());
+    try {
+      io::checkpoint_parse_json(bad, "c.json");
+    } catch (const Error&) {
+    }
+  }
+}
+
 TEST(Checkpoint, WithoutEmaStateTheEmaStartsFromTheLoadedWeights) {
   TempDir dir("dpt_checkpoint");
   Trainer a("sgd", 1);
@@ -256,6 +285,20 @@ TEST(Checkpoint, WithoutEmaStateTheEmaStartsFromTheLoadedWeights) {
   EXPECT_FALSE(io::checkpoint_load(json, b.objects()).has_ema);
   EXPECT_EQ(flat(b.ema->shadow()), flat(b.model->state_dict()));
   EXPECT_EQ(b.ema->updates(), 0);
+}
+
+TEST(Checkpoint, ModelWeightsLoadFromPyTorchStyleFiles) {
+  TempDir dir("dpt_checkpoint");
+  Trainer a("sgd", 1), b("sgd", 2);
+  nn::NamedTensors state = a.model->state_dict();
+  state.emplace_back("1.num_batches_tracked", Tensor::from_vector(std::vector<int64_t>{7}, {}));
+  io::safetensors_write(dir.file("torch.safetensors"), state);
+  io::model_load_weights(dir.file("torch.safetensors"), *b.model, "mlp");
+  EXPECT_EQ(flat(a.model->state_dict()), flat(b.model->state_dict()));
+  state.emplace_back("1.extra", Tensor::zeros({1}));
+  io::safetensors_write(dir.file("other.safetensors"), state);
+  EXPECT_THAT(error_of([&] { io::model_load_weights(dir.file("other.safetensors"), *b.model, "mlp"); }),
+              HasSubstr("tensor '1.extra' is not part of the model 'mlp'"));
 }
 
 TEST(Checkpoint, MetricsKeepOnlyTheEpochsTheCheckpointHad) {

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/rng.h"
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
 #include "temp_dir.h"
@@ -34,7 +35,7 @@ std::string env_or(const char* name, const char* fallback) {
 // Inference outputs of a fresh dpt mnist_cnn holding the weights in `path`.
 Tensor dpt_outputs(const std::string& path, const Tensor& x, uint64_t init_seed) {
   nn::ModulePtr model = models::build_model(YAML::Load("{name: mnist_cnn}"), {1, 28, 28, 10, init_seed});
-  io::safetensors_load_into(io::safetensors_read(path), model->state_dict(), "mnist_cnn");
+  io::model_load_weights(path, *model, "mnist_cnn");
   model->eval();
   return (*model)(x);
 }

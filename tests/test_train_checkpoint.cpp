@@ -275,4 +275,10 @@ TEST_F(TrainCheckpoint, BadCheckpointsAreOneLineAndExitCode2) {
   std::ofstream(json) << no_step;
   expect_error("", json.string() + ": missing key 'position.step'");
   expect_error("--set epochs=2 --resume nowhere.json", "--resume nowhere.json: ");
+  Result again = train("bad", 1);  // a fresh run where an earlier one left checkpoints
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_THAT(again.err,
+              HasSubstr(path("bad/checkpoints").string() +
+                        " holds checkpoints of an earlier run (the newest is step-32.json): continue it "
+                        "with --resume auto"));
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The default training job: installs what is missing, builds, and trains.
-#   tools/run.sh [CONFIG] [-np N] [--set key=value ...]
+#   tools/run.sh [CONFIG] [-np N] [--set key=value ...] [--resume PATH|auto]
 # CONFIG defaults to configs/default.yaml, N to 2. Runs `mpirun -np N build/train CONFIG`.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
@@ -12,6 +12,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     -np|--np) np="$2"; shift 2 ;;
     --set) train_args+=(--set "$2"); shift 2 ;;
+    --resume) train_args+=(--resume "$2"); shift 2 ;;
     -h|--help) sed -n '2,4p' "$0"; exit 0 ;;
     *) config="$1"; shift ;;
   esac

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "io/atomic_file.h"
 #include "io/json_value.h"
 #include "io/safetensors.h"
@@ -78,11 +79,11 @@ class Fields {
   double number(const std::string& dotted) const { return get(dotted).as_double(where(dotted)); }
   const std::string& string(const std::string& dotted) const { return get(dotted).as_string(where(dotted)); }
   // A file named in the JSON: a bare name beside the JSON, never a path elsewhere.
-  std::string sibling(const std::string& dotted) const {
+  const std::string& file_name(const std::string& dotted) const {
     const std::string& name = string(dotted);
     DPT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..")
         << where(dotted) << ": expected a file name beside the JSON, got '" << name << "'";
-    return (fs::path(file_).parent_path() / name).string();
+    return name;
   }
 
  private:
@@ -105,9 +106,12 @@ bool parse_step_file(const std::string& name, StepFile& out) {
   return true;
 }
 
-void prune(const std::string& dir, int64_t keep_last) {
-  std::vector<int64_t> steps = checkpoint_steps(dir);
-  std::set<int64_t> kept(steps.begin(), steps.end());
+// Keeps checkpoint `newest` (just written) and the keep_last - 1 before it. Checkpoints of
+// later steps are removed too: a run resumed from an older checkpoint has abandoned them.
+void prune(const std::string& dir, int64_t newest, int64_t keep_last) {
+  std::set<int64_t> kept;
+  for (int64_t step : checkpoint_steps(dir))
+    if (step <= newest) kept.insert(step);
   if (keep_last > 0)
     while (static_cast<int64_t>(kept.size()) > keep_last) kept.erase(kept.begin());
   // JSONs first: a checkpoint stops existing before its tensors go.
@@ -188,7 +192,7 @@ std::string checkpoint_save(const std::string& dir, const TrainingObjects& objec
                        ? std::string("no earlier checkpoint exists")
                        : "the last complete checkpoint is " + dir + "/" + stem(kept.back()) + ".json");
   }
-  prune(dir, keep_last);
+  prune(dir, p.step, keep_last);
   return json_path;
 }
 
@@ -227,17 +231,17 @@ std::string checkpoint_resolve(const std::string& arg, const std::string& dir) {
   return json.string();
 }
 
-CheckpointInfo checkpoint_load(const std::string& json_path, const TrainingObjects& objects) {
-  const std::string text = read_file(json_path);
-  const JsonValue root = json_parse(text, json_path);
-  Fields f(root, json_path);
+CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string& name) {
+  const JsonValue root = json_parse(text, name);
+  Fields f(root, name);
   DPT_CHECK(f.string("format") == kFormat)
       << f.where("format") << ": expected \"" << kFormat << "\", got \"" << f.string("format") << "\"";
   DPT_CHECK(f.integer("version", 0) == kVersion)
       << f.where("version") << ": this dpt reads version " << kVersion << ", the file is version "
       << f.integer("version", 0);
 
-  CheckpointInfo info;
+  CheckpointRecord r;
+  CheckpointInfo& info = r.info;
   TrainingProgress& p = info.progress;
   p.step = f.integer("position.step", 0);
   p.epoch = f.integer("position.epoch", 0);
@@ -257,53 +261,69 @@ CheckpointInfo checkpoint_load(const std::string& json_path, const TrainingObjec
   p.final_test_acc = f.number("metrics.final_test_acc");
   info.config_yaml = f.string("config");
 
-  const std::string& model_name = f.string("model.name");
-  DPT_CHECK(model_name == objects.model_name)
-      << json_path << ": a checkpoint of model '" << model_name << "', but the config's model is '"
+  r.model_name = f.string("model.name");
+  r.model_file = f.file_name("model.file");
+  r.optimizer_name = f.string("optimizer.name");
+  r.optimizer_file = f.file_name("optimizer.file");
+  r.optimizer_steps = f.integer("optimizer.steps", 0);
+  r.has_ema = !f.get("ema").is_null();
+  r.ema_updates = r.has_ema ? f.integer("ema.updates", 0) : 0;
+  const auto& states = f.get("rng.dropout").as_array(f.where("rng.dropout"));
+  for (size_t i = 0; i < states.size(); ++i) {
+    r.dropout_rng.push_back(states[i].as_string(f.where("rng.dropout")));
+    try {
+      Rng().set_state(r.dropout_rng.back());
+    } catch (const Error& e) {
+      DPT_FAIL() << f.where("rng.dropout") << " entry " << i << ": " << e.what();
+    }
+  }
+  return r;
+}
+
+CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects) {
+  const CheckpointRecord r = checkpoint_parse_json(read_file(json_path), json_path);
+  DPT_CHECK(r.model_name == objects.model_name)
+      << json_path << ": a checkpoint of model '" << r.model_name << "', but the config's model is '"
       << objects.model_name << "'";
-  const std::string& optimizer_name = f.string("optimizer.name");
-  DPT_CHECK(optimizer_name == objects.optimizer_name)
-      << json_path << ": a checkpoint with " << optimizer_name
+  DPT_CHECK(r.optimizer_name == objects.optimizer_name)
+      << json_path << ": a checkpoint with " << r.optimizer_name
       << " optimizer state, but the config's optimizer is " << objects.optimizer_name;
-  const int64_t optimizer_steps = f.integer("optimizer.steps", 0);
-  const JsonValue& ema = f.get("ema");
-  info.has_ema = !ema.is_null();
-  const int64_t ema_updates = info.has_ema ? f.integer("ema.updates", 0) : 0;
-  std::vector<std::string> rng_states;
-  for (const JsonValue& s : f.get("rng.dropout").as_array(f.where("rng.dropout")))
-    rng_states.push_back(s.as_string(f.where("rng.dropout")));
   std::vector<nn::Dropout*> drops = dropouts(objects.model);
-  DPT_CHECK(rng_states.size() == drops.size())
-      << f.where("rng.dropout") << ": " << rng_states.size()
+  DPT_CHECK(r.dropout_rng.size() == drops.size())
+      << json_path << ": key 'rng.dropout': " << r.dropout_rng.size()
       << " dropout generator states, but the model has " << drops.size() << " dropout layers";
 
   // Both tensor files are read and parsed before anything is copied.
-  SafetensorsFile model_file = safetensors_read(f.sibling("model.file"));
-  SafetensorsFile state_file = safetensors_read(f.sibling("optimizer.file"));
-  const bool load_ema = objects.ema && info.has_ema;
+  const fs::path dir = fs::path(json_path).parent_path();
+  SafetensorsFile model_file = safetensors_read((dir / r.model_file).string());
+  SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string());
+  const bool load_ema = objects.ema && r.has_ema;
   safetensors_load_into(model_file, objects.model.state_dict(), "the model '" + objects.model_name + "'");
   safetensors_load_into(
       state_file, state_tensors(objects, load_ema),
       "the " + objects.optimizer_name + " optimizer" + (load_ema ? " and EMA" : "") + " state",
       [&](const std::string& name) { return !objects.ema && name.rfind("ema.", 0) == 0; });
-  objects.optimizer.set_step_count(optimizer_steps);
-  for (size_t i = 0; i < drops.size(); ++i) {
-    try {
-      drops[i]->rng().set_state(rng_states[i]);
-    } catch (const Error& e) {
-      DPT_FAIL() << f.where("rng.dropout") << " entry " << i << ": " << e.what();
-    }
-  }
+  objects.optimizer.set_step_count(r.optimizer_steps);
+  for (size_t i = 0; i < drops.size(); ++i) drops[i]->rng().set_state(r.dropout_rng[i]);
   if (objects.ema) {
     if (load_ema) {
-      objects.ema->set_updates(ema_updates);
+      objects.ema->set_updates(r.ema_updates);
     } else {  // no EMA state saved: start averaging from the loaded weights
       nn::NamedTensors state = objects.model.state_dict();
       for (size_t i = 0; i < state.size(); ++i) objects.ema->shadow()[i].second.copy_from(state[i].second);
       objects.ema->set_updates(0);
     }
   }
-  return info;
+  return r;
+}
+
+void model_load_weights(const std::string& path, nn::Module& model, const std::string& model_name) {
+  const std::string suffix = ".num_batches_tracked";
+  safetensors_load_into(safetensors_read(path), model.state_dict(), "the model '" + model_name + "'",
+                        [&](const std::string& name) {
+                          return name.size() >= suffix.size() &&
+                                 name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+                        });
 }
 
 void metrics_keep_epochs(const std::string& path, int64_t epochs) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nn/module.h"
@@ -56,14 +57,24 @@ struct CheckpointInfo {
   bool deterministic = false;
   float lr = 0;             // the learning rate of the last step (informative)
   std::string config_yaml;  // the resolved configuration the run used
-  bool has_ema = false;     // set by checkpoint_load
 };
 
-// Writes checkpoint info.progress.step into `dir` (created if missing): the model and
-// optimizer files, then the JSON; then removes older checkpoints so that the newest
-// `keep_last` remain (0 keeps all), with any files a crashed writer left behind. Returns
-// the JSON's path. On failure throws dpt::Error naming the file and the reason; the
-// checkpoints already in `dir` are intact.
+// Everything a checkpoint's JSON holds.
+struct CheckpointRecord {
+  CheckpointInfo info;
+  std::string model_name, optimizer_name;
+  std::string model_file, optimizer_file;  // bare file names, beside the JSON
+  int64_t optimizer_steps = 0;             // Optimizer::step_count()
+  bool has_ema = false;
+  int64_t ema_updates = 0;
+  std::vector<std::string> dropout_rng;  // Rng::state() of each dropout layer, in module order
+};
+
+// Writes checkpoint S = info.progress.step into `dir` (created if missing): the model and
+// optimizer files, then the JSON. Then removes checkpoints of steps after S (abandoned by
+// a run resumed from an earlier one) and before the `keep_last` newest up to S (0 keeps
+// all), with any files a crashed writer left behind. Returns the JSON's path. On failure throws dpt::Error
+// naming the file and the reason; the checkpoints already in `dir` are intact.
 std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
                             const CheckpointInfo& info, int64_t keep_last);
 
@@ -77,12 +88,24 @@ std::vector<int64_t> checkpoint_steps(const std::string& dir);
 // JSON is missing). Anything else is an Error saying what is accepted.
 std::string checkpoint_resolve(const std::string& arg, const std::string& dir);
 
-// Reads the checkpoint, checks every key, the model and optimizer names against
-// `objects`, and every tensor's name, dtype and shape, then copies the tensors and RNG
-// states into `objects`. With an EMA but no EMA state in the checkpoint, the EMA restarts
-// from the loaded weights. Throws dpt::Error with one line naming the file, the key or
-// tensor, and what was expected.
-CheckpointInfo checkpoint_load(const std::string& json_path, const TrainingObjects& objects);
+// Parses and checks a checkpoint's JSON held in memory; `name` (its path) starts every
+// message. Throws dpt::Error with one line for malformed JSON, another format or version,
+// a missing key, a value of the wrong type or range, a file name that is not a bare name
+// beside the JSON, or a malformed generator state. Reads nothing else.
+CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string& name);
+
+// Reads the checkpoint, checks it (checkpoint_parse_json), the model and optimizer names
+// against `objects`, and every tensor's name, dtype and shape in both tensor files, then
+// copies the tensors and RNG states into `objects`. With an EMA but no EMA state in the
+// checkpoint, the EMA restarts from the loaded weights. Throws dpt::Error with one line
+// naming the file, the key or tensor, and what was expected.
+CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects);
+
+// Loads a model file (a checkpoint's step-S.safetensors, a run's model.safetensors, or a
+// PyTorch state dict saved as safetensors) into `model`: every parameter and buffer by
+// name, shape and dtype, checked before anything is copied; PyTorch's batch-norm
+// "num_batches_tracked" counters, which dpt does not keep, are ignored.
+void model_load_weights(const std::string& path, nn::Module& model, const std::string& model_name);
 
 // Keeps the lines of a metrics.jsonl whose "epoch" is at most `epochs` (the epochs a
 // resumed checkpoint had finished), so a resumed run does not list an epoch twice.

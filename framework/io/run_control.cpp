@@ -41,12 +41,19 @@ RunControl::RunControl(const Config& config, const TrainingObjects& objects, Pro
 void RunControl::resume(const std::string& arg) {
   const bool main_rank = dist::info().rank == 0;
   const std::string path = arg.empty() ? "" : checkpoint_resolve(arg, dir_);
+  // A fresh run's checkpoints must not mix with an earlier run's (--resume auto would
+  // pick theirs), and deleting them on a forgotten flag would lose days of training.
+  const std::vector<int64_t> earlier = checkpoint_steps(dir_);
+  DPT_CHECK(!arg.empty() || earlier.empty())
+      << dir_ << " holds checkpoints of an earlier run (the newest is step-" << earlier.back()
+      << ".json): continue it with --resume auto, or start over after removing them or with another "
+         "output.dir";
   if (path.empty()) {
     if (!arg.empty() && main_rank)
       std::printf("--resume %s: no checkpoint in %s, starting from scratch\n", arg.c_str(), dir_.c_str());
     return;
   }
-  CheckpointInfo info = checkpoint_load(path, objects_);
+  const CheckpointInfo info = checkpoint_load(path, objects_).info;
   at_ = info.progress;
   resumed_ = true;
   // Results depend on the thread count (how oneDNN splits its sums): a deterministic run

@@ -23,9 +23,11 @@ class RunControl {
   // messages. Requires dist::init(). Reads DPT_DEBUG_FAULT.
   RunControl(const Config& config, const TrainingObjects& objects, Progress& progress);
 
-  // Restores the checkpoint `--resume ARG` names ("" or "auto" without one: a fresh
-  // start), says so on rank 0, and in deterministic mode with `threads: 0` takes the
-  // checkpoint's thread count. Throws dpt::Error for a bad checkpoint.
+  // Restores the checkpoint `--resume ARG` names ("auto" without one: a fresh start), says
+  // so on rank 0, and in deterministic mode with `threads: 0` takes the checkpoint's
+  // thread count. ARG "" (no --resume) is a fresh start, refused (dpt::Error) when the
+  // checkpoint directory already holds an earlier run's checkpoints. Throws dpt::Error
+  // for a bad checkpoint.
   void resume(const std::string& arg);
   // Where training stands; the run's counters (step, times, accuracies) live here.
   TrainingProgress& progress() { return at_; }
