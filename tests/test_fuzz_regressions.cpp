@@ -54,4 +54,4 @@ TEST_P(FuzzInputs, AcceptedOrOneLineErrorNeverACrash) {
   EXPECT_GT(files, 0) << "no inputs under " << root << " for " << target << " (DPT_SOURCE_DIR)";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fuzz, FuzzInputs, ::testing::Values("idx", "cifar10", "config", "safetensors"));
+INSTANTIATE_TEST_SUITE_P(Fuzz, FuzzInputs, ::testing::Values("idx", "cifar10", "config", "safetensors", "checkpoint"));

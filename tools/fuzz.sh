@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Fuzzes the readers of untrusted bytes with libFuzzer under AddressSanitizer and
-# UndefinedBehaviorSanitizer: the IDX reader, the CIFAR-10 reader, the config loader (and
-# the checkpoint reader, where the tree has one). Each target runs for SECONDS (default 60),
-# one after another, in one process (the machine's other core stays free).
+# UndefinedBehaviorSanitizer: the IDX reader, the CIFAR-10 reader, the config loader and
+# the checkpoint readers (safetensors tensor files, the checkpoint JSON). Each target runs
+# for SECONDS (default 60), one after another, in one process (the other core stays free).
 #   tools/fuzz.sh [SECONDS] [TARGET ...]        e.g. tools/fuzz.sh 600 idx config
-# Installs clang and its runtimes when missing (Debian: clang, libclang-rt-dev; only this
-# script needs them), builds build-fuzz/ with -DDPT_FUZZ=ON, keeps each target's corpus in
-# build-fuzz/corpus/TARGET (seeded from tests/fuzz/corpus/TARGET), logs in
+# Installs clang, its runtimes and lld when missing (Debian: clang, libclang-rt-dev, lld;
+# only this script needs them), builds build-fuzz/ with -DDPT_FUZZ=ON, keeps each target's
+# corpus in build-fuzz/corpus/TARGET (seeded from tests/fuzz/corpus/TARGET), logs in
 # build-fuzz/logs/, crashing inputs in build-fuzz/artifacts/TARGET/, and one line per run in
 # build-fuzz/history.tsv. Exits 1 when a target found a crash: fix it, then copy the input
 # into tests/fuzz/regressions/TARGET/ so that test_fuzz_regressions replays it for good.
@@ -15,7 +15,7 @@ DPT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
 shift || true
 
-fuzz_packages=(clang libclang-rt-dev cmake ninja-build libyaml-cpp-dev zlib1g-dev)
+fuzz_packages=(clang libclang-rt-dev lld cmake ninja-build libyaml-cpp-dev zlib1g-dev)
 missing=()
 for p in "${fuzz_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -38,8 +38,9 @@ if [ ${#targets[@]} -eq 0 ]; then
   for f in "$build"/fuzz_*; do targets+=("$(basename "$f" | sed 's/^fuzz_//')"); done
 fi
 
-# Longer inputs only where the format needs them: two CIFAR-10 records are 6146 bytes.
-max_len() { case "$1" in cifar10) echo 8192 ;; *) echo 4096 ;; esac; }
+# Longer inputs only where the format needs them: two CIFAR-10 records are 6146 bytes, a
+# checkpoint JSON with a dropout generator's state about 7 KB.
+max_len() { case "$1" in cifar10) echo 8192 ;; checkpoint) echo 16384 ;; *) echo 4096 ;; esac; }
 
 mkdir -p "$build/logs"
 [ -f "$build/history.tsv" ] || printf 'date\ttarget\tseconds\truns\texec_per_s\tcrashed\n' >"$build/history.tsv"

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "datasets/cifar10.h"
 #include "datasets/idx.h"
+#include "io/checkpoint.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 
@@ -129,7 +130,25 @@ Outcome safetensors(const uint8_t* data, size_t size) {
   return outcome;
 }
 
+Outcome checkpoint(const uint8_t* data, size_t size) {
+  io::CheckpointRecord record;
+  Outcome outcome = outcome_of([&] {
+    record =
+        io::checkpoint_parse_json(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz input");
+  });
+  if (!outcome.accepted) return outcome;
+  for (const std::string* file : {&record.model_file, &record.optimizer_file}) {
+    if (file->empty() || *file == "." || *file == ".." || file->find('/') != std::string::npos ||
+        file->find('\0') != std::string::npos) {
+      std::fprintf(stderr, "checkpoint_parse_json accepted the tensor file name '%s'\n", file->c_str());
+      std::abort();
+    }
+  }
+  return outcome;
+}
+
 Target target_named(const std::string& name) {
+  if (name == "checkpoint") return checkpoint;
   if (name == "safetensors") return safetensors;
   if (name == "idx") return idx;
   if (name == "cifar10") return cifar10;

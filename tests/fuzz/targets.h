@@ -33,8 +33,13 @@ Outcome config(const uint8_t* data, size_t size);
 // as many as its shape and dtype need; F32 and I64 tensors are then copied out.
 Outcome safetensors(const uint8_t* data, size_t size);
 
-// The targets by name ("idx", "cifar10", "config", "safetensors"), for the regression test;
-// nullptr for an unknown name.
+// The bytes as a checkpoint's JSON (checkpoint_parse_json, the first thing --resume reads).
+// Accepted records must name their tensor files as bare names beside the JSON: never a
+// path that leads elsewhere.
+Outcome checkpoint(const uint8_t* data, size_t size);
+
+// The targets by name ("idx", "cifar10", "config", "safetensors", "checkpoint"), for the
+// regression test; nullptr for an unknown name.
 using Target = Outcome (*)(const uint8_t*, size_t);
 Target target_named(const std::string& name);
 
