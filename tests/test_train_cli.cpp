@@ -238,8 +238,12 @@ TEST_F(TrainCli, ASignalOnOneRankEndsEveryRank) {
     if (signal == SIGSEGV) {
       EXPECT_EQ(r.first_err_line(), "[rank 1] fatal signal SIGSEGV (segmentation fault)") << r.err;
     } else {
-      EXPECT_THAT(r.err, HasSubstr("process rank 1 with PID")) << r.err;
-      EXPECT_THAT(r.err, HasSubstr("on signal 9 (Killed)")) << r.err;
+      // mpirun names the killed rank, unless rank 0's own exit (its collective failed) is
+      // what it notices first: seen once in ~20 runs under a busy ctest -j2.
+      EXPECT_THAT(r.err, ::testing::AnyOf(::testing::AllOf(HasSubstr("process rank 1 with PID"),
+                                                           HasSubstr("on signal 9 (Killed)")),
+                                          HasSubstr("1 process returned\na non-zero exit code")))
+          << r.err;
     }
   }
 }
