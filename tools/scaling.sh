@@ -69,19 +69,21 @@ rm -rf "$out"/np[0-9]* "$out"/results.csv "$out"/results.md "$out"/scaling.png "
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 oversubscribed=()
 for np in "${np_list[@]}"; do
-  per_rank=$batch
-  [ "$mode" = weak ] || per_rank=$((global / np))
-  if [ "$np" -le "$slots" ]; then
-    binding=(--map-by "slot:PE=$threads" --bind-to core)
-  else
+  if [ "$np" -gt "$slots" ]; then
     echo "warning: $np processes on $slots slot(s) ($cores cores, $threads thread(s) a rank): oversubscribing" >&2
-    binding=(--oversubscribe --bind-to none)
     oversubscribed+=("$np")
   fi
-  run_args=(--set "batch_size=$per_rank" --set "threads=$threads")
-  [ -z "$steps" ] || run_args+=(--set epochs=1 --set "max_steps_per_epoch=$steps")
-  [ -z "$epochs" ] || run_args+=(--set "epochs=$epochs")
-  for r in $(seq "$repeats"); do
+done
+# Repeats go round the process counts, so a burst of load elsewhere spreads over all of them.
+for r in $(seq "$repeats"); do
+  for np in "${np_list[@]}"; do
+    per_rank=$batch
+    [ "$mode" = weak ] || per_rank=$((global / np))
+    binding=(--map-by "slot:PE=$threads" --bind-to core)
+    [ "$np" -le "$slots" ] || binding=(--oversubscribe --bind-to none)
+    run_args=(--set "batch_size=$per_rank" --set "threads=$threads")
+    [ -z "$steps" ] || run_args+=(--set epochs=1 --set "max_steps_per_epoch=$steps")
+    [ -z "$epochs" ] || run_args+=(--set "epochs=$epochs")
     dir="$out/np$np/r$r"
     mkdir -p "$out/np$np"
     echo "== np $np (batch $per_rank a rank), repeat $r: $dir"
