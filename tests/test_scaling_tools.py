@@ -107,7 +107,8 @@ class Report(unittest.TestCase):
                         f.write(json.dumps(dict(epoch=e + 1, test_acc=acc, elapsed_s=elapsed)) + "\n")
             with open(os.path.join(d, "sweep.json"), "w") as f:
                 json.dump(dict(command="tools/scaling.sh x.yaml", mode="weak", threads_per_rank=1, cores=2, slots=2,
-                               repeats=1, target=0.9, oversubscribed=[4], date="today",
+                               repeats=1, target=0.9, oversubscribed=[4], date="today", waited_for_idle=True,
+                               runs_started_busy=1,
                                load_average={"before": "0.1", "after": "0.2"}), f)
             r = run(PY, os.path.join(TOOLS, "scaling_report.py"), d)
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -122,6 +123,7 @@ class Report(unittest.TestCase):
             self.assertIn("| 4 (over) |", md)
             self.assertIn("not reached", md)
             self.assertIn("np 4: more processes than 2 slot(s)", md)
+            self.assertIn("90% idle for 2 s (except 1, after 10 minutes of waiting)", md)
 
 
 class BadArguments(unittest.TestCase):

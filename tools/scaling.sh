@@ -4,17 +4,19 @@
 # folder per run (np<N>/r<k>: metrics.jsonl, summary.json, timeline.json).
 #   tools/scaling.sh CONFIG [--np 1,2,4,8] [--steps K | --epochs E] [--weak | --strong]
 #     [--threads T] [--repeats R] [--target ACC] [--slots S] [--name NAME] [--out DIR]
-#     [--mpirun-args "ARGS"] [--set key=value ...]
+#     [--mpirun-args "ARGS"] [--wait-idle] [--set key=value ...]
 # --weak (default) keeps the config's batch per rank; --strong keeps the global batch of the
 # smallest np (batch_size x that np) and divides it among the ranks. Each rank gets T compute
 # threads (1) bound to its own cores; more processes than slots (cores / T, or --slots for
 # GPUs or other hosts) oversubscribe, with a warning. The best of R repeats counts.
+# --wait-idle: before each run, wait (up to 10 minutes) until the machine's cores have been
+# at least 90% idle for 2 seconds, for timings on a machine others share.
 set -euo pipefail
 DPT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//'; }
 fail() { echo "error: $*" >&2; exit 2; }
 
-config="" nps="1,2,4" steps="" epochs="" mode=weak threads=1 repeats=1 target="" slots="" name="" out=""
+config="" nps="1,2,4" steps="" epochs="" mode=weak threads=1 repeats=1 target="" slots="" name="" out="" wait_idle=0
 mpirun_args=() sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,6 +31,7 @@ while [ $# -gt 0 ]; do
     --slots) slots="${2:?}"; shift 2 ;;
     --name) name="${2:?}"; shift 2 ;;
     --out) out="${2:?}"; shift 2 ;;
+    --wait-idle) wait_idle=1; shift ;;
     --mpirun-args) read -r -a mpirun_args <<< "${2:?}"; shift 2 ;;
     --set) sets+=(--set "${2:?}"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -67,23 +70,48 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 DPT_TTY=0
 mkdir -p "$out"
 rm -rf "$out"/np[0-9]* "$out"/results.csv "$out"/results.md "$out"/scaling.png "$out"/sweep.json  # an earlier sweep's
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+# Percent of the cores busy over the next 2 seconds (/proc/stat: user..steal against idle+iowait).
+busy_percent() {
+  local a b
+  read -r -a a < <(head -1 /proc/stat)
+  sleep 2
+  read -r -a b < <(head -1 /proc/stat)
+  local total=0 idle=$(( (b[4] + b[5]) - (a[4] + a[5]) ))
+  for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+  echo $(( total > 0 ? 100 * (total - idle) / total : 0 ))
+}
+busy_runs=0
+wait_for_idle() {
+  [ "$wait_idle" = 1 ] || return 0
+  local busy
+  for _ in $(seq 300); do
+    busy=$(busy_percent)
+    [ "$busy" -gt 10 ] || return 0
+  done
+  echo "warning: the cores are still ${busy}% busy after 10 minutes: running anyway" >&2
+  busy_runs=$((busy_runs + 1))
+}
+
 oversubscribed=()
 for np in "${np_list[@]}"; do
-  per_rank=$batch
-  [ "$mode" = weak ] || per_rank=$((global / np))
-  if [ "$np" -le "$slots" ]; then
-    binding=(--map-by "slot:PE=$threads" --bind-to core)
-  else
+  if [ "$np" -gt "$slots" ]; then
     echo "warning: $np processes on $slots slot(s) ($cores cores, $threads thread(s) a rank): oversubscribing" >&2
-    binding=(--oversubscribe --bind-to none)
     oversubscribed+=("$np")
   fi
-  run_args=(--set "batch_size=$per_rank" --set "threads=$threads")
-  [ -z "$steps" ] || run_args+=(--set epochs=1 --set "max_steps_per_epoch=$steps")
-  [ -z "$epochs" ] || run_args+=(--set "epochs=$epochs")
-  for r in $(seq "$repeats"); do
+done
+# Repeats go round the process counts, so a burst of load elsewhere spreads over all of them.
+for r in $(seq "$repeats"); do
+  for np in "${np_list[@]}"; do
+    per_rank=$batch
+    [ "$mode" = weak ] || per_rank=$((global / np))
+    binding=(--map-by "slot:PE=$threads" --bind-to core)
+    [ "$np" -le "$slots" ] || binding=(--oversubscribe --bind-to none)
+    run_args=(--set "batch_size=$per_rank" --set "threads=$threads")
+    [ -z "$steps" ] || run_args+=(--set epochs=1 --set "max_steps_per_epoch=$steps")
+    [ -z "$epochs" ] || run_args+=(--set "epochs=$epochs")
     dir="$out/np$np/r$r"
     mkdir -p "$out/np$np"
+    wait_for_idle
     echo "== np $np (batch $per_rank a rank), repeat $r: $dir"
     mpirun -np "$np" "${binding[@]}" "${mpirun_args[@]}" -x DPT_TTY "$DPT_ROOT/build/train" "$config" \
       "${sets[@]}" "${run_args[@]}" --set "output.dir=$dir" --timeline "$dir/timeline.json" > "$dir.log" 2>&1 ||
@@ -96,13 +124,15 @@ command="tools/scaling.sh $config --np $nps${steps:+ --steps $steps}${epochs:+ -
 [ "$threads" = 1 ] || command+=" --threads $threads"
 [ "$repeats" = 1 ] || command+=" --repeats $repeats"
 [ -z "$target" ] || command+=" --target $target"
+[ "$wait_idle" = 0 ] || command+=" --wait-idle"
 /usr/bin/python3 - "$out/sweep.json" "$command" "$mode" "$threads" "$cores" "$slots" "$repeats" "$target" \
-  "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "${oversubscribed[@]}" <<'PY'
+  "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "$wait_idle" "$busy_runs" "${oversubscribed[@]}" <<'PY'
 import json, sys, time
-path, command, mode, threads, cores, slots, repeats, target, before, after, *over = sys.argv[1:]
+path, command, mode, threads, cores, slots, repeats, target, before, after, wait_idle, busy, *over = sys.argv[1:]
 json.dump({"command": command, "mode": mode, "threads_per_rank": int(threads), "cores": int(cores),
            "slots": int(slots), "repeats": int(repeats), "target": float(target) if target else None,
            "load_average": {"before": before, "after": after}, "oversubscribed": [int(n) for n in over],
+           "waited_for_idle": wait_idle == "1", "runs_started_busy": int(busy),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, open(path, "w"), indent=1)
 PY
 /usr/bin/python3 "$DPT_ROOT/tools/scaling_report.py" "$out"

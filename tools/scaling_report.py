@@ -95,6 +95,10 @@ def markdown(rows, sweep, name):
              f"{sweep['cores']} cores; best of {sweep['repeats']} repeat(s); load average before/after "
              f"{sweep['load_average']['before']} / {sweep['load_average']['after']}; {sweep['date']}).",
              f"`{sweep['command']}`", ""]
+    if sweep.get("waited_for_idle"):
+        busy = sweep.get("runs_started_busy", 0)
+        lines[-1:] = [f"Each run started once the cores had been at least 90% idle for 2 s"
+                      f"{f' (except {busy}, after 10 minutes of waiting)' if busy else ''}.", ""]
     if sweep.get("oversubscribed"):
         lines[-1:] = [f"np {', '.join(map(str, sweep['oversubscribed']))}: more processes than "
                       f"{sweep['slots']} slot(s), oversubscribed (ranks share cores).", ""]
