@@ -153,14 +153,23 @@ class TimelineInput(unittest.TestCase):
                        x("backward", t + 2100, bwd), x("accumulate_grad", t + 2100, 10, numel=300000),
                        x("accumulate_grad", t + 2100 + bwd - 10, 10, numel=1000),
                        x("optimizer", t + 2100 + bwd, 400)]
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"traceEvents": events}, f)
-        prof = ps.profile_from_timeline(f.name)
-        os.unlink(f.name)
-        self.assertEqual((prof.forward_ms, prof.backward_ms, prof.other_ms), (2.0, 6.0, 0.5))
-        # 1.2 MB closes the first bucket at 10 us; 4 kB is ready at the end.
-        self.assertEqual(prof.buckets, [(0.01, 1200000), (6.0, 4000)])
-        self.assertEqual(prof.step_samples, [7.5, 8.5, 10.5])
+        with tempfile.TemporaryDirectory() as d:
+            trace = os.path.join(d, "timeline.json")
+            with open(trace, "w") as f:
+                json.dump({"traceEvents": events}, f)
+            prof = ps.profile_from_timeline(trace)
+            self.assertEqual((prof.forward_ms, prof.backward_ms, prof.other_ms), (2.0, 6.0, 0.5))
+            # 1.2 MB closes the first bucket at 10 us; 4 kB is ready at the end.
+            self.assertEqual(prof.buckets, [(0.01, 1200000), (6.0, 4000)])
+            self.assertEqual(prof.step_samples, [7.5, 8.5, 10.5])
+            # The run's summary beside it: the means of all its steps (here a 12 ms backward,
+            # 17 ms in all, twice the median recorded step) stretch the profile.
+            with open(os.path.join(d, "summary.json"), "w") as f:
+                json.dump({"data_ms": 0.25, "forward_ms": 4.0, "backward_ms": 12.0, "optimizer_ms": 0.75}, f)
+            prof = ps.profile_from_timeline(trace)
+            self.assertEqual((prof.forward_ms, prof.backward_ms, prof.other_ms), (4.0, 12.0, 1.0))
+            self.assertEqual(prof.buckets, [(0.02, 1200000), (12.0, 4000)])
+            self.assertEqual(prof.step_samples, [15.0, 17.0, 21.0])
 
 
 class BadArguments(unittest.TestCase):

@@ -22,7 +22,8 @@ def main():
         metrics = plotting.read_jsonl(path)
         if not metrics:
             plotting.fail(f"{path} holds no epochs")
-        label = os.path.basename(os.path.normpath(run)) if len(args.runs) > 1 else None
+        # Several runs: named by their last two folders (np2/r1 in a scaling sweep).
+        label = "/".join(os.path.normpath(run).split(os.sep)[-2:]) if len(args.runs) > 1 else None
         plotting.plot_curves(axes, metrics, label=label)
     output = args.output or (os.path.join(args.runs[0], "curves.png") if len(args.runs) == 1 else "runs/curves.png")
     plotting.save(fig, output)

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on these machines
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import matplotlib.ticker  # noqa: E402
 
 
 def fail(message):
@@ -50,6 +51,7 @@ def plot_curves(axes, metrics, label=None):
                               ("train loss", "test accuracy", "learning rate")):
         ax.plot(epochs, [m[key] for m in metrics], marker="o", markersize=3, label=label)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_title(title)
     if label is not None:
         axes[1].legend(fontsize="small")

@@ -7,8 +7,9 @@
 #     [--mpirun-args "ARGS"] [--wait-idle] [--set key=value ...]
 # --weak (default) keeps the config's batch per rank; --strong keeps the global batch of the
 # smallest np (batch_size x that np) and divides it among the ranks. Each rank gets T compute
-# threads (1) bound to its own cores; more processes than slots (cores / T, or --slots for
-# GPUs or other hosts) oversubscribe, with a warning. The best of R repeats counts.
+# threads (1) bound to its own cores; more processes than slots (cores / T, or --slots: the
+# ranks all the hosts hold, e.g. GPUs) oversubscribe, with a warning. --mpirun-args go to
+# every mpirun (a --map-by or --bind-to there replaces ours). The best of R repeats counts.
 # --wait-idle: before each run, wait (up to 10 minutes) until the machine's cores have been
 # at least 90% idle for 2 seconds, for timings on a machine others share.
 set -euo pipefail
@@ -106,6 +107,8 @@ for r in $(seq "$repeats"); do
     [ "$mode" = weak ] || per_rank=$((global / np))
     binding=(--map-by "slot:PE=$threads" --bind-to core)
     [ "$np" -le "$slots" ] || binding=(--oversubscribe --bind-to none)
+    # A mapping in --mpirun-args (hosts: --map-by ppr:8:node) replaces ours.
+    [[ " ${mpirun_args[*]} " != *" --map-by "* && " ${mpirun_args[*]} " != *" --bind-to "* ]] || binding=()
     run_args=(--set "batch_size=$per_rank" --set "threads=$threads")
     [ -z "$steps" ] || run_args+=(--set epochs=1 --set "max_steps_per_epoch=$steps")
     [ -z "$epochs" ] || run_args+=(--set "epochs=$epochs")

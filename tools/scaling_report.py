@@ -81,7 +81,7 @@ def fmt(value, digits):
 
 def write_csv(rows, path):
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
         for row in rows:
             w.writerow({k: fmt(row[k], 4) for k in COLUMNS})
