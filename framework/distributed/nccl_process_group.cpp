@@ -273,11 +273,4 @@ WorkPtr NcclProcessGroup::recv(const Tensor& t, int src, int tag) {
   return end({t}, false);
 }
 
-void NcclProcessGroup::synchronize() {
-  cuda::DeviceGuard guard(device_);
-  stream_.synchronize();
-  check_async_error();
-  reap_completed();
-}
-
 }  // namespace dpt::dist

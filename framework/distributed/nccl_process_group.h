@@ -54,10 +54,6 @@ class NcclProcessGroup final : public ProcessGroup {
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
 
-  // Waits for every collective queued so far (host-blocking); throws NCCL's asynchronous
-  // error, if any.
-  void synchronize();
-
  private:
   NcclProcessGroup(ncclComm_t comm, int rank, std::vector<int> world_ranks, std::string name, int device);
 

@@ -139,13 +139,6 @@ bool ShmSegment::all_arrived(uint64_t seq) const {
   return true;
 }
 
-std::vector<int> ShmSegment::not_arrived(uint64_t seq) const {
-  std::vector<int> ranks;
-  for (int r = 0; r < size_; ++r)
-    if (arrived(r).load(std::memory_order_acquire) < seq) ranks.push_back(r);
-  return ranks;
-}
-
 void ShmSegment::reduce(uint64_t seq, void* out, int64_t count, DType dtype, ReduceOp op) const {
   if (dtype == DType::i64) {
     auto slot_of = [&](int r) { return reinterpret_cast<const int64_t*>(slot(r, seq)); };

@@ -52,8 +52,6 @@ class ShmSegment {
   void arrive(uint64_t seq, const void* data, size_t bytes);
   // Whether every rank has arrived at op `seq`.
   bool all_arrived(uint64_t seq) const;
-  // Ranks (of the group) that have not arrived at op `seq`, for timeout messages.
-  std::vector<int> not_arrived(uint64_t seq) const;
   // out[i] = slot_0[i] op slot_1[i] op ... (rank order) for op `seq`; requires all_arrived.
   void reduce(uint64_t seq, void* out, int64_t count, DType dtype, ReduceOp op) const;
   // The bytes the tasks use, for the poll token's conflict check.

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "io/json.h"
 
 namespace dpt::io {
 namespace {
@@ -49,23 +50,6 @@ void append_utf8(std::string& out, uint32_t code) {
     out += static_cast<char>(0x80 | ((code >> 6) & 0x3f));
     out += static_cast<char>(0x80 | (code & 0x3f));
   }
-}
-
-void append_quoted(std::string& out, const std::string& text) {
-  out += '"';
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
 }
 
 class Parser {
@@ -426,7 +410,7 @@ void JsonValue::dump_to(std::string& out) const {
       out += text_;
       break;
     case Kind::string:
-      append_quoted(out, text_);
+      out += json_quote(text_);
       break;
     case Kind::array:
       out += '[';
@@ -440,7 +424,7 @@ void JsonValue::dump_to(std::string& out) const {
       out += '{';
       for (size_t i = 0; i < members_.size(); ++i) {
         if (i > 0) out += ", ";
-        append_quoted(out, members_[i].first);
+        out += json_quote(members_[i].first);
         out += ": ";
         members_[i].second.dump_to(out);
       }
