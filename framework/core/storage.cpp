@@ -87,7 +87,12 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = device_backend(device.type).allocate(bytes, device.index);
 }
 
-Storage::~Storage() { device_backend(device_.type).deallocate(data_, bytes_, device_.index); }
+Storage::Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner)
+    : data_(data), bytes_(bytes), device_(device), owner_(std::move(owner)) {}
+
+Storage::~Storage() {
+  if (!owner_) device_backend(device_.type).deallocate(data_, bytes_, device_.index);
+}
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   // A copy that touches a CUDA device is the CUDA backend's job, whichever side it is on.

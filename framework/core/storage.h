@@ -29,6 +29,9 @@ DeviceBackend& device_backend(DeviceType type);
 class Storage {
  public:
   Storage(size_t bytes, Device device);
+  // Memory someone else owns (e.g. a shared-memory segment): `owner` is kept alive while
+  // the storage lives, and the bytes go back with it, not to the device's allocator.
+  Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -41,6 +44,7 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  std::shared_ptr<void> owner_;  // set: external memory
 };
 
 // Copies `bytes` from src to dst, whichever devices they are on.

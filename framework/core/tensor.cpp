@@ -133,6 +133,18 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::wrap(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+  DPT_CHECK(storage && storage->bytes() == shape_numel(shape) * dtype_size(dtype))
+      << "Tensor::wrap: storage of " << (storage ? storage->bytes() : 0) << " bytes for shape " << shape_str(shape)
+      << " of " << dtype_name(dtype);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = shape;
+  impl->strides = shape_contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 Tensor Tensor::empty_strided(const Shape& shape, const Shape& strides, DType dtype, Device device) {
   DPT_CHECK(shape.size() == strides.size() && strides_dense(shape, strides))
       << "empty_strided: strides " << shape_str(strides) << " are not dense for shape " << shape_str(shape);

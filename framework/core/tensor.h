@@ -40,6 +40,9 @@ class Tensor {
   static Tensor empty_channels_last(const Shape& shape, DType dtype = DType::f32,
                                     Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A contiguous tensor over all of `storage` (e.g. memory another owner keeps alive).
+  // Requires: storage holds exactly numel(shape) elements of dtype.
+  static Tensor wrap(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
   static Tensor full(const Shape& shape, float value);
   // Copies `values` (row-major) into a new CPU tensor; values.size() must equal the numel.
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);

@@ -14,6 +14,7 @@
 #include "distributed/dist.h"
 #include "distributed/mpi_check.h"
 #include "distributed/shm_all_reduce.h"
+#include "distributed/shm_buffer.h"
 #ifdef DPT_WITH_CUDA
 #include "distributed/nccl_process_group.h"
 #endif
@@ -95,6 +96,9 @@ struct MpiOp final : public CommTask {
   bool in_place = false;              // all_gather's `in` is its own chunk of `out`
   ShmSegment* shm = nullptr;          // all_reduce: through shared memory instead of MPI
   uint64_t shm_seq = 0;               // its op number, once started
+  std::shared_ptr<ShmBuffer> shared;  // all_reduce in place: `out` lies in this buffer
+  size_t shared_offset = 0;           // of `out` in it, in bytes
+  bool shared_reduced = false;        // this rank's share is done
   ControlChannel* control = nullptr;  // the group's, which outlives its pending work
   int64_t seq = 0;                    // the collective's number in its group; 0 for send/recv
 
@@ -125,6 +129,11 @@ struct MpiOp final : public CommTask {
     if (n == 0 && kind != OpKind::barrier) return r;  // nothing to move, on any rank
     switch (kind) {
       case OpKind::all_reduce:
+        if (shared) {
+          shm_seq = shared->next_sequence();
+          shared->arrive(shm_seq, shared_offset, static_cast<size_t>(n) * dtype_size(dtype));
+          break;  // progress() completes it
+        }
         if (shm) {
           shm_seq = shm->next_sequence();
           shm->arrive(shm_seq, out.raw_data(), static_cast<size_t>(n) * dtype_size(dtype));
@@ -158,13 +167,21 @@ struct MpiOp final : public CommTask {
 
   bool progress() override {
     if (shm_seq == 0) return true;
+    if (shared) {
+      if (!shared_reduced) {
+        if (!shared->all_arrived(shm_seq, describe())) return false;
+        shared->reduce_share(shm_seq, shared_offset, n, dtype, reduce);  // divides for avg
+        shared_reduced = true;
+      }
+      return shared->all_reduced(shm_seq);
+    }
     if (!shm->all_arrived(shm_seq)) return false;
     shm->reduce(shm_seq, out.raw_data(), n, dtype, reduce);
     return true;
   }
 
   void finish(const MPI_Status& status) override {
-    if (reduce == ReduceOp::avg && group_size > 1 &&
+    if (reduce == ReduceOp::avg && group_size > 1 && !shared &&
         (kind == OpKind::all_reduce || kind == OpKind::reduce_scatter)) {
       if (dtype == DType::f32) divide<float>(out, group_size);
       if (dtype == DType::i64) divide<int64_t>(out, group_size);
@@ -176,6 +193,7 @@ struct MpiOp final : public CommTask {
     }
     out = Tensor();
     in = Tensor();
+    shared.reset();
   }
 };
 
@@ -251,7 +269,8 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   int found = 0;
   MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
   if (found && tag_ub) tag_ub_ = *tag_ub;
-  shm_ = ShmSegment::create(creation_, kShmAllReduceBytes);
+  on_one_node_ = size() > 1 && all_on_this_node(creation_);
+  if (on_one_node_) shm_ = ShmSegment::create(creation_, kShmAllReduceBytes);
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
@@ -276,6 +295,7 @@ void MpiProcessGroup::shutdown() {
   MPI_Finalized(&finalized);
   if (finalized) return;  // MPI has freed every communicator already
   shm_.reset();  // local: the other ranks keep their mappings until they let go
+  buffers_.clear();  // the buffers themselves live as long as their tensors
   MPI_CHECK(MPI_Comm_free(&creation_));
   MPI_CHECK(MPI_Comm_free(&comm_));
 }
@@ -393,11 +413,38 @@ WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   task->writes = span_of(t);
   task->dtype = t.dtype();
   task->n = t.numel();
-  if (shm_ && static_cast<size_t>(t.numel()) * dtype_size(t.dtype()) <= shm_->capacity()) {
+  if (auto buffer = shared_buffer_of(t)) {
+    task->shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
+    task->scratch = {buffer->control_begin(), buffer->control_end()};
+    task->shared = std::move(buffer);
+  } else if (shm_ && static_cast<size_t>(t.numel()) * dtype_size(t.dtype()) <= shm_->capacity()) {
     task->shm = shm_.get();
     task->scratch = {shm_->begin(), shm_->end()};
   }
   return post_collective(std::move(task));
+}
+
+Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device device) {
+  const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
+  if (!device.is_cpu() || !on_one_node_ || numel == 0) return ProcessGroup::collective_buffer(numel, dtype, device);
+  std::shared_ptr<ShmBuffer> buffer = ShmBuffer::create(creation_comm(), bytes);
+  if (!buffer) return ProcessGroup::collective_buffer(numel, dtype, device);
+  {
+    std::lock_guard<std::mutex> lock(buffers_mutex_);
+    std::erase_if(buffers_, [](const std::weak_ptr<ShmBuffer>& b) { return b.expired(); });
+    buffers_.push_back(buffer);
+  }
+  char* data = buffer->data();
+  return Tensor::wrap(std::make_shared<Storage>(data, bytes, Device::cpu(), std::move(buffer)), {numel}, dtype);
+}
+
+std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const Tensor& t) {
+  const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+  if (bytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(buffers_mutex_);
+  for (const auto& weak : buffers_)
+    if (auto buffer = weak.lock(); buffer && buffer->contains(t.raw_data(), bytes)) return buffer;
+  return nullptr;
 }
 
 WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {

@@ -24,6 +24,7 @@ namespace dpt::dist {
 class NcclProcessGroup;
 
 class ShmSegment;
+class ShmBuffer;
 
 struct MpiOp;
 
@@ -56,6 +57,10 @@ class MpiProcessGroup final : public ProcessGroup {
   // message had exactly t.numel() elements.
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
+  // CPU memory every rank maps, when the group's ranks share this machine (shm_buffer.h;
+  // DPT_SHM_BUFFERS=0 on any rank turns it off): all_reduce of any part of it is one pass
+  // over shared memory instead of MPI. Otherwise ordinary memory.
+  Tensor collective_buffer(int64_t numel, DType dtype, Device device) override;
 
   // The communicator that sub-groups are split from. Only group creation uses it (on the
   // calling thread), never a collective, so making a group needs no ordering against
@@ -98,6 +103,8 @@ class MpiProcessGroup final : public ProcessGroup {
   void check_tensor(const char* op, const Tensor& t, const char* what) const;
   void check_peer(const char* op, const char* what, int peer) const;
   void check_tag(const char* op, int tag) const;
+  // The live collective_buffer holding t's bytes, or null.
+  std::shared_ptr<ShmBuffer> shared_buffer_of(const Tensor& t);
 
   MPI_Comm comm_ = MPI_COMM_NULL;      // the collectives' (called by the poll token's holder)
   MPI_Comm creation_ = MPI_COMM_NULL;  // sub-group creation only
@@ -107,7 +114,10 @@ class MpiProcessGroup final : public ProcessGroup {
   int tag_ub_ = 32767;  // MPI_TAG_UB
   std::mutex shutdown_mutex_;
   std::atomic<bool> shut_down_{false};
-  std::unique_ptr<ShmSegment> shm_;  // null: MPI does every all-reduce
+  bool on_one_node_ = false;          // 2+ ranks, all on this machine: shared memory works
+  std::unique_ptr<ShmSegment> shm_;  // null: MPI does every small all-reduce
+  std::mutex buffers_mutex_;
+  std::vector<std::weak_ptr<ShmBuffer>> buffers_;  // handed out by collective_buffer
   CommThread thread_;
   std::mutex nccl_mutex_;
   std::shared_ptr<NcclProcessGroup> nccl_;  // stays null in CPU builds

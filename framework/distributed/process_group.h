@@ -63,6 +63,15 @@ class ProcessGroup {
   virtual WorkPtr send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(const Tensor& t, int src, int tag = 0) = 0;
 
+  // A zeroed 1-D tensor that this group may all-reduce faster than other memory (in place,
+  // without copies, when the ranks share a machine: shm_buffer.h), e.g. DDP's gradient
+  // buckets. Collective: every rank calls it in the same order with the same numel and
+  // dtype, with no collective of this group in flight; and every rank must all-reduce the
+  // same parts of it. Default: ordinary memory.
+  virtual Tensor collective_buffer(int64_t numel, DType dtype, Device device) {
+    return Tensor::zeros({numel}, dtype, device);
+  }
+
  protected:
   ProcessGroup(int rank, std::vector<int> world_ranks, std::string name)
       : rank_(rank), world_ranks_(std::move(world_ranks)), name_(std::move(name)) {}

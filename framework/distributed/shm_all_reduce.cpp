@@ -2,10 +2,6 @@
 // its small all-reduces (see the header for why the buffers cannot be overwritten early).
 #include "distributed/shm_all_reduce.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -19,8 +15,6 @@ namespace {
 
 constexpr size_t kHeader = 128;  // each rank's arrival counter on its own pair of cache lines
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
 size_t capacity_from_environment(size_t fallback) {
   const char* text = std::getenv("DPT_SHM_ALLREDUCE_BYTES");
   if (!text || !*text) return fallback;
@@ -30,23 +24,6 @@ size_t capacity_from_environment(size_t fallback) {
       << "DPT_SHM_ALLREDUCE_BYTES must be a byte count 0..2^30 (0 disables the shared-memory all-reduce), got '"
       << text << "'";
   return static_cast<size_t>(value);
-}
-
-// Whether every rank of comm runs on this machine.
-bool all_on_this_node(MPI_Comm comm, int size, int rank) {
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  int node_size = 0;
-  MPI_CHECK(MPI_Comm_size(node, &node_size));
-  MPI_CHECK(MPI_Comm_free(&node));
-  int local = node_size == size ? 1 : 0, all = 0;
-  MPI_CHECK(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, comm));
-  return all == 1;
-}
-
-void* map_segment(int fd, size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  return p == MAP_FAILED ? nullptr : p;
 }
 
 template <class T, class SlotOf>
@@ -75,57 +52,30 @@ std::unique_ptr<ShmSegment> ShmSegment::create(MPI_Comm comm, size_t capacity) {
   int size = 0, rank = 0;
   MPI_CHECK(MPI_Comm_size(comm, &size));
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  if (size < 2) return nullptr;
   // The smallest capacity any rank asks for, so all ranks take the same path for a message.
   unsigned long long mine = capacity_from_environment(capacity), agreed = 0;
   MPI_CHECK(MPI_Allreduce(&mine, &agreed, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm));
   capacity = round_up(static_cast<size_t>(agreed), 64);
-  if (capacity == 0 || !all_on_this_node(comm, size, rank)) return nullptr;
-
-  const size_t stride = kHeader + 2 * capacity;
-  const size_t bytes = stride * static_cast<size_t>(size);
-  static std::atomic<int> counter{0};
-  char name[64] = {};
-  void* base = nullptr;
-  int fd = -1;
-  if (rank == 0) {
-    std::snprintf(name, sizeof name, "/dpt-%d-%d", static_cast<int>(getpid()), counter++);
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      close(fd);
-      fd = -1;
-    }
-  }
-  MPI_CHECK(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm));
-  if (rank != 0 && name[0]) fd = shm_open(name, O_RDWR, 0600);
-  if (fd >= 0) {
-    base = map_segment(fd, bytes);
-    close(fd);  // the mapping keeps the memory
-  }
-  int ok = base ? 1 : 0, all_ok = 0;
-  MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));  // every rank has opened it by now
-  if (rank == 0 && name[0]) shm_unlink(name);
-  if (!all_ok) {
-    if (base) munmap(base, bytes);
-    return nullptr;
-  }
-  return std::unique_ptr<ShmSegment>(new ShmSegment(base, bytes, capacity, size, rank));
+  if (capacity == 0) return nullptr;
+  auto memory = SharedMapping::create(comm, (kHeader + 2 * capacity) * static_cast<size_t>(size));
+  if (!memory) return nullptr;
+  return std::unique_ptr<ShmSegment>(new ShmSegment(std::move(memory), capacity, size, rank));
 }
 
-ShmSegment::ShmSegment(void* base, size_t bytes, size_t capacity, int size, int rank)
-    : base_(base), bytes_(bytes), capacity_(capacity), slot_stride_(kHeader + 2 * capacity), size_(size), rank_(rank) {
+ShmSegment::ShmSegment(std::unique_ptr<SharedMapping> memory, size_t capacity, int size, int rank)
+    : memory_(std::move(memory)), capacity_(capacity), slot_stride_(kHeader + 2 * capacity), size_(size), rank_(rank) {
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "arrival counters live in memory shared by processes");
 }
 
-ShmSegment::~ShmSegment() { munmap(base_, bytes_); }
+ShmSegment::~ShmSegment() = default;
 
 std::atomic<uint64_t>& ShmSegment::arrived(int rank) const {
   // The pages start zeroed (ftruncate), which is a valid atomic 0 on this platform.
-  return *reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + slot_stride_ * rank);
+  return *reinterpret_cast<std::atomic<uint64_t>*>(memory_->data() + slot_stride_ * rank);
 }
 
 const char* ShmSegment::slot(int rank, uint64_t seq) const {
-  return static_cast<const char*>(base_) + slot_stride_ * rank + kHeader + (seq & 1) * capacity_;
+  return memory_->data() + slot_stride_ * rank + kHeader + (seq & 1) * capacity_;
 }
 
 void ShmSegment::arrive(uint64_t seq, const void* data, size_t bytes) {

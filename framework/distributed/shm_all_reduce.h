@@ -14,9 +14,7 @@
 // completed only when every rank had arrived at s-1, that is had finished op s-2 — the last
 // reader of the buffer op s writes. So no rank overwrites data another still reads.
 //
-// The segment is POSIX shared memory (shm_open, unlinked as soon as every rank mapped it),
-// not an MPI window: freeing it is local (munmap), so groups may be destroyed in any order
-// on each rank without a collective MPI_Win_free that could deadlock.
+// The segment is a SharedMapping (shm_map.h).
 #pragma once
 
 #include <mpi.h>
@@ -30,14 +28,16 @@
 
 #include "core/dtype.h"
 #include "distributed/process_group.h"
+#include "distributed/shm_map.h"
 
 namespace dpt::dist {
 
 class ShmSegment {
  public:
   // Collective over `comm` (its calling thread; no collective may be in flight on it).
-  // Returns nullptr, on every rank alike, when comm has one rank, when its ranks are not all
-  // on this machine, or when shared memory cannot be had on some rank (then MPI does all).
+  // requires: comm has 2 or more ranks, all on this machine (all_on_this_node).
+  // Returns nullptr, on every rank alike, when shared memory cannot be had on some rank
+  // (then MPI does all).
   // capacity: the largest message in bytes (DPT_SHM_ALLREDUCE_BYTES overrides; 0 disables).
   static std::unique_ptr<ShmSegment> create(MPI_Comm comm, size_t capacity);
   ~ShmSegment();
@@ -55,16 +55,16 @@ class ShmSegment {
   // out[i] = slot_0[i] op slot_1[i] op ... (rank order) for op `seq`; requires all_arrived.
   void reduce(uint64_t seq, void* out, int64_t count, DType dtype, ReduceOp op) const;
   // The bytes the tasks use, for the poll token's conflict check.
-  const char* begin() const { return static_cast<const char*>(base_); }
-  const char* end() const { return static_cast<const char*>(base_) + bytes_; }
+  const char* begin() const { return memory_->data(); }
+  const char* end() const { return memory_->data() + memory_->bytes(); }
 
  private:
-  ShmSegment(void* base, size_t bytes, size_t capacity, int size, int rank);
+  ShmSegment(std::unique_ptr<SharedMapping> memory, size_t capacity, int size, int rank);
   std::atomic<uint64_t>& arrived(int rank) const;
   const char* slot(int rank, uint64_t seq) const;
 
-  void* base_;
-  size_t bytes_, capacity_, slot_stride_;
+  std::unique_ptr<SharedMapping> memory_;
+  size_t capacity_, slot_stride_;
   int size_, rank_;
   uint64_t sequence_ = 0;
 };

@@ -1,0 +1,130 @@
+#include "distributed/shm_buffer.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "distributed/mpi_check.h"
+
+namespace dpt::dist {
+
+// One rank's control words, each counter on its own cache line: peers poll them while
+// their owner works.
+struct alignas(64) ShmBuffer::RankControl {
+  std::atomic<uint64_t> arrived;
+  uint64_t offset, bytes;  // of the op it arrived at; written before `arrived` is released
+  alignas(64) std::atomic<uint64_t> reduced;
+};
+
+namespace {
+
+constexpr size_t kPage = 4096;
+
+bool wanted_by_environment() {
+  const char* text = std::getenv("DPT_SHM_BUFFERS");
+  return !text || std::strcmp(text, "0") != 0;
+}
+
+template <class T>
+void combine(T* __restrict acc, const T* __restrict in, int64_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      for (int64_t i = 0; i < n; ++i) acc[i] += in[i];
+      break;
+    case ReduceOp::min:
+      for (int64_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], in[i]);
+      break;
+    case ReduceOp::max:
+      for (int64_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], in[i]);
+      break;
+  }
+}
+
+// Elements [begin, end) of every rank's buffer (regions[r] + offset) become their reduction:
+// a block at a time through a buffer that stays in L1, so each byte is read and written once.
+template <class T>
+void reduce_into_all(char* const* regions, int size, size_t offset, int64_t begin, int64_t end, ReduceOp op) {
+  constexpr int64_t kBlock = 2048;
+  alignas(64) T acc[kBlock];
+  const T divisor = static_cast<T>(size);
+  auto at = [&](int r, int64_t i) { return reinterpret_cast<T*>(regions[r] + offset) + i; };
+  for (int64_t b = begin; b < end; b += kBlock) {
+    const int64_t n = std::min(kBlock, end - b);
+    std::memcpy(acc, at(0, b), static_cast<size_t>(n) * sizeof(T));
+    for (int r = 1; r < size; ++r) combine(acc, at(r, b), n, op);
+    if (op == ReduceOp::avg)
+      for (int64_t i = 0; i < n; ++i) acc[i] /= divisor;  // as the MPI path divides its sum
+    for (int r = 0; r < size; ++r) std::memcpy(at(r, b), acc, static_cast<size_t>(n) * sizeof(T));
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<ShmBuffer> ShmBuffer::create(MPI_Comm comm, size_t bytes) {
+  int size = 0, rank = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  // Pages apart: no two ranks' buffers share a cache line or a page.
+  const size_t header = round_up(sizeof(RankControl) * static_cast<size_t>(size), kPage);
+  const size_t stride = round_up(std::max<size_t>(bytes, 1), kPage);
+  auto memory = SharedMapping::create(comm, header + stride * static_cast<size_t>(size), wanted_by_environment());
+  if (!memory) return nullptr;
+  static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters live in memory shared by processes");
+  return std::shared_ptr<ShmBuffer>(new ShmBuffer(std::move(memory), bytes, header, stride, size, rank));
+}
+
+ShmBuffer::ShmBuffer(std::unique_ptr<SharedMapping> memory, size_t bytes, size_t header_bytes, size_t stride,
+                     int size, int rank)
+    : memory_(std::move(memory)), bytes_(bytes), header_bytes_(header_bytes), stride_(stride), size_(size),
+      rank_(rank) {
+  for (int r = 0; r < size_; ++r) regions_.push_back(region(r));
+}
+
+ShmBuffer::RankControl& ShmBuffer::control(int rank) const {
+  // The pages start zeroed, a valid atomic 0 on this platform.
+  return reinterpret_cast<RankControl*>(memory_->data())[rank];
+}
+
+void ShmBuffer::arrive(uint64_t seq, size_t offset, size_t bytes) {
+  RankControl& mine = control(rank_);
+  mine.offset = offset;
+  mine.bytes = bytes;
+  mine.arrived.store(seq, std::memory_order_release);
+}
+
+bool ShmBuffer::all_arrived(uint64_t seq, const std::string& what) const {
+  const RankControl& mine = control(rank_);
+  for (int r = 0; r < size_; ++r) {
+    const RankControl& other = control(r);
+    if (other.arrived.load(std::memory_order_acquire) < seq) return false;
+    DPT_CHECK(other.offset == mine.offset && other.bytes == mine.bytes)
+        << what << ": rank " << r << " reduces bytes " << other.offset << ".." << other.offset + other.bytes
+        << " of its shared buffer, this rank " << mine.offset << ".." << mine.offset + mine.bytes
+        << " (a collective_buffer must be used alike on every rank)";
+  }
+  return true;
+}
+
+void ShmBuffer::reduce_share(uint64_t seq, size_t offset, int64_t count, DType dtype, ReduceOp op) {
+  // Chunks of whole 64-byte blocks, so ranks seldom write the same cache line.
+  const int64_t per_block = static_cast<int64_t>(64 / dtype_size(dtype));
+  const Chunk mine = chunk_of((count + per_block - 1) / per_block, size_, rank_);
+  const int64_t begin = std::min(count, mine.begin * per_block), end = std::min(count, mine.end * per_block);
+  if (dtype == DType::i64)
+    reduce_into_all<int64_t>(regions_.data(), size_, offset, begin, end, op);
+  else
+    reduce_into_all<float>(regions_.data(), size_, offset, begin, end, op);
+  control(rank_).reduced.store(seq, std::memory_order_release);
+}
+
+bool ShmBuffer::all_reduced(uint64_t seq) const {
+  for (int r = 0; r < size_; ++r)
+    if (control(r).reduced.load(std::memory_order_acquire) < seq) return false;
+  return true;
+}
+
+}  // namespace dpt::dist

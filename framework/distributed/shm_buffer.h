@@ -1,0 +1,78 @@
+// Buffers that all-reduce in place without copies, for groups whose ranks share one machine.
+//
+// Why: DDP all-reduces its gradient buckets every step. Through MPI each byte is copied
+// between the processes and reduced over several rounds, each needing both ranks to poll;
+// with one core per rank that polling and copying is taken from backward. When the bucket
+// itself lives in memory every rank maps, an all-reduce is one pass: rank r sums chunk r of
+// every rank's buffer (in rank order, so all ranks get bit-identical results) and writes the
+// sum into every rank's buffer. Each rank reads and writes its share once; nothing is copied
+// in or out. ProcessGroup::collective_buffer() hands these out; all_reduce recognises them.
+//
+// Op s on a buffer (numbered per buffer, in call order): each rank publishes arrived = s and
+// the byte range it reduces once its data is in place; when every rank has arrived, each
+// reduces its chunk into every buffer and publishes reduced = s; the op is complete on a rank
+// once every rank has reduced. Others write a rank's buffer only between its arrival and its
+// completion, when its owner leaves it alone (the contract of all_reduce); a rank arrives at
+// s+1 only after every rank reduced s, so no rank still reads s's data then.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "distributed/process_group.h"
+#include "distributed/shm_map.h"
+
+namespace dpt::dist {
+
+class ShmBuffer {
+ public:
+  // Collective over comm (its calling thread; no collective in flight on it). requires: 2 or
+  // more ranks, all on this machine. nullptr on every rank alike when shared memory cannot
+  // be had or some rank has DPT_SHM_BUFFERS=0 (the caller then uses private memory).
+  static std::shared_ptr<ShmBuffer> create(MPI_Comm comm, size_t bytes);
+
+  char* data() const { return region(rank_); }  // this rank's buffer, zeroed at first
+  size_t bytes() const { return bytes_; }
+  bool contains(const void* p, size_t n) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= data() && c + n <= data() + bytes_;
+  }
+  // The control words: tasks on one buffer run one at a time (CommTask::scratch).
+  const char* control_begin() const { return memory_->data(); }
+  const char* control_end() const { return memory_->data() + header_bytes_; }
+
+  // By the poll token's holder, in call order: the next op's number (1, 2, ...).
+  uint64_t next_sequence() { return ++sequence_; }
+  // Publishes that this rank's bytes [offset, offset + bytes) are ready for op seq.
+  void arrive(uint64_t seq, size_t offset, size_t bytes);
+  // Whether every rank has arrived at op seq. Throws Error when a rank reduces another
+  // byte range than this one (the buffers must be used alike on every rank).
+  bool all_arrived(uint64_t seq, const std::string& what) const;
+  // Reduces this rank's chunk of the op's range over every rank's buffer (rank order; avg
+  // divides by the group size as the MPI path does) into every buffer, then publishes it.
+  // requires all_arrived.
+  void reduce_share(uint64_t seq, size_t offset, int64_t count, DType dtype, ReduceOp op);
+  bool all_reduced(uint64_t seq) const;
+
+ private:
+  struct RankControl;
+  ShmBuffer(std::unique_ptr<SharedMapping> memory, size_t bytes, size_t header_bytes, size_t stride, int size,
+            int rank);
+  RankControl& control(int rank) const;
+  char* region(int rank) const { return memory_->data() + header_bytes_ + stride_ * rank; }
+
+  std::unique_ptr<SharedMapping> memory_;
+  size_t bytes_, header_bytes_, stride_;
+  int size_, rank_;
+  std::vector<char*> regions_;  // every rank's buffer, in this process's mapping
+  uint64_t sequence_ = 0;
+};
+
+}  // namespace dpt::dist
