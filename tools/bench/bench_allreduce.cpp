@@ -1,8 +1,11 @@
 // All-reduce benchmark in the style of nccl-tests: for each size, the time of one f32 sum
 // all_reduce through dpt's ProcessGroup (call + wait) against raw MPI on the same buffer in
-// the same run, with algbw = bytes / time and busbw = algbw * 2(n-1)/n. Two dpt columns: the
-// default, where the caller starts the collective and polls it in wait(), and "thread", the
-// older design where every MPI call is handed to the communication thread. Run:
+// the same run, with algbw = bytes / time and busbw = algbw * 2(n-1)/n. Two dpt columns: a
+// tensor in ordinary memory (the caller starts the collective and polls it in wait()), and
+// "shared", a tensor from ProcessGroup::collective_buffer, which ranks on one machine
+// all-reduce in place in shared memory (shm_buffer.h; DDP's buckets). The older design, every
+// MPI call handed to the communication thread, is timed for the 0-element call, the barrier
+// and the overlap section. Run:
 //   mpirun --oversubscribe -np 2 build/bench_allreduce [--min-bytes 4] [--max-bytes 268435456]
 //     [--budget-ms 100] [--rounds 2] [--min-sleep-us 2] [--max-sleep-us 128] [--idle-yield-us 20]
 #include <mpi.h>
@@ -152,6 +155,7 @@ int main(int argc, char** argv) {
 
   Tensor buffer = Tensor::zeros({std::max<int64_t>(max_bytes / 4, 1)});
   float* data = buffer.data<float>();
+  Tensor shared_buffer = group->collective_buffer(buffer.numel(), DType::f32, Device::cpu());
 
   // The fixed cost alone: a 0-element all_reduce makes no MPI call, so call + wait is dpt's
   // bookkeeping (and, handed off, the queue and two thread wake-ups).
@@ -177,11 +181,10 @@ int main(int argc, char** argv) {
         "# MPI: blocking MPI_Allreduce; I+W: MPI_Iallreduce + MPI_Wait on the caller; dpt: all_reduce + "
         "wait\n");
     std::printf(
-        "# (the caller starts it and polls it); thread: the same with every MPI call handed to the\n"
-        "# communication thread (PollPolicy::caller_progress off), which polls without sleeping while the\n"
-        "# caller waits\n");
+        "# (the caller starts it and polls it); shared: the same on a tensor from collective_buffer\n"
+        "# (ranks on one machine: reduced in place in shared memory). algbw, busbw: dpt's\n");
     std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %7s %10s %7s\n", "bytes", "count", "iters", "MPI us",
-                "I+W us", "dpt us", "algbw", "busbw", "dpt/MPI", "I+W/MPI", "thread us", "th/MPI");
+                "I+W us", "dpt us", "algbw", "busbw", "dpt/MPI", "I+W/MPI", "shared us", "sh/MPI");
     std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %7s %10s %7s\n", "", "", "", "", "", "", "GB/s",
                 "GB/s", "", "", "", "");
   }
@@ -189,19 +192,19 @@ int main(int argc, char** argv) {
   for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const int count = static_cast<int>(bytes / 4);
     Tensor t = buffer.as_strided({count}, {1}, 0);
+    Tensor s = shared_buffer.as_strided({count}, {1}, 0);
 
     // Right answer first, both ways: rank r holds r + 1.
     const float expected = n * (n + 1) / 2.0f;
-    for (const PollPolicy& policy : {fast, handoff}) {
-      mpi_group->set_poll_policy(policy);
-      std::fill(data, data + count, static_cast<float>(me.rank + 1));
-      group->all_reduce(t)->wait();
-      if (data[0] != expected || data[count - 1] != expected) {
+    for (const Tensor& x : {t, s}) {
+      float* p = x.data<float>();
+      std::fill(p, p + count, static_cast<float>(me.rank + 1));
+      group->all_reduce(x)->wait();
+      if (p[0] != expected || p[count - 1] != expected) {
         abort_all("bench_allreduce: wrong sum at " + std::to_string(bytes) + " bytes", 1);
       }
+      std::fill(p, p + count, 0.0f);  // zeros stay zeros: no overflow, no denormals
     }
-    mpi_group->set_poll_policy(fast);
-    std::fill(data, data + count, 0.0f);  // zeros stay zeros: no overflow, no denormals
 
     auto mpi = [&] { MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
     auto iw = [&] {
@@ -210,22 +213,21 @@ int main(int argc, char** argv) {
       MPI_Wait(&request, MPI_STATUS_IGNORE);
     };
     auto dpt = [&] { group->all_reduce(t)->wait(); };
+    auto shared = [&] { group->all_reduce(s)->wait(); };
     mpi();
     const int iters = iterations_for(time_per_call(1, mpi), budget_s);
-    double t_mpi = 1e9, t_iw = 1e9, t_dpt = 1e9, t_handoff = 1e9;
+    double t_mpi = 1e9, t_iw = 1e9, t_dpt = 1e9, t_shared = 1e9;
     for (int round = 0; round < rounds; ++round) {
       t_mpi = std::min(t_mpi, time_per_call(iters, mpi));
       t_iw = std::min(t_iw, time_per_call(iters, iw));
       t_dpt = std::min(t_dpt, time_per_call(iters, dpt));
-      mpi_group->set_poll_policy(handoff);
-      t_handoff = std::min(t_handoff, time_per_call(iters, dpt));
-      mpi_group->set_poll_policy(fast);
+      t_shared = std::min(t_shared, time_per_call(iters, shared));
     }
     if (me.rank == 0) {
       const double algbw = bytes / t_dpt / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
       std::printf("%11lld %9d %6d %10.1f %10.1f %10.1f %9.3f %9.3f %7.2f %7.2f %10.1f %7.2f\n",
                   static_cast<long long>(bytes), count, iters, t_mpi * 1e6, t_iw * 1e6, t_dpt * 1e6, algbw,
-                  busbw, t_mpi / t_dpt, t_mpi / t_iw, t_handoff * 1e6, t_mpi / t_handoff);
+                  busbw, t_mpi / t_dpt, t_mpi / t_iw, t_shared * 1e6, t_mpi / t_shared);
       std::fflush(stdout);
     }
   }
