@@ -58,8 +58,9 @@ TEST(ShmBuffer, IsSharedMemoryAndZeroed) {
 TEST(ShmBuffer, WholeBuffersAndPartsInFlightTogether) {
   GroupPtr w = world();
   const int n = w->size(), r = w->rank();
-  // Sizes around the chunk split (64-byte blocks over the ranks) and one of several MB.
-  std::vector<int64_t> sizes = {1, 15, 16, 17, 64 * n - 1, 100003, 1 << 20};
+  // Sizes around the 4 KB below which parts are copied through the small-message segment
+  // instead, around the chunk split (64-byte blocks over the ranks), and one of 4 MB.
+  std::vector<int64_t> sizes = {1, 17, 1024, 1025, 3 * 1024 + 16 * n - 1, 100003, 1 << 20};
   std::vector<Tensor> buffers;
   for (int64_t size : sizes) buffers.push_back(w->collective_buffer(size, DType::f32, Device::cpu()));
   for (int round = 0; round < 20; ++round) {
@@ -93,7 +94,7 @@ TEST(ShmBuffer, EveryOpAndDtypeMatchesAPlainLoopBitForBit) {
   GroupPtr w = world();
   const int n = w->size(), r = w->rank();
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
-    for (int64_t size : {int64_t{1}, int64_t{1001}, int64_t{300000}}) {
+    for (int64_t size : {int64_t{1}, int64_t{1001}, int64_t{1025}, int64_t{300000}}) {
       Tensor shared = w->collective_buffer(size, DType::f32, Device::cpu());
       Rng(100 + r).fill_normal(shared, 0.0f, 1.0f);
       Tensor inputs = Tensor::empty({size * n});
@@ -161,10 +162,10 @@ TEST(ShmBuffer, OneRankTurningItOffTurnsItOffForAll) {
 TEST(ShmBuffer, RanksReducingDifferentPartsGetAnError) {
   GroupPtr w = world();
   if (w->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  Tensor t = w->collective_buffer(100, DType::f32, Device::cpu());
-  const int64_t begin = w->rank() == 0 ? 0 : 50;
+  Tensor t = w->collective_buffer(20000, DType::f32, Device::cpu());
+  const int64_t begin = w->rank() == 0 ? 0 : 10000;
   try {
-    w->all_reduce(t.as_strided({50}, {1}, begin))->wait();
+    w->all_reduce(t.as_strided({10000}, {1}, begin))->wait();
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("of its shared buffer"), std::string::npos) << e.what();

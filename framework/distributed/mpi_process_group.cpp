@@ -413,11 +413,16 @@ WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   task->writes = span_of(t);
   task->dtype = t.dtype();
   task->n = t.numel();
-  if (auto buffer = shared_buffer_of(t)) {
+  const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+  const bool small = shm_ && bytes <= shm_->capacity();
+  // In a collective_buffer the in-place path needs two meetings of the ranks (arrived,
+  // reduced) and the small-message one a copy and one meeting: below ~4 KB the copy is cheaper.
+  std::shared_ptr<ShmBuffer> buffer = small && bytes <= kCopyBelowBytes ? nullptr : shared_buffer_of(t);
+  if (buffer) {
     task->shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
     task->scratch = {buffer->control_begin(), buffer->control_end()};
     task->shared = std::move(buffer);
-  } else if (shm_ && static_cast<size_t>(t.numel()) * dtype_size(t.dtype()) <= shm_->capacity()) {
+  } else if (small) {
     task->shm = shm_.get();
     task->scratch = {shm_->begin(), shm_->end()};
   }

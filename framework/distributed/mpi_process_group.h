@@ -33,6 +33,9 @@ class MpiProcessGroup final : public ProcessGroup {
   // All-reduces up to this many bytes go through shared memory when every rank of the
   // group is on this machine (shm_all_reduce.h; DPT_SHM_ALLREDUCE_BYTES overrides).
   static constexpr size_t kShmAllReduceBytes = 64 * 1024;
+  // Parts of a collective_buffer up to this size take that small-message path too (a copy
+  // and one meeting of the ranks beat the in-place path's two meetings there).
+  static constexpr size_t kCopyBelowBytes = 4096;
 
   // Collective over `comm`. requires: MPI initialised; `comm` a communicator nobody else
   // uses; world_ranks[r] the MPI_COMM_WORLD rank of comm's rank r (comm_world_ranks()).
