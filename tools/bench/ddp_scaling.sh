@@ -2,7 +2,8 @@
 # DDP scaling on this machine, dpt beside PyTorch DDP (gloo): np=1 and np=2, each rank one
 # thread bound to its own core, the same model and per-rank batch. Prints images/s and
 # scaling efficiency = throughput(2) / (2 x throughput(1)), best of `rounds` runs each,
-# and the same ranks run without communicating: the ceiling this machine allows.
+# dpt with its buckets all-reduced through MPI instead of in shared memory, and the same
+# ranks run without communicating: the ceiling this machine allows.
 #   tools/bench/ddp_scaling.sh [model] [batch per rank] [rounds]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../setup.sh"
@@ -18,6 +19,9 @@ runs=()
 for r in $(seq "$rounds"); do
   for np in 1 2; do
     runs+=("$(launch $np "$DPT_ROOT/build/bench_ddp" "$model" "$batch" 1 40)")
+    # Buckets in private memory, all-reduced through MPI, as before shm_buffer.h.
+    runs+=("$(DPT_SHM_BUFFERS=0 launch $np -x DPT_SHM_BUFFERS "$DPT_ROOT/build/bench_ddp" "$model" "$batch" 1 40 |
+              sed 's/"framework": "dpt"/"framework": "dpt, buckets through MPI"/')")
     # The same ranks with no communication at all: what sharing the machine costs.
     runs+=("$(DPT_BENCH_NO_DDP=1 launch $np -x DPT_BENCH_NO_DDP "$DPT_ROOT/build/bench_ddp" "$model" "$batch" 1 40 |
               sed 's/"framework": "dpt"/"framework": "dpt, ranks not communicating"/')")
