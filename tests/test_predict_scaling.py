@@ -66,6 +66,18 @@ class Costs(unittest.TestCase):
         self.assertAlmostEqual(a / alpha, 1, places=3)
         self.assertAlmostEqual(b / beta, 1, places=4)
 
+    def test_reads_the_shared_column_when_there_is_one(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write("      bytes     count  iters     MPI us     I+W us     dpt us     algbw     busbw dpt/MPI"
+                    " I+W/MPI  shared us  sh/MPI\n")
+            f.write("       1024       256   100        9.0        9.0        8.0     1.0     1.0   1.1   1.0"
+                    "        2.0     4.5\n")
+            f.write("       4096      1024   100       19.0       19.0       18.0     1.0     1.0   1.1   1.0"
+                    "        3.0     6.3\n")
+        rows = ps.read_bench_allreduce(f.name)
+        os.unlink(f.name)
+        self.assertEqual(rows, [(1024, 2.0e-6), (4096, 3.0e-6)])
+
 
 class Schedule(unittest.TestCase):
     def test_buckets_follow_ddp(self):
