@@ -1,24 +1,18 @@
 // Where train runs (`device: auto | cpu | cuda`): the decision from every rank's view of
-// its GPUs (any machine, faked), the config key, the train binary on this machine (device:
-// cpu works; device: cuda without a GPU is one line and exit code 2; auto says what it
-// picked), and, where a GPU is present, train on CUDA against train on the CPU and a
-// stopped CUDA run resumed (those skip without one).
+// its GPUs (any machine, faked), the config key, and the train binary on this machine
+// (device: cpu works; device: cuda without a GPU is one line and exit code 2; auto says
+// what it picked). Training on a GPU: test_cuda_train_run.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "core/storage.h"
 #include "distributed/rank_device.h"
 #include "error_of.h"
 #include "io/config.h"
-#include "io/safetensors.h"
 #include "temp_dir.h"
+#include "train_runner.h"
 
 namespace fs = std::filesystem;
 using namespace dpt;
@@ -126,92 +120,19 @@ TEST(DeviceConfig, KeyTakesAutoCpuCudaAndRejectsTheRest) {
   EXPECT_THAT(error_of([&] { io::load_config(path, {"device=[cuda]"}); }), HasSubstr("device"));
 }
 
-// --- the train binary
+// --- the train binary on this machine
 
-struct Result {
-  int exit_code;
-  std::string out, err;
-};
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class TrainDevice : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const char* build = std::getenv("DPT_BUILD_DIR");
-    train_ = fs::path(build ? build : ".") / "train";
-    ASSERT_TRUE(fs::exists(train_)) << train_ << " not built (DPT_BUILD_DIR)";
-  }
-
-  Result train(const std::string& config, const std::string& args = "") {
-    const std::string path = dir_.file("config.yaml");
-    std::ofstream(path) << config;
-    const std::string cmd = train_.string() + " " + path + " " + args + " >" + dir_.file("out") + " 2>" +
-                            dir_.file("err");
-    int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(dir_.file("out")), read_all(dir_.file("err"))};
-  }
-
-  // A small ResNet with batch norm, dropout-free, on synthetic 3x16x16 data: conv, BN,
-  // pooling, the loss and SGD with momentum, an EMA and augmentation all take part.
-  std::string config(const std::string& run, const std::string& extra = "") {
-    return "model: {name: resnet_cifar, depth: 8}\n"
-           "dataset: {name: synthetic, shape: [3, 16, 16], classes: 4, size: 384, augment: true}\n"
-           "epochs: 2\nbatch_size: 32\neval_batch_size: 64\nthreads: 1\nema_decay: 0.9\n"
-           "optimizer: {name: sgd, lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}\n"
-           "output: {dir: " + dir_.file(run) + "}\n" + extra;
-  }
-
-  // metrics.jsonl's values of `key`, one per epoch.
-  std::vector<double> metric(const std::string& run, const std::string& key) {
-    std::vector<double> values;
-    std::ifstream in(dir_.file(run) + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      size_t at = line.find("\"" + key + "\": ");
-      if (at != std::string::npos) values.push_back(std::stod(line.substr(at + key.size() + 4)));
-    }
-    return values;
-  }
-
-  static bool have_gpu() { return device_count(DeviceType::cuda) > 0; }
-
-  // A run's model.safetensors as (name, values), in the file's order.
-  std::vector<std::pair<std::string, std::vector<float>>> weights(const std::string& run) {
-    io::SafetensorsFile file = io::safetensors_read(dir_.file(run) + "/model.safetensors");
-    std::vector<std::pair<std::string, std::vector<float>>> out;
-    for (const io::SafetensorsEntry& e : file.view.tensors) out.emplace_back(e.name, file.tensor(e).to_vector());
-    return out;
-  }
-
-  void expect_weights_close(const std::string& got_run, const std::string& want_run, double rtol, double atol) {
-    auto got = weights(got_run), want = weights(want_run);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(got[i].first, want[i].first);
-      const std::vector<float>&a = want[i].second, &b = got[i].second;
-      for (size_t k = 0; k < a.size(); ++k)
-        ASSERT_NEAR(b[k], a[k], rtol * std::abs(a[k]) + atol) << want[i].first << "[" << k << "]";
-    }
-  }
-
-  dpt::testing::TempDir dir_{"dpt_train_device"};
-  fs::path train_;
-};
+using TrainDevice = dpt::testing::TrainRunner;
 
 TEST_F(TrainDevice, ExplicitCpuTrains) {
-  Result r = train(config("cpu", "device: cpu\n"));
+  dpt::testing::TrainResult r = train(config("cpu", "device: cpu\n"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("device: cpu\n"));
   EXPECT_EQ(metric("cpu", "train_loss").size(), 2u);
 }
 
 TEST_F(TrainDevice, AutoSaysWhatItPicked) {
-  Result r = train(config("auto"), "--set epochs=1");
+  dpt::testing::TrainResult r = train(config("auto"), "--set epochs=1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   if (have_gpu()) {
     EXPECT_THAT(r.out, HasSubstr("device: auto -> cuda: rank 0 -> cuda:0"));
@@ -223,7 +144,7 @@ TEST_F(TrainDevice, AutoSaysWhatItPicked) {
 
 TEST_F(TrainDevice, CudaWithoutAGpuIsOneLineAndExitCode2) {
   if (have_gpu()) GTEST_SKIP() << "this machine has a CUDA device";
-  Result r = train(config("cuda", "device: cuda\n"));
+  dpt::testing::TrainResult r = train(config("cuda", "device: cuda\n"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "error: device: cuda, but no CUDA device: " + device_unavailable_reason(DeviceType::cuda) +
                        " (set device: cpu or auto)\n");
@@ -232,55 +153,11 @@ TEST_F(TrainDevice, CudaWithoutAGpuIsOneLineAndExitCode2) {
 
 TEST_F(TrainDevice, BadDeviceValuesAreOneLineAndExitCode2) {
   for (const char* bad : {"gpu", "cuda:0", "[cuda]"}) {
-    Result r = train(config("bad"), std::string("--set device=") + bad);
+    dpt::testing::TrainResult r = train(config("bad"), std::string("--set device=") + bad);
     EXPECT_EQ(r.exit_code, 2) << bad;
     EXPECT_THAT(r.err, HasSubstr("key 'device'")) << bad;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
-}
-
-// --- on a GPU
-
-void expect_curves_close(const std::vector<double>& gpu, const std::vector<double>& cpu, double rtol,
-                         const std::string& what) {
-  ASSERT_EQ(gpu.size(), cpu.size()) << what;
-  for (size_t i = 0; i < cpu.size(); ++i)
-    EXPECT_NEAR(gpu[i], cpu[i], rtol * std::abs(cpu[i]) + 1e-4) << what << " at epoch " << i + 1;
-}
-
-TEST_F(TrainDevice, CudaRunFollowsTheCpuRunsLossCurve) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: " << device_unavailable_reason(DeviceType::cuda);
-  Result cpu = train(config("cpu", "device: cpu\n"));
-  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
-  Result gpu = train(config("gpu", "device: cuda\n"));
-  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
-  EXPECT_THAT(gpu.out, HasSubstr("device: cuda: rank 0 -> cuda:0"));
-  // 24 SGD steps through batch norm: f32 summation orders differ (cuDNN, oneDNN), little else.
-  expect_curves_close(metric("gpu", "train_loss"), metric("cpu", "train_loss"), 2e-3, "train_loss");
-  expect_curves_close(metric("gpu", "test_loss"), metric("cpu", "test_loss"), 5e-3, "test_loss");
-  std::vector<double> acc_gpu = metric("gpu", "test_acc"), acc_cpu = metric("cpu", "test_acc");
-  ASSERT_EQ(acc_gpu.size(), 2u);
-  EXPECT_NEAR(acc_gpu[1], acc_cpu[1], 2.0 / 64);  // a sample or two of the 64 may flip
-  // The final weights, saved from the device, against the CPU run's.
-  expect_weights_close("gpu", "cpu", 1e-2, 1e-3);
-}
-
-TEST_F(TrainDevice, CudaRunStoppedAndResumedEndsWhereAnUninterruptedOneDoes) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: " << device_unavailable_reason(DeviceType::cuda);
-  Result whole = train(config("whole", "device: cuda\n"));
-  ASSERT_EQ(whole.exit_code, 0) << whole.err;
-  // The same run stopped by SIGTERM as step 16 begins (epoch 2 of 12-step epochs, so a
-  // mid-epoch checkpoint: momentum, EMA, position), then resumed on the GPU.
-  ASSERT_EQ(setenv("DPT_DEBUG_FAULT", "sigterm@16", 1), 0);
-  Result cut = train(config("cut", "device: cuda\n"));
-  unsetenv("DPT_DEBUG_FAULT");
-  EXPECT_EQ(cut.exit_code, 143) << cut.err;
-  Result resumed = train(config("cut", "device: cuda\n"), "--resume auto");
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_THAT(resumed.out, HasSubstr("resumed from"));
-  // Not bit for bit: cuDNN may pick algorithms whose sums are ordered by the hardware.
-  expect_curves_close(metric("cut", "train_loss"), metric("whole", "train_loss"), 1e-3, "train_loss");
-  expect_weights_close("cut", "whole", 1e-3, 1e-5);
 }
 
 }  // namespace
