@@ -155,8 +155,8 @@ std::vector<float> device_eval_totals(nn::Module& model, BatchSource& source, De
     cuda::eval_totals_add(totals, cross_entropy(logits, batch.labels), logits, batch.labels);
     seen += batch.labels.numel();
   }
-  DPT_CHECK(seen < (int64_t{1} << 24)) << "evaluation: " << seen << " test samples on one rank; counts on the GPU "
-                                       << "are exact below 2^24";
+  DPT_CHECK(seen < (int64_t{1} << 24))
+      << "evaluation: " << seen << " test samples on one rank; counts on the GPU are exact below 2^24";
   if (dist::info().world_size > 1) dist::world()->all_reduce(totals, dist::ReduceOp::sum)->wait();
   return totals.to_vector();
 }
@@ -185,7 +185,8 @@ EvalResult evaluate(nn::Module& model, BatchSource& source, Device device) {
       correct += count_correct(logits, batch.labels);
       seen += n;
     }
-    totals = sum_over_ranks({static_cast<float>(loss_sum), static_cast<float>(correct), static_cast<float>(seen)});
+    totals =
+        sum_over_ranks({static_cast<float>(loss_sum), static_cast<float>(correct), static_cast<float>(seen)});
   }
   model.train();
   return {totals[0] / totals[2], totals[1] / totals[2]};
@@ -315,7 +316,8 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
           shown_loss = losses.sum() / static_cast<double>(std::max<int64_t>(applied, 1));
         progress.update(epoch + 1, step, steps, shown_loss, rate, eta);
       }
-      if (int signal = control.stop_requested(epoch, step, step_lr, [&] { return losses.sum(); }, applied))
+      if (int signal = control.stop_requested(
+              epoch, step, step_lr, [&] { return losses.sum(); }, applied))
         return 128 + signal;
     }
     if (main_rank) progress.finish_line();
@@ -377,7 +379,8 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
 
 int main(int argc, char** argv) {
   const char* usage =
-      "train CONFIG.yaml [--set key=value ...] [--resume PATH|auto] [--timeline TRACE.json [--timeline-steps N]] "
+      "train CONFIG.yaml [--set key=value ...] [--resume PATH|auto] [--timeline TRACE.json [--timeline-steps "
+      "N]] "
       "[--sync-phases]";
   std::string config_path;
   std::vector<std::string> overrides;

@@ -26,13 +26,14 @@ using CudaSyncBatchNorm = dpt::testing::CudaTest;
 
 struct Run {
   Tensor out, gx, gw, gb, running_mean, running_var;
-  int sums = 0;               // calls of the cross-rank sum
+  int sums = 0;                // calls of the cross-rank sum
   bool sums_on_device = true;  // every call got a tensor on the op's device
 };
 
 // The op on `device` from the same CPU inputs, backward from `upstream`; `ranks` identical
 // ranks are simulated by multiplying every cross-rank sum by that many.
-Run run_on(Device device, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& upstream, int ranks) {
+Run run_on(Device device, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& upstream,
+           int ranks) {
   Run r;
   Tensor xd = x.to(device).set_requires_grad(true), wd = w.to(device).set_requires_grad(true),
          bd = b.to(device).set_requires_grad(true);

@@ -51,7 +51,7 @@ TEST_F(CudaTrain, UploadedBatchesArriveWhileComputeIsQueued) {
   auto host_batch = [](int64_t n, uint64_t seed) {
     return std::vector<Tensor>{random_tensor({n, 3, 4, 4}, seed), random_labels(n, 10, seed + 1)};
   };
-  std::vector<std::vector<Tensor>> sent;
+  std::vector<std::vector<Tensor> > sent;
   sent.push_back(host_batch(sizes[0], 0));
   // Clones: the uploader must copy the host tensors before start() returns.
   up.start({sent[0][0].clone(), sent[0][1].clone()});
@@ -182,7 +182,8 @@ Objects make_objects(Device device) {
   Objects o;
   o.model = models::build_model(YAML::Load("{name: mnist_cnn}"), {1, 28, 28, 10, 0});
   o.model->to(device);
-  o.sgd = std::make_unique<optim::Sgd>(optim::param_groups(*o.model, 5e-4f, true), optim::SgdOptions{0.9f, true});
+  o.sgd =
+      std::make_unique<optim::Sgd>(optim::param_groups(*o.model, 5e-4f, true), optim::SgdOptions{0.9f, true});
   o.ema = std::make_unique<optim::Ema>(*o.model, 0.9f);
   return o;
 }
@@ -221,7 +222,8 @@ TEST_F(CudaTrain, CheckpointsFromTheDeviceAreTheCpusBytesAndLoadBackOntoIt) {
   }
   auto want_state = g.sgd->state_tensors(), got_state = back.sgd->state_tensors();
   for (size_t i = 0; i < want_state.size(); ++i)
-    EXPECT_EQ(got_state[i].value.to_vector(), want_state[i].value.to_vector()) << want_state[i].kind << " " << i;
+    EXPECT_EQ(got_state[i].value.to_vector(), want_state[i].value.to_vector())
+        << want_state[i].kind << " " << i;
   for (size_t i = 0; i < g.ema->shadow().size(); ++i)
     EXPECT_EQ(back.ema->shadow()[i].second.to_vector(), g.ema->shadow()[i].second.to_vector())
         << "ema " << g.ema->shadow()[i].first;

@@ -32,8 +32,8 @@ std::string why_not_every_rank_has_a_gpu() {
   dist::world()->all_reduce(ok, dist::ReduceOp::min)->wait();
   if (ok.data<int64_t>()[0] == 1) return "";
   return "no CUDA device for every rank (" + std::to_string(me.local_size) + " ranks on this machine, " +
-         std::to_string(count) + " GPUs: " + (count ? "NCCL needs one per rank" : cuda::cuda_unavailable_reason()) +
-         ")";
+         std::to_string(count) +
+         " GPUs: " + (count ? "NCCL needs one per rank" : cuda::cuda_unavailable_reason()) + ")";
 #else
   return "no CUDA device: this build of dpt has no CUDA backend";
 #endif

@@ -45,10 +45,11 @@ class TrainRunner : public ::testing::Test {
   TrainResult train(const std::string& config, const std::string& args = "") {
     const std::string path = dir_.file("config.yaml");
     std::ofstream(path) << config;
-    const std::string cmd = train_.string() + " " + path + " " + args + " >" + dir_.file("out") + " 2>" +
-                            dir_.file("err");
+    const std::string cmd =
+        train_.string() + " " + path + " " + args + " >" + dir_.file("out") + " 2>" + dir_.file("err");
     int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(dir_.file("out")), read_all(dir_.file("err"))};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(dir_.file("out")),
+            read_all(dir_.file("err"))};
   }
 
   // A small ResNet with batch norm, dropout-free, on synthetic 3x16x16 data: conv, BN,
@@ -58,7 +59,8 @@ class TrainRunner : public ::testing::Test {
            "dataset: {name: synthetic, shape: [3, 16, 16], classes: 4, size: 384, augment: true}\n"
            "epochs: 2\nbatch_size: 32\neval_batch_size: 64\nthreads: 1\nema_decay: 0.9\n"
            "optimizer: {name: sgd, lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}\n"
-           "output: {dir: " + dir_.file(run) + "}\n" + extra;
+           "output: {dir: " +
+           dir_.file(run) + "}\n" + extra;
   }
 
   // metrics.jsonl's values of `key`, one per epoch.
@@ -78,11 +80,13 @@ class TrainRunner : public ::testing::Test {
   std::vector<std::pair<std::string, std::vector<float>>> weights(const std::string& run) {
     io::SafetensorsFile file = io::safetensors_read(dir_.file(run) + "/model.safetensors");
     std::vector<std::pair<std::string, std::vector<float>>> out;
-    for (const io::SafetensorsEntry& e : file.view.tensors) out.emplace_back(e.name, file.tensor(e).to_vector());
+    for (const io::SafetensorsEntry& e : file.view.tensors)
+      out.emplace_back(e.name, file.tensor(e).to_vector());
     return out;
   }
 
-  void expect_weights_close(const std::string& got_run, const std::string& want_run, double rtol, double atol) {
+  void expect_weights_close(const std::string& got_run, const std::string& want_run, double rtol,
+                            double atol) {
     auto got = weights(got_run), want = weights(want_run);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {

@@ -18,10 +18,12 @@ constexpr size_t kListedRanks = 8;  // a note names this many ranks' devices, th
 
 std::string uuid_str(const std::array<int64_t, 2>& uuid) {
   unsigned char b[16];
-  for (int i = 0; i < 16; ++i) b[i] = static_cast<unsigned char>(static_cast<uint64_t>(uuid[i / 8]) >> (8 * (i % 8)));
+  for (int i = 0; i < 16; ++i)
+    b[i] = static_cast<unsigned char>(static_cast<uint64_t>(uuid[i / 8]) >> (8 * (i % 8)));
   char text[48];
-  std::snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  std::snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
   return text;
 }
 
@@ -66,24 +68,28 @@ DeviceChoice device_choose(const std::string& setting, bool deterministic, const
   if (setting == "cpu") return {Device::cpu(), "device: cpu"};
   const int missing = first_without_device(views);
   const std::string shared = views.size() > 1 ? shared_gpu(views) : "";
-  const std::string why_missing =
-      missing == rank ? "no CUDA device: " + reason : "rank " + std::to_string(missing) + " sees no CUDA device";
+  const std::string why_missing = missing == rank
+                                      ? "no CUDA device: " + reason
+                                      : "rank " + std::to_string(missing) + " sees no CUDA device";
   if (setting == "cuda") {
     DPT_CHECK(missing < 0) << "device: cuda, but " << why_missing << " (set device: cpu or auto)";
-    DPT_CHECK(shared.empty()) << "device: cuda, but " << shared
-                              << ": NCCL needs a GPU for each rank; start at most as many ranks per machine as "
-                                 "it has GPUs, or set device: cpu";
+    DPT_CHECK(shared.empty())
+        << "device: cuda, but " << shared
+        << ": NCCL needs a GPU for each rank; start at most as many ranks per machine as "
+           "it has GPUs, or set device: cpu";
     std::string note = "device: cuda: " + rank_list(views);
     if (deterministic) note += " (deterministic: true makes CPU runs bit-for-bit repeatable, not CUDA runs)";
     return {Device::cuda(static_cast<int>(views[rank].device_index)), note};
   }
   if (deterministic)
-    return {Device::cpu(), "device: auto -> cpu (deterministic: true is a CPU guarantee; device: cuda trains on the "
-                           "GPU anyway)"};
+    return {Device::cpu(),
+            "device: auto -> cpu (deterministic: true is a CPU guarantee; device: cuda trains on the "
+            "GPU anyway)"};
   if (missing >= 0) return {Device::cpu(), "device: auto -> cpu (" + why_missing + ")"};
   if (!shared.empty())
     return {Device::cpu(), "device: auto -> cpu (" + shared + ", and NCCL needs a GPU for each rank)"};
-  return {Device::cuda(static_cast<int>(views[rank].device_index)), "device: auto -> cuda: " + rank_list(views)};
+  return {Device::cuda(static_cast<int>(views[rank].device_index)),
+          "device: auto -> cuda: " + rank_list(views)};
 }
 
 DeviceChoice rank_device_select(const std::string& setting, bool deterministic) {
@@ -98,7 +104,8 @@ DeviceChoice rank_device_select(const std::string& setting, bool deterministic) 
   if (view.device_count > 0) {
     view.device_index = me.local_rank % view.device_count;
     std::array<unsigned char, 16> uuid = cuda::cuda_device_uuid(static_cast<int>(view.device_index));
-    for (int i = 0; i < 16; ++i) view.uuid[i / 8] |= static_cast<int64_t>(static_cast<uint64_t>(uuid[i]) << (8 * (i % 8)));
+    for (int i = 0; i < 16; ++i)
+      view.uuid[i / 8] |= static_cast<int64_t>(static_cast<uint64_t>(uuid[i]) << (8 * (i % 8)));
   }
 #endif
   std::vector<RankView> views(me.world_size);

@@ -15,8 +15,8 @@ namespace dpt::dist {
 
 // What one rank sees, as the ranks exchange it.
 struct RankView {
-  int64_t device_count = 0;             // CUDA devices visible to the rank
-  int64_t device_index = -1;            // the one it would use, -1 without any
+  int64_t device_count = 0;              // CUDA devices visible to the rank
+  int64_t device_index = -1;             // the one it would use, -1 without any
   std::array<int64_t, 2> uuid = {0, 0};  // that device's UUID
 };
 

@@ -45,8 +45,9 @@ std::vector<double> sum_across(const std::vector<double>& values, const SumAcros
 // sums on device tensors (NCCL through the process group): nothing waits for the GPU,
 // except a read-back of the global count when this rank alone has at most one value per
 // channel.
-Tensor sync_batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                              const Tensor& running_var, const BatchNormOptions& options, const SumAcrossRanks& sum) {
+Tensor sync_batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                              const Tensor& running_mean, const Tensor& running_var,
+                              const BatchNormOptions& options, const SumAcrossRanks& sum) {
   Tensor x = contiguous_on_device(x_in);
   const Device device = x.device();
   const int64_t c = x.size(1);
@@ -75,7 +76,8 @@ Tensor sync_batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight, const Te
                      check_grad("sync_batch_norm2d backward", g_in, device);
                      Tensor g = contiguous_on_device(g_in);
                      Tensor sums = Tensor::empty({2 * c}, DType::f32, device);
-                     Tensor gw = Tensor::empty({c}, DType::f32, device), gb = Tensor::empty({c}, DType::f32, device);
+                     Tensor gw = Tensor::empty({c}, DType::f32, device),
+                            gb = Tensor::empty({c}, DType::f32, device);
                      cuda::sync_bn_grad_sums(g, xhat, sums, gb, gw);
                      sum(sums);
                      Tensor gx = Tensor::empty(g.shape(), DType::f32, device);
@@ -95,7 +97,8 @@ Tensor sync_batch_norm2d(const Tensor& x_in, const Tensor& weight, const Tensor&
       << "sync_batch_norm2d: expected x [N, C, H, W] with weight and bias [C], got " << shape_str(x_in.shape())
       << ", " << shape_str(weight.shape());
 #ifdef DPT_WITH_CUDA
-  if (device.is_cuda()) return sync_batch_norm2d_cuda(x_in, weight, bias, running_mean, running_var, options, sum);
+  if (device.is_cuda())
+    return sync_batch_norm2d_cuda(x_in, weight, bias, running_mean, running_var, options, sum);
 #endif
   Tensor x = x_in.contiguous();
   int64_t c = x.size(1), hw = x.size(2) * x.size(3);

@@ -64,7 +64,8 @@ void BatchUploader::start(const std::vector<Tensor>& host) {
     sources.push_back(c);
   }
   tensors_.clear();
-  for (const Tensor& t : sources) tensors_.push_back(Tensor::empty(t.shape(), t.dtype(), Device::cuda(device_)));
+  for (const Tensor& t : sources)
+    tensors_.push_back(Tensor::empty(t.shape(), t.dtype(), Device::cuda(device_)));
   DeviceGuard guard(device_);
   // After the allocations: their blocks' earlier users (and a poison fill) are on compute.
   compute_ready_->record(compute_stream(device_));

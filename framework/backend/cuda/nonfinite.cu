@@ -2,10 +2,9 @@
 // kMaxTensors (pointer, length) slots by value, blockIdx.y picking the slot. A thread that
 // finds a non-finite value stores 1 in the flag; every writer stores the same value, so
 // the order does not matter, and finite tensors (almost every step) write nothing.
-#include "backend/cuda/nonfinite.h"
-
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/nonfinite.h"
 
 namespace dpt::cuda {
 namespace {

@@ -3,10 +3,9 @@
 // `parts` blocks striding over that channel's values, so a layer with few channels still
 // fills the GPU. Each block leaves a double partial; one block per channel then adds its
 // partials in index order.
-#include "backend/cuda/sync_batchnorm.h"
-
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/sync_batchnorm.h"
 
 namespace dpt::cuda {
 namespace {
@@ -102,7 +101,8 @@ __global__ void finish_stats_kernel(const float* stats, const float* sq, int64_t
     saved[c + ch] = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
     if (running_mean) {
       running_mean[ch] = (1 - momentum) * running_mean[ch] + momentum * static_cast<float>(mean);
-      running_var[ch] = (1 - momentum) * running_var[ch] + momentum * static_cast<float>(var * count / (count - 1));
+      running_var[ch] =
+          (1 - momentum) * running_var[ch] + momentum * static_cast<float>(var * count / (count - 1));
     }
   }
 }
@@ -163,7 +163,7 @@ void channel_sums(const Shape4& s, int device, Launch launch, float* out_a, floa
   launch(dim3(parts, static_cast<unsigned>(s.c)), scope.stream(), partial.as<double2>());
   DPT_CUDA_LAUNCH_CHECK();
   finish_sums_kernel<<<static_cast<unsigned>(s.c), kBlock, 0, scope.stream()>>>(partial.as<double2>(), parts,
-                                                                                 out_a, out_b, copy_a, copy_b);
+                                                                                out_a, out_b, copy_a, copy_b);
   DPT_CUDA_LAUNCH_CHECK();
 }
 
@@ -229,15 +229,16 @@ void sync_bn_normalize(const Tensor& x, const Tensor& saved, const Tensor& weigh
   if (total == 0) return;
   KernelScope scope(device.index);
   normalize_kernel<<<grid_for(total), kBlock, 0, scope.stream()>>>(x.data<float>(), saved.data<float>(),
-                                                                   weight.data<float>(), bias.data<float>(), s,
-                                                                   xhat.data<float>(), out.data<float>());
+                                                                   weight.data<float>(), bias.data<float>(),
+                                                                   s, xhat.data<float>(), out.data<float>());
   DPT_CUDA_LAUNCH_CHECK();
 }
 
-void sync_bn_grad_sums(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums, const Tensor& grad_bias,
-                       const Tensor& grad_weight) {
+void sync_bn_grad_sums(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums,
+                       const Tensor& grad_bias, const Tensor& grad_weight) {
   const Shape4 s = shape_of("sync_batch_norm2d backward", grad_out);
-  DPT_CHECK(xhat.shape() == grad_out.shape()) << "sync_batch_norm2d backward on cuda: xhat and gradient shapes differ";
+  DPT_CHECK(xhat.shape() == grad_out.shape())
+      << "sync_batch_norm2d backward on cuda: xhat and gradient shapes differ";
   shape_of("sync_batch_norm2d backward xhat", xhat);
   const Device device = grad_out.device();
   check_vector("sync_batch_norm2d backward sums", sums, 2 * s.c, device);
@@ -266,8 +267,8 @@ void sync_bn_grad_input(const Tensor& grad_out, const Tensor& xhat, const Tensor
   if (total == 0) return;
   KernelScope scope(device.index);
   grad_input_kernel<<<grid_for(total), kBlock, 0, scope.stream()>>>(
-      grad_out.data<float>(), xhat.data<float>(), weight.data<float>(), saved.data<float>(), stats.data<float>(),
-      sums.data<float>(), s, grad_x.data<float>());
+      grad_out.data<float>(), xhat.data<float>(), weight.data<float>(), saved.data<float>(),
+      stats.data<float>(), sums.data<float>(), s, grad_x.data<float>());
   DPT_CUDA_LAUNCH_CHECK();
 }
 

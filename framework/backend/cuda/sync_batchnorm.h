@@ -25,8 +25,8 @@ void sync_bn_normalize(const Tensor& x, const Tensor& saved, const Tensor& weigh
                        const Tensor& xhat, const Tensor& out);
 // sums [2C] = (sum of g, sum of g xhat) per channel; grad_bias and grad_weight [C] get the
 // same two local sums (the parameter gradients are this rank's share).
-void sync_bn_grad_sums(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums, const Tensor& grad_bias,
-                       const Tensor& grad_weight);
+void sync_bn_grad_sums(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums,
+                       const Tensor& grad_bias, const Tensor& grad_weight);
 // Requires `sums` summed over ranks, `stats` the forward's (for the count). Ensures:
 // grad_x = weight invstd (g - sum_g / count - xhat sum_g_xhat / count).
 void sync_bn_grad_input(const Tensor& grad_out, const Tensor& xhat, const Tensor& weight, const Tensor& saved,
