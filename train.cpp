@@ -368,7 +368,8 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
                                                           .add("global_batch", global_batch)
                                                           .add("model", config.model.name)
                                                           .add("params", model->parameter_count())
-                                                          .add("skipped_steps", at.skipped_steps))
+                                                          .add("skipped_steps", at.skipped_steps)
+                                                          .add("device", device.str()))
                                                           .str() +
                                                       "\n");
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc, config.output.dir.c_str());
