@@ -123,9 +123,10 @@ TEST(DeviceConfig, KeyTakesAutoCpuCudaAndRejectsTheRest) {
 // --- the train binary on this machine
 
 using TrainDevice = dpt::testing::TrainRunner;
+const std::string kSmall = "--set dataset.size=96";  // 3 steps an epoch: seconds on one core
 
 TEST_F(TrainDevice, ExplicitCpuTrains) {
-  dpt::testing::TrainResult r = train(config("cpu", "device: cpu\n"));
+  dpt::testing::TrainResult r = train(config("cpu", "device: cpu\n"), kSmall);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("device: cpu\n"));
   EXPECT_EQ(metric("cpu", "train_loss").size(), 2u);
@@ -133,7 +134,7 @@ TEST_F(TrainDevice, ExplicitCpuTrains) {
 }
 
 TEST_F(TrainDevice, AutoSaysWhatItPicked) {
-  dpt::testing::TrainResult r = train(config("auto"), "--set epochs=1");
+  dpt::testing::TrainResult r = train(config("auto"), kSmall + " --set epochs=1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   if (have_gpu()) {
     EXPECT_THAT(r.out, HasSubstr("device: auto -> cuda: rank 0 -> cuda:0"));
