@@ -1,5 +1,6 @@
 // See eval_totals.h. Correct rows are counted with atomicAdd of 1.0f: every partial count
 // is an integer below 2^24, exact in f32, so the result does not depend on the order.
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/eval_totals.h"
 #include "backend/cuda/launch.h"
 
@@ -24,16 +25,19 @@ __global__ void add_loss_kernel(float* totals, const float* loss, int64_t rows) 
 
 }  // namespace
 
-void eval_totals_add(const Tensor& totals, const Tensor& loss, const Tensor& logits, const Tensor& labels) {
+void eval_totals_add(const Tensor& totals, const Tensor& loss, const Tensor& logits_in,
+                     const Tensor& labels) {
   const Device device = totals.device();
   DPT_CHECK(device.is_cuda() && totals.numel() == 3 && totals.is_contiguous() &&
             totals.dtype() == DType::f32 && loss.numel() == 1 && loss.dtype() == DType::f32 &&
             loss.device() == device)
       << "eval_totals_add on cuda: expected f32 totals [3] and a one-element f32 loss on one CUDA device";
-  DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && logits.dtype() == DType::f32 &&
-            logits.device() == device && labels.numel() == logits.size(0) && labels.is_contiguous() &&
-            labels.dtype() == DType::i64 && labels.device() == device)
-      << "eval_totals_add on cuda: expected contiguous f32 logits [N, C] and i64 labels [N] on "
+  DPT_CHECK(logits_in.dim() == 2 && logits_in.dtype() == DType::f32 && logits_in.device() == device)
+      << "eval_totals_add on cuda: expected f32 logits [N, C] on " << device.str();
+  const Tensor logits = contiguous(logits_in);
+  DPT_CHECK(labels.numel() == logits.size(0) && labels.is_contiguous() && labels.dtype() == DType::i64 &&
+            labels.device() == device)
+      << "eval_totals_add on cuda: expected contiguous i64 labels [" << logits.size(0) << "] on "
       << device.str();
   const int64_t rows = logits.size(0), cols = logits.size(1);
   KernelScope scope(device.index);
