@@ -5,7 +5,7 @@
 // --resume, SIGTERM/SIGINT (exit 128 + signal) and non-finite gradients (exit 3): io/run_control.h.
 //
 //   mpirun -np 2 build/train configs/default.yaml [--set key=value ...] [--resume PATH|auto]
-//     [--timeline trace.json]
+//     [--timeline trace.json] [--sync-phases]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,10 +22,12 @@
 #include "datasets/sampler.h"
 #include "distributed/ddp.h"
 #include "distributed/dist.h"
+#include "distributed/rank_device.h"
 #include "datasets/mnist.h"
 #include "datasets/synthetic.h"
 #include "io/config.h"
 #include "io/json.h"
+#include "io/loss_meter.h"
 #include "io/progress.h"
 #include "io/run_control.h"
 #include "io/safetensors.h"
@@ -38,6 +40,11 @@
 #include "optim/schedule.h"
 #include "optim/sgd.h"
 #include "profile/step_profiler.h"
+
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/batch_upload.h"
+#include "backend/cuda/eval_totals.h"
+#endif
 
 using namespace dpt;
 using Clock = std::chrono::steady_clock;
@@ -94,25 +101,94 @@ std::vector<float> sum_over_ranks(std::vector<float> values) {
   return t.to_vector();
 }
 
+// A loop's batches: the loader's own on the CPU; on CUDA copied to the device ahead of use
+// (backend/cuda/batch_upload.h), so that batch i+1's copy overlaps step i.
+class BatchSource {
+ public:
+  BatchSource(data::Loader& loader, Device device) : loader_(loader) {
+#ifdef DPT_WITH_CUDA
+    if (device.is_cuda()) uploader_ = std::make_unique<cuda::BatchUploader>(device.index);
+#endif
+  }
+  data::Loader& loader() { return loader_; }
+  // After loader().start_epoch(): forgets a batch copied ahead that the last epoch did not use.
+  void restart() {
+#ifdef DPT_WITH_CUDA
+    if (uploader_) uploader_->drop();
+#endif
+  }
+  bool next(data::Batch& batch) {
+#ifdef DPT_WITH_CUDA
+    if (uploader_) {
+      if (!uploader_->pending() && !upload_next()) return false;
+      std::vector<Tensor> tensors = uploader_->take();
+      batch = {tensors[0], tensors[1]};
+      upload_next();
+      return true;
+    }
+#endif
+    return loader_.next(batch);
+  }
+
+ private:
+#ifdef DPT_WITH_CUDA
+  bool upload_next() {
+    data::Batch host;
+    if (!loader_.next(host)) return false;
+    uploader_->start({host.images, host.labels});
+    return true;
+  }
+  std::unique_ptr<cuda::BatchUploader> uploader_;
+#endif
+  data::Loader& loader_;
+};
+
+#ifdef DPT_WITH_CUDA
+// Evaluation's totals (loss x samples, correct, samples) kept on the device, all-reduced
+// there (NCCL, through the world group's forwarding) and read back once.
+std::vector<float> device_eval_totals(nn::Module& model, BatchSource& source, Device device) {
+  Tensor totals = Tensor::zeros({3}, DType::f32, device);
+  data::Batch batch;
+  int64_t seen = 0;
+  while (source.next(batch)) {
+    Tensor logits = model(batch.images);
+    cuda::eval_totals_add(totals, cross_entropy(logits, batch.labels), logits, batch.labels);
+    seen += batch.labels.numel();
+  }
+  DPT_CHECK(seen < (int64_t{1} << 24))
+      << "evaluation: " << seen << " test samples on one rank; counts on the GPU are exact below 2^24";
+  if (dist::info().world_size > 1) dist::world()->all_reduce(totals, dist::ReduceOp::sum)->wait();
+  return totals.to_vector();
+}
+#endif
+
 // Each rank evaluates its shard of the test set; the totals are summed over ranks.
-EvalResult evaluate(nn::Module& model, data::Loader& loader) {
+EvalResult evaluate(nn::Module& model, BatchSource& source, Device device) {
   autograd::NoGrad no_grad;
   model.eval();
   const dist::InitInfo& world = dist::info();
+  data::Loader& loader = source.loader();
   loader.start_epoch(data::eval_shard(loader.dataset().size(), world.rank, world.world_size));
-  data::Batch batch;
-  double loss_sum = 0;
-  int64_t correct = 0, seen = 0;
-  while (loader.next(batch)) {
-    Tensor logits = model(batch.images);
-    int64_t n = batch.labels.numel();
-    loss_sum += cross_entropy(logits, batch.labels).item() * static_cast<double>(n);
-    correct += count_correct(logits, batch.labels);
-    seen += n;
+  source.restart();
+  std::vector<float> totals;
+#ifdef DPT_WITH_CUDA
+  if (device.is_cuda()) totals = device_eval_totals(model, source, device);
+#endif
+  if (device.is_cpu()) {
+    data::Batch batch;
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    while (source.next(batch)) {
+      Tensor logits = model(batch.images);
+      int64_t n = batch.labels.numel();
+      loss_sum += cross_entropy(logits, batch.labels).item() * static_cast<double>(n);
+      correct += count_correct(logits, batch.labels);
+      seen += n;
+    }
+    totals =
+        sum_over_ranks({static_cast<float>(loss_sum), static_cast<float>(correct), static_cast<float>(seen)});
   }
   model.train();
-  std::vector<float> totals =
-      sum_over_ranks({static_cast<float>(loss_sum), static_cast<float>(correct), static_cast<float>(seen)});
   return {totals[0] / totals[2], totals[1] / totals[2]};
 }
 
@@ -126,13 +202,17 @@ int compute_threads(int64_t configured) {
   return std::max(1, available / dist::info().local_size);
 }
 
-int run(const io::Config& config, const std::string& resume, const profile::TimelineOptions& timeline) {
+int run(const io::Config& config, const std::string& resume, const profile::TimelineOptions& timeline,
+        bool sync_phases) {
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
   dist::set_timeout(config.distributed.timeout_s);
   dist::set_debug_collectives(config.debug == "collectives");
   if (config.deterministic) threads_set_deterministic();
   threads_set(compute_threads(config.threads));
+  const dist::DeviceChoice where = dist::rank_device_select(config.device, config.deterministic);
+  const Device device = where.device;
+  if (main_rank) std::printf("%s\n", where.note.c_str());
   Data data = load_data(config.dataset, config.seed);
   data::dataset_check_split(data.train, data.test,
                             config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
@@ -144,6 +224,9 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
                 config.model.name.c_str(), static_cast<long long>(model->parameter_count()),
                 static_cast<double>(models::macs_per_image(*model, spec)) / 1e6, world.world_size, threads_get(),
                 static_cast<long long>(config.batch_size * world.world_size));
+  // Before DDP (which broadcasts rank 0's tensors), the optimizer and the EMA (whose
+  // state is made where the parameters are) and the checkpoint (loaded into them).
+  model->to(device);
   if (world.world_size > 1) {
     const io::DistributedConfig& d = config.distributed;
     model = std::make_shared<dist::DistributedDataParallel>(
@@ -160,6 +243,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   data::Loader train_loader(data.train, std::move(train_options));
   data::Loader test_loader(data.test, {.batch_size = config.eval_batch_size, .shuffle = false, .drop_last = false,
                                        .seed = config.seed});
+  BatchSource train_batches(train_loader, device), test_batches(test_loader, device);
   int64_t shard_size = (data.train.size() + world.world_size - 1) / world.world_size;
   int64_t steps = train_loader.batch_count(shard_size);
   if (config.max_steps_per_epoch > 0) steps = std::min(steps, config.max_steps_per_epoch);
@@ -184,6 +268,8 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   }
 
   profile::StepProfiler profiler(dynamic_cast<const dist::DistributedDataParallel*>(model.get()), timeline);
+  if (device.is_cuda() && (sync_phases || !timeline.path.empty()))
+    profiler.set_phase_sync([device] { device_synchronize(device); });
   const int64_t global_batch = config.batch_size * world.world_size;
   double &best_acc = at.best_test_acc, &final_acc = at.final_test_acc, &train_time = at.train_time_s;
   int64_t& train_images = at.train_images;
@@ -195,11 +281,13 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
     train_loader.start_epoch(
         data::train_shard_rest(data.train.size(), config.seed, epoch, world.rank, world.world_size, true, done), epoch,
         first_step);
+    train_batches.restart();
     data::Batch batch;
-    double loss_sum = 0;
+    io::LossMeter losses;  // on CUDA read back once per log_every steps
+    double shown_loss = 0;
     int64_t step = first_step, applied = 0;
     profiler.start_epoch();
-    while (step < steps && train_loader.next(batch)) {
+    while (step < steps && train_batches.next(batch)) {
       profiler.lap(profile::Phase::data);
       control.before_forward();
       Tensor loss = control.loss_hook(
@@ -215,7 +303,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
       if (action == io::RunControl::StepAction::apply) {
         optimizer->step(step_lr);
         if (ema) ema->update(*net);
-        loss_sum += loss.item();
+        losses.add(loss);
         ++applied;
       }
       profiler.lap(profile::Phase::optimizer);
@@ -224,22 +312,26 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
         double rate = static_cast<double>((step - first_step) * global_batch) / elapsed;
         double eta = elapsed / static_cast<double>(step - first_step) *
                      static_cast<double>(steps * (config.epochs - epoch) - step);
-        progress.update(epoch + 1, step, steps, loss_sum / static_cast<double>(std::max<int64_t>(applied, 1)), rate,
-                        eta);
+        if (device.is_cpu() || step % config.log_every == 0 || step == steps)
+          shown_loss = losses.sum() / static_cast<double>(std::max<int64_t>(applied, 1));
+        progress.update(epoch + 1, step, steps, shown_loss, rate, eta);
       }
-      if (int signal = control.stop_requested(epoch, step, step_lr, loss_sum, applied)) return 128 + signal;
+      if (int signal = control.stop_requested(
+              epoch, step, step_lr, [&] { return losses.sum(); }, applied))
+        return 128 + signal;
     }
     if (main_rank) progress.finish_line();
+    device_synchronize(device);  // the epoch's time includes its last steps' GPU work
     double epoch_train_time = seconds_since(epoch_start);
     train_time += epoch_train_time;
     train_images += (step - first_step) * global_batch;
-    double train_loss = control.epoch_loss(epoch, loss_sum, applied);
+    double train_loss = control.epoch_loss(epoch, losses.sum(), applied);
     EvalResult eval;
     if (ema) {
       optim::Ema::Swap averaged(*ema, *net);
-      eval = evaluate(*model, test_loader);
+      eval = evaluate(*model, test_batches, device);
     } else {
-      eval = evaluate(*model, test_loader);
+      eval = evaluate(*model, test_batches, device);
     }
     final_acc = eval.accuracy;
     best_acc = std::max(best_acc, eval.accuracy);
@@ -276,7 +368,8 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
                                                           .add("global_batch", global_batch)
                                                           .add("model", config.model.name)
                                                           .add("params", model->parameter_count())
-                                                          .add("skipped_steps", at.skipped_steps))
+                                                          .add("skipped_steps", at.skipped_steps)
+                                                          .add("device", device.str()))
                                                           .str() +
                                                       "\n");
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc, config.output.dir.c_str());
@@ -287,11 +380,14 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
 
 int main(int argc, char** argv) {
   const char* usage =
-      "train CONFIG.yaml [--set key=value ...] [--resume PATH|auto] [--timeline TRACE.json [--timeline-steps N]]";
+      "train CONFIG.yaml [--set key=value ...] [--resume PATH|auto] [--timeline TRACE.json [--timeline-steps "
+      "N]] "
+      "[--sync-phases]";
   std::string config_path;
   std::vector<std::string> overrides;
   std::string resume;
   profile::TimelineOptions timeline;
+  bool sync_phases = false;  // on a GPU: wait for it at each phase boundary, so phases time its work
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
@@ -301,6 +397,8 @@ int main(int argc, char** argv) {
       resume = argv[++i];
     } else if (arg.rfind("--resume=", 0) == 0) {
       resume = arg.substr(9);
+    } else if (arg == "--sync-phases") {
+      sync_phases = true;
     } else if (arg == "--timeline" && i + 1 < argc) {
       timeline.path = argv[++i];
     } else if (arg == "--timeline-steps" && i + 1 < argc) {
@@ -331,7 +429,7 @@ int main(int argc, char** argv) {
   io::stop_signals_install();
   try {
     dist::init();
-    code = run(io::load_config(config_path, overrides), resume, timeline);
+    code = run(io::load_config(config_path, overrides), resume, timeline, sync_phases);
   } catch (const Error& e) {
     code = 2;
     message = e.what();

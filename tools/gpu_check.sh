@@ -66,7 +66,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPT_CUDA=ON \
   { tail -n 30 "$build/configure.log"; say "configure failed (log: $build/configure.log)"; exit 2; }
 grep -E '^-- (dpt|Found MPI_C|Found GTest)' "$build/configure.log" | sed 's/^-- /gpu_check: /' || true
 tests=()
-for source in "$root"/tests/test_cuda_*.cpp; do tests+=("$(basename "$source" .cpp)"); done
+for source in "$root"/tests/test_cuda_*.cpp "$root"/tests/test_mpi_cuda_*.cpp; do tests+=("$(basename "$source" .cpp)"); done
 cmake --build "$build" -j "$(nproc)" --target dpt train "${tests[@]}"
 
 # --- Is there a device this build can use? Asked through the library itself, so a

@@ -50,6 +50,8 @@ class CpuBackend final : public DeviceBackend {
     if (bytes) std::memcpy(dst, src, bytes);
   }
   void fill_zero(void* ptr, size_t bytes, int) override { std::memset(ptr, 0, bytes); }
+  int device_count() override { return 1; }
+  void synchronize(int) override {}  // CPU kernels have returned when their op has
 
  private:
   static constexpr size_t kCachedFrom = 64 << 10;
@@ -82,6 +84,20 @@ DeviceBackend& device_backend(DeviceType type) {
                         "machine with the CUDA toolkit, cuDNN and NCCL)";
   return *backend;
 }
+
+int device_count(DeviceType type) {
+  if (type == DeviceType::cpu) return 1;
+  DeviceBackend* backend = g_backends[static_cast<int>(type)];
+  return backend ? backend->device_count() : 0;
+}
+
+std::string device_unavailable_reason(DeviceType type) {
+  if (type == DeviceType::cpu) return "";
+  DeviceBackend* backend = g_backends[static_cast<int>(type)];
+  return backend ? backend->unavailable_reason() : "this build of dpt has no CUDA backend";
+}
+
+void device_synchronize(Device device) { device_backend(device.type).synchronize(device.index); }
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = device_backend(device.type).allocate(bytes, device.index);

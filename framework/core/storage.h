@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "core/device.h"
 
@@ -19,12 +20,28 @@ class DeviceBackend {
   // Copies bytes between this device and the host, or within this device.
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
   virtual void fill_zero(void* ptr, size_t bytes, int device_index) = 0;
+  // Devices of this type the process can use. Never throws: 0 where none can be (no
+  // driver, no device, a driver older than the runtime), with the reason in
+  // unavailable_reason().
+  virtual int device_count() = 0;
+  virtual std::string unavailable_reason() { return ""; }
+  // Blocks the calling thread until all work queued on the device is done.
+  virtual void synchronize(int device_index) = 0;
 };
 
 // Registers the backend for a device type. Called once, before the first tensor on it.
 void device_backend_register(DeviceType type, DeviceBackend* backend);
 // Throws Error naming the device when no backend is registered (e.g. a CPU-only build).
 DeviceBackend& device_backend(DeviceType type);
+
+// Devices of `type` this process can use: 1 for the CPU; for CUDA the registered
+// backend's count, 0 in a build without the CUDA backend. Never throws.
+int device_count(DeviceType type);
+// Why device_count(type) is 0, e.g. "no CUDA backend in this build" or the driver's
+// reason; empty when there are devices.
+std::string device_unavailable_reason(DeviceType type);
+// Waits for all work queued on `device` (nothing to wait for on the CPU).
+void device_synchronize(Device device);
 
 class Storage {
  public:

@@ -22,7 +22,8 @@ using Keys = std::vector<std::string>;
 const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size", "eval_batch_size",
                        "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
                        "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay",
-                       "deterministic", "on_nonfinite", "checkpoint", "debug"};
+                       "deterministic", "on_nonfinite", "checkpoint", "debug",
+                       "device"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
@@ -56,6 +57,7 @@ const Keys kLrScalingNames = {"none", "linear"};
 const Keys kBackendNames = {"auto", "mpi", "nccl"};
 const Keys kDebugNames = {"none", "collectives"};
 const Keys kNonfiniteActions = {"stop", "skip"};
+const Keys kDeviceNames = {"auto", "cpu", "cuda"};
 
 std::string join(const Keys& keys) {
   std::string out;
@@ -467,6 +469,7 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
                                              "a number of seconds in [0, 1e9] (0 = wait forever)");
   }
   if (root["debug"]) c.debug = r.get_choice(root["debug"], "debug", "debug mode", kDebugNames);
+  if (root["device"]) c.device = r.get_choice(root["device"], "device", "device", kDeviceNames);
 
   if (root["deterministic"]) c.deterministic = r.get_bool(root["deterministic"], "deterministic");
   if (root["on_nonfinite"])
@@ -584,6 +587,7 @@ std::string config_to_yaml(const Config& c) {
   number("timeout_s", d.timeout_s);
   out << YAML::EndMap;
   out << YAML::Key << "debug" << YAML::Value << c.debug;
+  out << YAML::Key << "device" << YAML::Value << c.device;
 
   out << YAML::Key << "deterministic" << YAML::Value << c.deterministic;
   out << YAML::Key << "on_nonfinite" << YAML::Value << c.on_nonfinite;

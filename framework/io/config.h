@@ -94,6 +94,10 @@ struct Config {
   // none, or collectives: before each collective every rank checks that all call the same
   // operation with the same dtype and element count (a small all-gather per collective).
   std::string debug = "none";
+  // Where each rank trains: cpu, cuda (rank r on cuda:(local rank % devices); an error
+  // without a device), or auto (cuda where train can use it, else cpu; train.cpp's
+  // rank_device.h says when).
+  std::string device = "auto";
   // Bit-for-bit reproducible CPU runs from the seed for a given world size and thread
   // count (README: "Determinism").
   bool deterministic = false;

@@ -125,13 +125,13 @@ RunControl::StepAction RunControl::after_backward(const Tensor& loss, int64_t ep
   return StepAction::stop;
 }
 
-int RunControl::stop_requested(int64_t epoch, int64_t step_in_epoch, float lr, double loss_sum,
-                               int64_t applied) {
+int RunControl::stop_requested(int64_t epoch, int64_t step_in_epoch, float lr,
+                               const std::function<double()>& loss_sum, int64_t applied) {
   const int signal = stop_signal_agreed();
   if (signal == 0) return 0;
   const bool carried = epoch == at_.epoch;
   at_.epoch_loss_sum = (carried ? at_.epoch_loss_sum : 0) +
-                       sum_over_ranks(loss_sum) / static_cast<double>(dist::info().world_size);
+                       sum_over_ranks(loss_sum()) / static_cast<double>(dist::info().world_size);
   at_.epoch_steps_applied = (carried ? at_.epoch_steps_applied : 0) + applied;
   move_to(epoch, step_in_epoch);
   if (dist::info().rank == 0) {

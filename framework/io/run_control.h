@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/tensor.h"
@@ -50,8 +51,10 @@ class RunControl {
 
   // Collective, after each step: the signal any rank received (0 if none). When non-zero,
   // rank 0 has saved a checkpoint at (epoch, step_in_epoch), with the epoch's loss so far
-  // (`loss_sum` over `applied` steps on this rank), and every rank passed a barrier after it.
-  int stop_requested(int64_t epoch, int64_t step_in_epoch, float lr, double loss_sum, int64_t applied);
+  // (`loss_sum()` over `applied` steps on this rank; called only then, as reading a loss
+  // kept on a GPU waits for it), and every rank passed a barrier after it.
+  int stop_requested(int64_t epoch, int64_t step_in_epoch, float lr, const std::function<double()>& loss_sum,
+                     int64_t applied);
 
   // The epoch's mean training loss over ranks, including a resumed epoch's earlier steps.
   // Collective.

@@ -6,6 +6,10 @@
 #include "autograd/node.h"
 #include "ops/device_check.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/sync_batchnorm.h"
+#endif
+
 namespace dpt {
 namespace {
 
@@ -36,15 +40,66 @@ std::vector<double> sum_across(const std::vector<double>& values, const SumAcros
   return std::vector<double>(back.begin(), back.end());
 }
 
+#ifdef DPT_WITH_CUDA
+// The same steps as the CPU path below, with the sums as CUDA kernels and the cross-rank
+// sums on device tensors (NCCL through the process group): nothing waits for the GPU,
+// except a read-back of the global count when this rank alone has at most one value per
+// channel.
+Tensor sync_batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                              const Tensor& running_mean, const Tensor& running_var,
+                              const BatchNormOptions& options, const SumAcrossRanks& sum) {
+  Tensor x = contiguous_on_device(x_in);
+  const Device device = x.device();
+  const int64_t c = x.size(1);
+  for (const Tensor* t : {&running_mean, &running_var})
+    DPT_CHECK(!t->defined() || (t->device() == device && t->is_contiguous() && t->numel() == c))
+        << "sync_batch_norm2d: running statistics must be contiguous [" << c << "] on " << device.str();
+  Tensor stats = Tensor::empty({c + 1}, DType::f32, device);
+  cuda::sync_bn_sum(x, stats);
+  sum(stats);
+  if (x.size(0) * x.size(2) * x.size(3) <= 1) {
+    const float count = stats.to_vector()[c];
+    DPT_CHECK(count > 1) << "sync_batch_norm2d: needs more than one value per channel over all ranks";
+  }
+  Tensor sq = Tensor::empty({c}, DType::f32, device);
+  cuda::sync_bn_sum_sq_dev(x, stats, sq);
+  sum(sq);
+  Tensor saved = Tensor::empty({2 * c}, DType::f32, device);  // mean, invstd
+  cuda::sync_bn_finish_stats(stats, sq, options.eps, options.momentum, running_mean, running_var, saved);
+  Tensor xhat = Tensor::empty(x.shape(), DType::f32, device);
+  Tensor out = Tensor::empty(x.shape(), DType::f32, device);
+  Tensor w = contiguous_on_device(weight.detach()), b = contiguous_on_device(bias.detach());
+  cuda::sync_bn_normalize(x, saved, w, b, xhat, out);
+
+  autograd::record("sync_batch_norm2d", out, {x_in, weight, bias},
+                   [xhat, w, saved, stats, sum, c, device](const Tensor& g_in) {
+                     check_grad("sync_batch_norm2d backward", g_in, device);
+                     Tensor g = contiguous_on_device(g_in);
+                     Tensor sums = Tensor::empty({2 * c}, DType::f32, device);
+                     Tensor gw = Tensor::empty({c}, DType::f32, device),
+                            gb = Tensor::empty({c}, DType::f32, device);
+                     cuda::sync_bn_grad_sums(g, xhat, sums, gb, gw);
+                     sum(sums);
+                     Tensor gx = Tensor::empty(g.shape(), DType::f32, device);
+                     cuda::sync_bn_grad_input(g, xhat, w, saved, stats, sums, gx);
+                     return std::vector<Tensor>{gx, gw, gb};
+                   });
+  return out;
+}
+#endif
+
 }  // namespace
 
 Tensor sync_batch_norm2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                          const Tensor& running_var, const BatchNormOptions& options, const SumAcrossRanks& sum) {
-  // On CUDA this needs collectives on device tensors: the NCCL process group's work.
-  op_device("sync_batch_norm2d", {&x_in, &weight, &bias}, CudaKernels::none);
+  [[maybe_unused]] const Device device = op_device("sync_batch_norm2d", {&x_in, &weight, &bias});
   DPT_CHECK(x_in.dim() == 4 && weight.numel() == x_in.size(1) && bias.numel() == x_in.size(1))
       << "sync_batch_norm2d: expected x [N, C, H, W] with weight and bias [C], got " << shape_str(x_in.shape())
       << ", " << shape_str(weight.shape());
+#ifdef DPT_WITH_CUDA
+  if (device.is_cuda())
+    return sync_batch_norm2d_cuda(x_in, weight, bias, running_mean, running_var, options, sum);
+#endif
   Tensor x = x_in.contiguous();
   int64_t c = x.size(1), hw = x.size(2) * x.size(3);
   // Count, then mean, then variance around the global mean: two passes, no cancellation.

@@ -10,14 +10,17 @@
 
 namespace dpt {
 
-// Sums a contiguous f32 CPU tensor over all ranks, in place, before returning.
+// Sums a contiguous f32 tensor over all ranks, in place: on the CPU before returning; on
+// CUDA (the tensor is on the op's device) before any work queued on the device's compute
+// stream after the call (a process group's wait() on an NCCL collective does that).
 using SumAcrossRanks = std::function<void(const Tensor&)>;
 
 // Training-mode batch_norm2d whose mean and (biased) variance are those of the
 // concatenation of every rank's x; running stats get the unbiased global variance. Its
 // backward sums the two per-channel gradient reductions across ranks as well, so with
 // DDP averaging the parameter gradients, N ranks at batch B/N match one rank at batch B.
-// Requires: the same C on every rank, and every rank calling it in the same order.
+// Requires: the same C on every rank, and every rank calling it in the same order. Runs
+// on the CPU or on CUDA (x, weight, bias and the running stats on one device).
 Tensor sync_batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                          const Tensor& running_var, const BatchNormOptions& options, const SumAcrossRanks& sum);
 

@@ -5,6 +5,11 @@
 
 #include "autograd/node.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/nonfinite.h"
+#endif
+
 namespace dpt::optim {
 namespace {
 
@@ -20,16 +25,37 @@ bool finite_f32(const float* p, int64_t n) {
   return bad == 0;
 }
 
+// CPU tensors are read where they are; CUDA ones (all on one device, as a model's are) are
+// checked there in one pass with one flag read back (backend/cuda/nonfinite.h).
+bool tensors_finite(const std::vector<Tensor>& tensors) {
+#ifdef DPT_WITH_CUDA
+  std::vector<Tensor> on_cuda;
+#endif
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+#ifdef DPT_WITH_CUDA
+    if (t.device().is_cuda()) {
+      DPT_CHECK(on_cuda.empty() || on_cuda.front().device() == t.device())
+          << "non-finite check: tensors on " << on_cuda.front().device().str() << " and " << t.device().str();
+      on_cuda.push_back(cuda::contiguous(t));
+      continue;
+    }
+#endif
+    Tensor c = t.contiguous();
+    if (!finite_f32(c.data<float>(), c.numel())) return false;
+  }
+#ifdef DPT_WITH_CUDA
+  if (!on_cuda.empty()) return cuda::all_finite(on_cuda, on_cuda.front().device().index);
+#endif
+  return true;
+}
+
 }  // namespace
 
 bool gradients_finite(const std::vector<Tensor>& params) {
-  for (const Tensor& p : params) {
-    const Tensor& g = p.grad();
-    if (!g.defined()) continue;
-    Tensor c = g.to(Device::cpu()).contiguous();
-    if (!finite_f32(c.data<float>(), c.numel())) return false;
-  }
-  return true;
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) grads.push_back(p.grad());
+  return tensors_finite(grads);
 }
 
 NonfiniteGuard::NonfiniteGuard(const nn::Module& model, bool keep_buffers, bool check_loss)
@@ -47,7 +73,11 @@ void NonfiniteGuard::before_forward() {
 }
 
 bool NonfiniteGuard::step_finite(const Tensor& loss) {
-  bool ok = gradients_finite(params_) && (!check_loss_ || std::isfinite(loss.item()));
+  // The loss joins the gradients' check, so a CUDA step reads back one flag.
+  std::vector<Tensor> checked;
+  for (const Tensor& p : params_) checked.push_back(p.grad());
+  if (check_loss_) checked.push_back(loss.detach());
+  bool ok = tensors_finite(checked);
   if (!ok && keep_buffers_) {
     autograd::NoGrad no_grad;
     for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].second.copy_from(saved_[i].second);

@@ -35,10 +35,12 @@ StepProfiler::~StepProfiler() = default;
 
 void StepProfiler::start_epoch() {
   update_recording();
+  if (sync_) sync_();
   last_ns_ = now_ns();
 }
 
 void StepProfiler::lap(Phase phase) {
+  if (sync_) sync_();
   double now = now_ns();
   double ms = (now - last_ns_) / 1e6;
   if (phase == Phase::backward && ddp_) {

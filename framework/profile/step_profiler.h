@@ -4,6 +4,7 @@
 // timeline. With no timeline it costs two clock reads a phase.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,10 @@ class StepProfiler {
   StepProfiler(const dist::DistributedDataParallel* ddp, TimelineOptions timeline);
   ~StepProfiler();
 
+  // Called before each phase boundary's clock read when set: on a GPU, a device
+  // synchronise makes each phase hold its own kernels' time, not only their launches
+  // (train sets it with --sync-phases or --timeline). Unset, no phase waits for the GPU.
+  void set_phase_sync(std::function<void()> sync) { sync_ = std::move(sync); }
   // Before a step's batch is fetched, the first time in an epoch (time in between, such as
   // evaluation, counts in no phase).
   void start_epoch();
@@ -48,6 +53,7 @@ class StepProfiler {
   void update_recording();
 
   const dist::DistributedDataParallel* ddp_;
+  std::function<void()> sync_;
   TimelineOptions options_;
   std::unique_ptr<Timeline> timeline_;
   std::optional<BackwardRecorder> recorder_;

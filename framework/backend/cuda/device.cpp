@@ -69,6 +69,15 @@ std::string cuda_device_name(int index) {
   return prop.name;
 }
 
+std::array<unsigned char, 16> cuda_device_uuid(int index) {
+  cuda_check_device(index);
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  std::array<unsigned char, 16> uuid{};
+  for (size_t i = 0; i < uuid.size(); ++i) uuid[i] = static_cast<unsigned char>(prop.uuid.bytes[i]);
+  return uuid;
+}
+
 void cuda_synchronize(int index) {
   DeviceGuard guard(index);
   CUDA_CHECK(cudaDeviceSynchronize());

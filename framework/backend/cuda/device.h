@@ -3,6 +3,7 @@
 // and the test suite load and run the CUDA build of dpt unchanged.
 #pragma once
 
+#include <array>
 #include <string>
 
 namespace dpt::cuda {
@@ -24,6 +25,9 @@ void cuda_set_device(int index);
 int cuda_current_device();
 // Requires a valid index; e.g. "NVIDIA H200".
 std::string cuda_device_name(int index);
+// Requires a valid index; the GPU's UUID (what nvidia-smi -L prints as GPU-...), the same
+// in every process that sees the device, whatever CUDA_VISIBLE_DEVICES numbers it.
+std::array<unsigned char, 16> cuda_device_uuid(int index);
 // Waits for all work on the device (every stream) to finish.
 void cuda_synchronize(int index);
 

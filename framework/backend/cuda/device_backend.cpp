@@ -48,6 +48,10 @@ class CudaBackend final : public DeviceBackend {
     DeviceGuard guard(device_index);
     CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, compute_stream(device_index)));
   }
+
+  int device_count() override { return cuda_device_count(); }
+  std::string unavailable_reason() override { return cuda_unavailable_reason(); }
+  void synchronize(int device_index) override { cuda_synchronize(device_index); }
 };
 
 [[maybe_unused]] const bool registered = [] {

@@ -1,0 +1,132 @@
+#include "distributed/rank_device.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/storage.h"
+#include "distributed/dist.h"
+
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/device.h"
+#endif
+
+namespace dpt::dist {
+namespace {
+
+constexpr size_t kListedRanks = 8;  // a note names this many ranks' devices, then counts the rest
+
+std::string uuid_str(const std::array<int64_t, 2>& uuid) {
+  unsigned char b[16];
+  for (int i = 0; i < 16; ++i)
+    b[i] = static_cast<unsigned char>(static_cast<uint64_t>(uuid[i / 8]) >> (8 * (i % 8)));
+  char text[48];
+  std::snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
+  return text;
+}
+
+// "rank 0 -> cuda:0, rank 1 -> cuda:1"
+std::string rank_list(const std::vector<RankView>& views) {
+  std::ostringstream s;
+  for (size_t r = 0; r < views.size() && r < kListedRanks; ++r)
+    s << (r ? ", " : "") << "rank " << r << " -> cuda:" << views[r].device_index;
+  if (views.size() > kListedRanks) s << ", ... (" << views.size() << " ranks)";
+  return s.str();
+}
+
+// The first rank (in world order) without a device, or -1.
+int first_without_device(const std::vector<RankView>& views) {
+  for (size_t r = 0; r < views.size(); ++r)
+    if (views[r].device_count <= 0) return static_cast<int>(r);
+  return -1;
+}
+
+// "ranks 0 and 2 would both use cuda:0 (GPU-...)", or "" when every rank has a GPU of its own.
+std::string shared_gpu(const std::vector<RankView>& views) {
+  for (size_t a = 0; a < views.size(); ++a)
+    for (size_t b = a + 1; b < views.size(); ++b)
+      if (views[a].uuid == views[b].uuid) {
+        std::ostringstream s;
+        s << "ranks " << a << " and " << b << " would both use one GPU (cuda:" << views[a].device_index
+          << " of rank " << a << ", cuda:" << views[b].device_index << " of rank " << b << ", "
+          << uuid_str(views[a].uuid) << ")";
+        return s.str();
+      }
+  return "";
+}
+
+}  // namespace
+
+DeviceChoice device_choose(const std::string& setting, bool deterministic, const std::vector<RankView>& views,
+                           int rank, const std::string& reason) {
+  DPT_CHECK(setting == "auto" || setting == "cpu" || setting == "cuda")
+      << "device: expected auto, cpu or cuda, got '" << setting << "'";
+  DPT_CHECK(rank >= 0 && static_cast<size_t>(rank) < views.size())
+      << "device_choose: rank " << rank << " of " << views.size() << " views";
+  if (setting == "cpu") return {Device::cpu(), "device: cpu"};
+  const int missing = first_without_device(views);
+  const std::string shared = views.size() > 1 ? shared_gpu(views) : "";
+  const std::string why_missing = missing == rank
+                                      ? "no CUDA device: " + reason
+                                      : "rank " + std::to_string(missing) + " sees no CUDA device";
+  if (setting == "cuda") {
+    DPT_CHECK(missing < 0) << "device: cuda, but " << why_missing << " (set device: cpu or auto)";
+    DPT_CHECK(shared.empty())
+        << "device: cuda, but " << shared
+        << ": NCCL needs a GPU for each rank; start at most as many ranks per machine as "
+           "it has GPUs, or set device: cpu";
+    std::string note = "device: cuda: " + rank_list(views);
+    if (deterministic) note += " (deterministic: true makes CPU runs bit-for-bit repeatable, not CUDA runs)";
+    return {Device::cuda(static_cast<int>(views[rank].device_index)), note};
+  }
+  if (deterministic)
+    return {Device::cpu(),
+            "device: auto -> cpu (deterministic: true is a CPU guarantee; device: cuda trains on the "
+            "GPU anyway)"};
+  if (missing >= 0) return {Device::cpu(), "device: auto -> cpu (" + why_missing + ")"};
+  if (!shared.empty())
+    return {Device::cpu(), "device: auto -> cpu (" + shared + ", and NCCL needs a GPU for each rank)"};
+  return {Device::cuda(static_cast<int>(views[rank].device_index)),
+          "device: auto -> cuda: " + rank_list(views)};
+}
+
+DeviceChoice rank_device_select(const std::string& setting, bool deterministic) {
+  const InitInfo& me = info();
+  if (setting == "cpu") return {Device::cpu(), "device: cpu"};
+  RankView view;
+  view.device_count = device_count(DeviceType::cuda);
+  const std::string reason = device_unavailable_reason(DeviceType::cuda);
+  DPT_CHECK(setting != "cuda" || view.device_count > 0)
+      << "device: cuda, but no CUDA device: " << reason << " (set device: cpu or auto)";
+#ifdef DPT_WITH_CUDA
+  if (view.device_count > 0) {
+    view.device_index = me.local_rank % view.device_count;
+    std::array<unsigned char, 16> uuid = cuda::cuda_device_uuid(static_cast<int>(view.device_index));
+    for (int i = 0; i < 16; ++i)
+      view.uuid[i / 8] |= static_cast<int64_t>(static_cast<uint64_t>(uuid[i]) << (8 * (i % 8)));
+  }
+#endif
+  std::vector<RankView> views(me.world_size);
+  if (me.world_size == 1) {
+    views[0] = view;
+  } else {
+    Tensor mine = Tensor::from_vector(
+        std::vector<int64_t>{view.device_count, view.device_index, view.uuid[0], view.uuid[1]}, {4});
+    Tensor all = Tensor::empty({4 * static_cast<int64_t>(me.world_size)}, DType::i64);
+    world()->all_gather(all, mine)->wait();
+    const int64_t* p = all.data<int64_t>();
+    for (int r = 0; r < me.world_size; ++r) views[r] = {p[4 * r], p[4 * r + 1], {p[4 * r + 2], p[4 * r + 3]}};
+  }
+  DeviceChoice choice = device_choose(setting, deterministic, views, me.rank, reason);
+#ifdef DPT_WITH_CUDA
+  if (choice.device.is_cuda()) {
+    cuda::cuda_set_device(choice.device.index);
+    choice.note += " (" + cuda::cuda_device_name(choice.device.index) + ")";
+  }
+#endif
+  return choice;
+}
+
+}  // namespace dpt::dist

@@ -1,0 +1,24 @@
+// The training loss summed over steps without waiting for the GPU every step: on CUDA the
+// running sum stays on the device and is read back only when asked for (once per logging
+// interval); on the CPU each step's loss is read at once, as it always was.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace dpt::io {
+
+class LossMeter {
+ public:
+  // Requires a one-element f32 tensor (on any device; one device per meter until reset).
+  void add(const Tensor& loss);
+  // The sum of every loss added since the last reset; on CUDA reads the device's partial
+  // sum back (waits for the GPU), so call it once per logging interval, not per step.
+  double sum();
+  void reset();
+
+ private:
+  double host_sum_ = 0;  // in double, as the CPU loop always summed
+  Tensor device_sum_;    // f32 [1] on the device since the last read-back; undefined on the CPU
+};
+
+}  // namespace dpt::io

@@ -1,0 +1,63 @@
+// train with device: cuda end to end (skipped without a GPU): a 2-epoch run on
+// synthetic data follows the same run on the CPU (losses per epoch, accuracy, final
+// weights saved from the device), and a CUDA run stopped by SIGTERM mid-epoch and resumed
+// on the device ends where an uninterrupted one does.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "train_runner.h"
+
+using namespace dpt;
+using dpt::testing::TrainResult;
+using ::testing::HasSubstr;
+
+namespace {
+
+using CudaTrainRun = dpt::testing::TrainRunner;
+
+void expect_curves_close(const std::vector<double>& gpu, const std::vector<double>& cpu, double rtol,
+                         const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_NEAR(gpu[i], cpu[i], rtol * std::abs(cpu[i]) + 1e-4) << what << " at epoch " << i + 1;
+}
+
+TEST_F(CudaTrainRun, FollowsTheCpuRunsLossCurve) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: " << device_unavailable_reason(DeviceType::cuda);
+  TrainResult cpu = train(config("cpu", "device: cpu\n"));
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  TrainResult gpu = train(config("gpu", "device: cuda\n"));
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_THAT(gpu.out, HasSubstr("device: cuda: rank 0 -> cuda:0"));
+  EXPECT_THAT(dpt::testing::read_all(dir_.file("gpu") + "/summary.json"), HasSubstr("\"device\": \"cuda:0\""));
+  // 24 SGD steps through batch norm: f32 summation orders differ (cuDNN, oneDNN), little else.
+  expect_curves_close(metric("gpu", "train_loss"), metric("cpu", "train_loss"), 2e-3, "train_loss");
+  expect_curves_close(metric("gpu", "test_loss"), metric("cpu", "test_loss"), 5e-3, "test_loss");
+  std::vector<double> acc_gpu = metric("gpu", "test_acc"), acc_cpu = metric("cpu", "test_acc");
+  ASSERT_EQ(acc_gpu.size(), 2u);
+  EXPECT_NEAR(acc_gpu[1], acc_cpu[1], 2.0 / 64);  // a sample or two of the 64 may flip
+  // The final weights, saved from the device, against the CPU run's.
+  expect_weights_close("gpu", "cpu", 1e-2, 1e-3);
+}
+
+TEST_F(CudaTrainRun, StoppedAndResumedEndsWhereAnUninterruptedRunDoes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: " << device_unavailable_reason(DeviceType::cuda);
+  TrainResult whole = train(config("whole", "device: cuda\n"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  // The same run stopped by SIGTERM as step 16 begins (epoch 2 of 12-step epochs, so a
+  // mid-epoch checkpoint: momentum, EMA, position), then resumed on the GPU.
+  ASSERT_EQ(setenv("DPT_DEBUG_FAULT", "sigterm@16", 1), 0);
+  TrainResult cut = train(config("cut", "device: cuda\n"));
+  unsetenv("DPT_DEBUG_FAULT");
+  EXPECT_EQ(cut.exit_code, 143) << cut.err;
+  TrainResult resumed = train(config("cut", "device: cuda\n"), "--resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_THAT(resumed.out, HasSubstr("resumed from"));
+  // Not bit for bit: cuDNN may pick algorithms whose sums are ordered by the hardware.
+  expect_curves_close(metric("cut", "train_loss"), metric("whole", "train_loss"), 1e-3, "train_loss");
+  expect_weights_close("cut", "whole", 1e-3, 1e-5);
+}
+
+}  // namespace

@@ -1,0 +1,104 @@
+// Runs the train binary (DPT_BUILD_DIR/train) on a config written into a fresh directory
+// and reads back what it wrote: exit code, output, metrics.jsonl values, model weights.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/storage.h"
+#include "io/safetensors.h"
+#include "temp_dir.h"
+
+namespace dpt::testing {
+
+namespace fs = std::filesystem;
+
+struct TrainResult {
+  int exit_code;
+  std::string out, err;
+};
+
+inline std::string read_all(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class TrainRunner : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* build = std::getenv("DPT_BUILD_DIR");
+    train_ = fs::path(build ? build : ".") / "train";
+    ASSERT_TRUE(fs::exists(train_)) << train_ << " not built (DPT_BUILD_DIR)";
+  }
+
+  TrainResult train(const std::string& config, const std::string& args = "") {
+    const std::string path = dir_.file("config.yaml");
+    std::ofstream(path) << config;
+    const std::string cmd =
+        train_.string() + " " + path + " " + args + " >" + dir_.file("out") + " 2>" + dir_.file("err");
+    int status = std::system(cmd.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(dir_.file("out")),
+            read_all(dir_.file("err"))};
+  }
+
+  // A small ResNet with batch norm, dropout-free, on synthetic 3x16x16 data: conv, BN,
+  // pooling, the loss and SGD with momentum, an EMA and augmentation all take part.
+  std::string config(const std::string& run, const std::string& extra = "") {
+    return "model: {name: resnet_cifar, depth: 8}\n"
+           "dataset: {name: synthetic, shape: [3, 16, 16], classes: 4, size: 384, augment: true}\n"
+           "epochs: 2\nbatch_size: 32\neval_batch_size: 64\nthreads: 1\nema_decay: 0.9\n"
+           "optimizer: {name: sgd, lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5.0e-4}\n"
+           "output: {dir: " +
+           dir_.file(run) + "}\n" + extra;
+  }
+
+  // metrics.jsonl's values of `key`, one per epoch.
+  std::vector<double> metric(const std::string& run, const std::string& key) {
+    std::vector<double> values;
+    std::ifstream in(dir_.file(run) + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      size_t at = line.find("\"" + key + "\": ");
+      if (at != std::string::npos) values.push_back(std::stod(line.substr(at + key.size() + 4)));
+    }
+    return values;
+  }
+
+  static bool have_gpu() { return device_count(DeviceType::cuda) > 0; }
+
+  // A run's model.safetensors as (name, values), in the file's order.
+  std::vector<std::pair<std::string, std::vector<float>>> weights(const std::string& run) {
+    io::SafetensorsFile file = io::safetensors_read(dir_.file(run) + "/model.safetensors");
+    std::vector<std::pair<std::string, std::vector<float>>> out;
+    for (const io::SafetensorsEntry& e : file.view.tensors)
+      out.emplace_back(e.name, file.tensor(e).to_vector());
+    return out;
+  }
+
+  void expect_weights_close(const std::string& got_run, const std::string& want_run, double rtol,
+                            double atol) {
+    auto got = weights(got_run), want = weights(want_run);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i].first, want[i].first);
+      const std::vector<float>&a = want[i].second, &b = got[i].second;
+      for (size_t k = 0; k < a.size(); ++k)
+        ASSERT_NEAR(b[k], a[k], rtol * std::abs(a[k]) + atol) << want[i].first << "[" << k << "]";
+    }
+  }
+
+  TempDir dir_{"dpt_train_run"};
+  fs::path train_;
+};
+
+}  // namespace dpt::testing
