@@ -155,7 +155,7 @@ TEST(BlockCache, RandomSequencesKeepGraphMemoryFromEagerCode) {
   for (int round = 0; round < 50; ++round) {
     BlockCache cache;
     FakeDevice device;
-    std::map<void*, size_t> size_of;             // every block ever made
+    std::map<void*, size_t> size_of;              // every block ever made
     std::map<void*, std::set<uint64_t>> touched;  // block -> graphs that touched it
     std::set<void*> live;
     std::set<uint64_t> live_pools, released_pools;
@@ -163,7 +163,8 @@ TEST(BlockCache, RandomSequencesKeepGraphMemoryFromEagerCode) {
     auto check_allocation = [&](void* p) {
       ASSERT_EQ(live.count(p), 0u) << "handed out twice";
       for (uint64_t g : touched[p])
-        if (live_pools.count(g) && g != capturing) FAIL() << "graph " << g << "'s block given to another user";
+        if (live_pools.count(g) && g != capturing)
+          FAIL() << "graph " << g << "'s block given to another user";
       for (uint64_t g : touched[p])
         if (released_pools.count(g)) ++released_reused;
       live.insert(p);

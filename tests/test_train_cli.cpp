@@ -112,6 +112,14 @@ TEST_F(TrainCli, BadConfigsAreOneLineAndExitCode2) {
   expect_clear_error("", "no config file");
 }
 
+// Where the run trains on the CPU, cuda_graphs is refused.
+TEST_F(TrainCli, CudaGraphsWithoutACudaDeviceIsOneLineAndExitCode2) {
+  expect_clear_error(write("graphs.yaml", synthetic_config("cuda_graphs: true\n")).string(),
+                     "cuda_graphs: true needs training on a CUDA device, but rank 0 trains on cpu");
+  expect_clear_error(write("skip.yaml", synthetic_config("on_nonfinite: skip\n")).string() + " --set cuda_graphs=true",
+                     "cuda_graphs: true needs on_nonfinite: stop");
+}
+
 TEST_F(TrainCli, BadDataIsOneLineAndExitCode2) {
   std::string base = "model: {name: mlp}\nepochs: 1\noutput: {dir: " + (dir_ / "run").string() + "}\n";
   expect_clear_error(

@@ -41,12 +41,11 @@ class FreeList {
 // code outside the capture while the graph lives. During the capture a freed block may be
 // taken again later in the same capture (its next user is queued after its last one, in
 // capture order, so every replay keeps that order too). A shared block (or one of a released
-// pool) freed during a capture joins the capture's pool: the graph may have used it, so eager code must not get
-// it back while the graph can replay. When the graph is destroyed its pool is released:
-// free blocks go back to the shared pool at once, live ones (a captured step's outputs)
-// when they are freed. A block of one graph's pool freed during another graph's capture (a
-// tensor passed from one graph to the next) goes back to its own pool: such graphs must be
-// replayed in the order they were captured, as with PyTorch's shared pools.
+// pool) freed during a capture joins the capture's pool: the graph may have used it, so eager code must not
+// get it back while the graph can replay. When the graph is destroyed its pool is released: free blocks go
+// back to the shared pool at once, live ones (a captured step's outputs) when they are freed. A block of one
+// graph's pool freed during another graph's capture (a tensor passed from one graph to the next) goes back to
+// its own pool: such graphs must be replayed in the order they were captured, as with PyTorch's shared pools.
 //
 // Not thread-safe: the allocator calls it under its lock.
 class BlockCache {
@@ -106,8 +105,8 @@ class BlockCache {
   };
   struct Pool {
     FreeList free;
-    size_t bytes = 0;      // live and free blocks of this pool
-    size_t live = 0;       // live blocks
+    size_t bytes = 0;  // live and free blocks of this pool
+    size_t live = 0;   // live blocks
     bool released = false;
   };
 

@@ -9,8 +9,10 @@
 
 namespace dpt::optim {
 
-DeviceScalars::DeviceScalars(size_t count, Device device, const char* owner) : device_(device), host_(count, 0.0f) {
-  DPT_CHECK(device.is_cuda()) << owner << ": device-resident step values (for CUDA graphs) need parameters on a "
+DeviceScalars::DeviceScalars(size_t count, Device device, const char* owner)
+    : device_(device), host_(count, 0.0f) {
+  DPT_CHECK(device.is_cuda()) << owner
+                              << ": device-resident step values (for CUDA graphs) need parameters on a "
                               << "CUDA device, they are on " << device.str();
 #ifdef DPT_WITH_CUDA
   on_device_ = static_cast<float*>(cuda::device_alloc(count * sizeof(float), device.index));

@@ -36,8 +36,8 @@ Graph::~Graph() {
 void Graph::capture(const std::function<void()>& body) {
   DPT_CHECK(!exec_) << "CUDA graph on cuda:" << device_ << ": already captured";
   DeviceGuard guard(device_);
-  DPT_CHECK(!capture_active(device_)) << "CUDA graph on cuda:" << device_
-                                      << ": another capture is in progress on this device";
+  DPT_CHECK(!capture_active(device_))
+      << "CUDA graph on cuda:" << device_ << ": another capture is in progress on this device";
   cudaStream_t stream = compute_stream(device_);
   // Eager work finishes first, so nothing queued before the capture is still running when
   // the capture's first replay reuses memory that eager code freed.
@@ -58,10 +58,11 @@ void Graph::capture(const std::function<void()>& body) {
   cudaError_t end = cudaStreamEndCapture(stream, &graph);
   allocator_capture_end(device_);
   if (failure.empty() && end != cudaSuccess)
-    failure = std::string(cudaGetErrorString(end)) +
-              " (a call inside the step could not be captured: a host synchronisation or read-back, a copy from "
-              "pageable host memory, an event query; or a stream forked from the compute stream was not joined "
-              "back)";
+    failure =
+        std::string(cudaGetErrorString(end)) +
+        " (a call inside the step could not be captured: a host synchronisation or read-back, a copy from "
+        "pageable host memory, an event query; or a stream forked from the compute stream was not joined "
+        "back)";
   if (!failure.empty()) {
     if (graph) (void)cudaGraphDestroy(graph);
     (void)cudaGetLastError();  // the capture's error is reported here, not by the next CUDA call

@@ -36,8 +36,8 @@ void Upload::copy(void* dst, const void* src, size_t bytes) {
   DPT_CHECK(bytes <= capacity_) << "upload of " << bytes << " bytes into a staging block of " << capacity_;
   if (bytes == 0) return;
   DeviceGuard guard(device_);
-  DPT_CHECK(!capture_active(device_)) << "upload to cuda:" << device_
-                                      << " during a CUDA graph capture: uploads belong before a replay";
+  DPT_CHECK(!capture_active(device_))
+      << "upload to cuda:" << device_ << " during a CUDA graph capture: uploads belong before a replay";
   copied_.synchronize();  // the previous copy out of the staging block has run
   std::memcpy(staging_, src, bytes);
   cudaStream_t stream = compute_stream(device_);
