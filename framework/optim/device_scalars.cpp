@@ -7,6 +7,16 @@
 #include "backend/cuda/upload.h"
 #endif
 
+namespace dpt::cuda {
+
+#ifdef DPT_WITH_CUDA
+void UploadDelete::operator()(Upload* upload) const { delete upload; }
+#else
+void UploadDelete::operator()(Upload*) const {}
+#endif
+
+}  // namespace dpt::cuda
+
 namespace dpt::optim {
 
 DeviceScalars::DeviceScalars(size_t count, Device device, const char* owner)
@@ -16,7 +26,7 @@ DeviceScalars::DeviceScalars(size_t count, Device device, const char* owner)
                               << "CUDA device, they are on " << device.str();
 #ifdef DPT_WITH_CUDA
   on_device_ = static_cast<float*>(cuda::device_alloc(count * sizeof(float), device.index));
-  upload_ = std::make_unique<cuda::Upload>(count * sizeof(float), device.index);
+  upload_.reset(new cuda::Upload(count * sizeof(float), device.index));
 #else
   DPT_FAIL() << owner << ": CUDA graphs need the CUDA backend, which this build lacks";
 #endif

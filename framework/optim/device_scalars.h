@@ -12,7 +12,12 @@
 
 namespace dpt::cuda {
 class Upload;
-}
+// Deletes an Upload (backend/cuda/upload.h), so that headers hold one without including
+// CUDA's; a build without the CUDA backend never makes one.
+struct UploadDelete {
+  void operator()(Upload* upload) const;
+};
+}  // namespace dpt::cuda
 
 namespace dpt::optim {
 
@@ -36,7 +41,7 @@ class DeviceScalars {
   Device device_;
   std::vector<float> host_;
   float* on_device_ = nullptr;
-  std::unique_ptr<cuda::Upload> upload_;
+  std::unique_ptr<cuda::Upload, cuda::UploadDelete> upload_;
 };
 
 }  // namespace dpt::optim

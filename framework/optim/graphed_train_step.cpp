@@ -11,6 +11,16 @@
 #include "backend/cuda/upload.h"
 #endif
 
+namespace dpt::cuda {
+
+#ifdef DPT_WITH_CUDA
+void GraphedStepDelete::operator()(GraphedStep* step) const { delete step; }
+#else
+void GraphedStepDelete::operator()(GraphedStep*) const {}
+#endif
+
+}  // namespace dpt::cuda
+
 namespace dpt::optim {
 
 #ifndef DPT_WITH_CUDA
@@ -50,9 +60,9 @@ GraphedTrainStep::GraphedTrainStep(nn::Module& model, const nn::Module& net, Opt
   labels_ = Tensor::zeros({images_shape[0]}, DType::i64, device);
   ones_ = Tensor::full({}, 1.0f).to(device);
   result_ = Tensor::zeros({2}, DType::f32, device);
-  images_upload_ = std::make_unique<cuda::Upload>(images_.numel() * sizeof(float), device_);
-  labels_upload_ = std::make_unique<cuda::Upload>(labels_.numel() * sizeof(int64_t), device_);
-  step_ = std::make_unique<cuda::GraphedStep>(device_, options.warmup, [this] { body(); });
+  images_upload_.reset(new cuda::Upload(images_.numel() * sizeof(float), device_));
+  labels_upload_.reset(new cuda::Upload(labels_.numel() * sizeof(int64_t), device_));
+  step_.reset(new cuda::GraphedStep(device_, options.warmup, [this] { body(); }));
 }
 
 GraphedTrainStep::~GraphedTrainStep() = default;

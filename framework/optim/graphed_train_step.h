@@ -11,12 +11,16 @@
 
 #include "core/tensor.h"
 #include "nn/module.h"
+#include "optim/device_scalars.h"
 #include "optim/ema.h"
 #include "optim/optimizer.h"
 
 namespace dpt::cuda {
 class GraphedStep;
-class Upload;
+// Deletes a GraphedStep (backend/cuda/graph.h); never made without the CUDA backend.
+struct GraphedStepDelete {
+  void operator()(GraphedStep* step) const;
+};
 }  // namespace dpt::cuda
 
 namespace dpt::optim {
@@ -68,8 +72,8 @@ class GraphedTrainStep {
   Tensor ones_;             // backward's seed, made before the capture
   Tensor result_;           // [loss, 1 if anything was not finite]
   std::vector<Tensor> params_;
-  std::unique_ptr<cuda::Upload> images_upload_, labels_upload_;
-  std::unique_ptr<cuda::GraphedStep> step_;
+  std::unique_ptr<cuda::Upload, cuda::UploadDelete> images_upload_, labels_upload_;
+  std::unique_ptr<cuda::GraphedStep, cuda::GraphedStepDelete> step_;
 };
 
 }  // namespace dpt::optim
