@@ -229,6 +229,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
           return 3;
         loss_sum += r.loss;
         ++applied;
+        profiler.lap(profile::Phase::optimizer);  // ends the step's record
       } else {
         Tensor loss = control.loss_hook(
             cross_entropy((*model)(batch.images), batch.labels, static_cast<float>(config.label_smoothing)));
