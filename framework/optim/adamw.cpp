@@ -40,8 +40,8 @@ void AdamW::step(float lr) {
 
 // Per group four values: lr, decay, c1, c2 (the layout adamw_update reads).
 void AdamW::step_prepare(float lr) {
-  ++steps_;
   DeviceScalars& scalars = device_scalars(4 * groups_.size(), "adamw");
+  ++steps_;
   const float c1 = bias_correction(options_.beta1, steps_), c2 = bias_correction(options_.beta2, steps_);
   for (size_t g = 0; g < groups_.size(); ++g) {
     scalars.set(4 * g, lr);

@@ -35,9 +35,9 @@ void Ema::update(const nn::Module& model) {
 }
 
 void Ema::update_prepare() {
-  ++updates_;
   DPT_CHECK(!shadow_.empty()) << "ema: the model has no state to average";
   if (!device_decay_) device_decay_ = std::make_unique<DeviceScalars>(1, shadow_.front().second.device(), "ema");
+  ++updates_;
   device_decay_->set(0, warmup_decay(decay_, updates_));
   device_decay_->upload();
 }
