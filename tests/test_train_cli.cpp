@@ -15,6 +15,10 @@
 
 #include "mpi_job.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/device.h"
+#endif
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
@@ -114,6 +118,9 @@ TEST_F(TrainCli, BadConfigsAreOneLineAndExitCode2) {
 
 // Where the run trains on the CPU, cuda_graphs is refused.
 TEST_F(TrainCli, CudaGraphsWithoutACudaDeviceIsOneLineAndExitCode2) {
+#ifdef DPT_WITH_CUDA
+  if (dpt::cuda::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: this run could train on it";
+#endif
   expect_clear_error(write("graphs.yaml", synthetic_config("cuda_graphs: true\n")).string(),
                      "cuda_graphs: true needs training on a CUDA device, but rank 0 trains on cpu");
   expect_clear_error(write("skip.yaml", synthetic_config("on_nonfinite: skip\n")).string() + " --set cuda_graphs=true",
