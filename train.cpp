@@ -37,6 +37,7 @@
 #include "ops/loss.h"
 #include "optim/adamw.h"
 #include "optim/ema.h"
+#include "optim/graphed_train_step.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
 #include "profile/step_profiler.h"
@@ -202,6 +203,22 @@ int compute_threads(int64_t configured) {
   return std::max(1, available / dist::info().local_size);
 }
 
+// cuda_graphs: the whole step as one captured CUDA graph (optim/graphed_train_step.h);
+// null without the key. The model must already be on its CUDA device.
+std::unique_ptr<optim::GraphedTrainStep> make_graphed_step(const io::Config& config, nn::Module& model,
+                                                           const nn::Module& net, optim::Optimizer& optimizer,
+                                                           optim::Ema* ema, const data::Dataset& train) {
+  if (!config.cuda_graphs) return nullptr;
+  const Device device = net.parameters().front().device();
+  DPT_CHECK(device.is_cuda()) << "cuda_graphs: true needs training on a CUDA device, but rank " << dist::info().rank
+                              << " trains on " << device.str();
+  return std::make_unique<optim::GraphedTrainStep>(
+      model, net, optimizer, ema, Shape{config.batch_size, train.channels, train.height, train.width},
+      optim::GraphedTrainOptions{.label_smoothing = static_cast<float>(config.label_smoothing),
+                                 .classes = train.classes,
+                                 .check_loss = dist::info().world_size == 1});
+}
+
 int run(const io::Config& config, const std::string& resume, const profile::TimelineOptions& timeline,
         bool sync_phases) {
   const dist::InitInfo& world = dist::info();
@@ -254,6 +271,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   if (config.ema_decay > 0) ema = std::make_unique<optim::Ema>(*net, static_cast<float>(config.ema_decay));
   float lr = static_cast<float>(config.optimizer.lr) * (config.lr_scaling == "linear" ? world.world_size : 1);
   optim::LrSchedule schedule(lr, schedule_options(config.schedule), steps, config.epochs);
+  auto graphed = make_graphed_step(config, *model, *net, *optimizer, ema.get(), data.train);
 
   io::Progress progress(config.epochs, config.log_every);
   io::RunControl control(config, {*net, config.model.name, *optimizer, config.optimizer.name, ema.get()}, progress);
@@ -290,23 +308,34 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
     while (step < steps && train_batches.next(batch)) {
       profiler.lap(profile::Phase::data);
       control.before_forward();
-      Tensor loss = control.loss_hook(
-          cross_entropy((*model)(batch.images), batch.labels, static_cast<float>(config.label_smoothing)));
-      profiler.lap(profile::Phase::forward);
-      optimizer->zero_grad();
-      loss.backward();
-      profiler.lap(profile::Phase::backward);
       const float step_lr = schedule.lr_at(epoch * steps + step);
-      ++step;
-      const io::RunControl::StepAction action = control.after_backward(loss, epoch, step, steps);
-      if (action == io::RunControl::StepAction::stop) return 3;
-      if (action == io::RunControl::StepAction::apply) {
-        optimizer->step(step_lr);
-        if (ema) ema->update(*net);
-        losses.add(loss);
+      if (graphed) {  // forward, backward and update in one replay, timed as forward
+        optim::GraphedStepResult r = graphed->run(batch.images, batch.labels, step_lr);
+        profiler.lap(profile::Phase::forward);
+        ++step;
+        if (control.after_backward(r.finite, r.loss, epoch, step, steps) == io::RunControl::StepAction::stop)
+          return 3;
+        losses.add(r.loss);
         ++applied;
+        profiler.lap(profile::Phase::optimizer);  // ends the step's record
+      } else {
+        Tensor loss = control.loss_hook(
+            cross_entropy((*model)(batch.images), batch.labels, static_cast<float>(config.label_smoothing)));
+        profiler.lap(profile::Phase::forward);
+        optimizer->zero_grad();
+        loss.backward();
+        profiler.lap(profile::Phase::backward);
+        ++step;
+        const io::RunControl::StepAction action = control.after_backward(loss, epoch, step, steps);
+        if (action == io::RunControl::StepAction::stop) return 3;
+        if (action == io::RunControl::StepAction::apply) {
+          optimizer->step(step_lr);
+          if (ema) ema->update(*net);
+          losses.add(loss);
+          ++applied;
+        }
+        profiler.lap(profile::Phase::optimizer);
       }
-      profiler.lap(profile::Phase::optimizer);
       double elapsed = seconds_since(epoch_start);
       if (main_rank) {
         double rate = static_cast<double>((step - first_step) * global_batch) / elapsed;

@@ -247,6 +247,22 @@ TEST_F(ConfigTest, UnknownKeysAtAnyLevelButModel) {
               HasSubstr(":3: duplicate key 'epochs' (first given at line 2)"));
 }
 
+TEST_F(ConfigTest, CudaGraphsKey) {
+  EXPECT_FALSE(load("model: {name: m}\n").cuda_graphs);
+  Config c = load("model: {name: m}\ncuda_graphs: true\n");
+  EXPECT_TRUE(c.cuda_graphs);
+  EXPECT_TRUE(load_config(write(config_to_yaml(c), "again.yaml")).cuda_graphs);
+  EXPECT_TRUE(load("model: {name: m}\n", {"cuda_graphs=true"}).cuda_graphs);
+  EXPECT_THAT(error("model: {name: m}\ncuda_graphs: sometimes\n"),
+              HasSubstr(":2: key 'cuda_graphs': expected true or false, got 'sometimes'"));
+  // A graph cannot skip its update, whichever key comes first.
+  for (const char* yaml : {"model: {name: m}\non_nonfinite: skip\ncuda_graphs: true\n",
+                           "model: {name: m}\ncuda_graphs: true\non_nonfinite: skip\n"})
+    EXPECT_THAT(error(yaml), HasSubstr("cuda_graphs: true needs on_nonfinite: stop (a captured step cannot skip "
+                                       "its update), got on_nonfinite: skip"));
+  EXPECT_TRUE(load("model: {name: m}\non_nonfinite: skip\ncuda_graphs: false\n").on_nonfinite == "skip");
+}
+
 // One row per bad value: the YAML after "model: {name: m}\n" and what the message must say.
 struct BadValue {
   const char* yaml;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "error_of.h"
+
 #include "optim/adamw.h"
 #include "optim/ema.h"
 #include "optim/schedule.h"
@@ -117,4 +119,22 @@ TEST(Ema, AveragesParametersCopiesBuffersAndSwaps) {
   }
   EXPECT_FLOAT_EQ(model.w.to_vector()[0], 4.0f);  // the trained weights are back
   EXPECT_THROW(Ema(model, 1.0f), Error);
+}
+
+// The CUDA-graph halves of a step (step_prepare / step_apply, GraphedTrainStep) need the
+// parameters on a CUDA device: on the CPU they are a clear error, never a silent no-op.
+TEST(GraphedStep, NeedsParametersOnACudaDevice) {
+  using dpt::testing::error_of;
+  Tensor p = param({1.0f, 2.0f});
+  set_grad(p, {0.5f, 0.5f});
+  Sgd sgd({{{p}, 0.0f}}, {0.9f, false});
+  EXPECT_NE(error_of([&] { sgd.step_prepare(0.1f); }).find("sgd: device-resident step values (for CUDA graphs) need "
+                                                            "parameters on a CUDA device, they are on cpu"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { sgd.step_apply(); }).find("sgd: step_apply() before any step_prepare(lr)"),
+            std::string::npos);
+  AdamW adamw({{{p}, 0.0f}}, {});
+  EXPECT_NE(error_of([&] { adamw.step_prepare(0.1f); }).find("adamw: device-resident step values"),
+            std::string::npos);
+  EXPECT_EQ(p.to_vector(), (std::vector<float>{1.0f, 2.0f}));  // nothing applied
 }

@@ -15,6 +15,10 @@
 
 #include "mpi_job.h"
 
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/device.h"
+#endif
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
@@ -110,6 +114,17 @@ TEST_F(TrainCli, BadConfigsAreOneLineAndExitCode2) {
   expect_clear_error(write("batch.yaml", synthetic_config()).string() + " --set batch_size=0", "batch_size");
   expect_clear_error(write("model.yaml", synthetic_config()).string() + " --set model.name=nope", "unknown model 'nope'");
   expect_clear_error("", "no config file");
+}
+
+// Where the run trains on the CPU, cuda_graphs is refused.
+TEST_F(TrainCli, CudaGraphsWithoutACudaDeviceIsOneLineAndExitCode2) {
+#ifdef DPT_WITH_CUDA
+  if (dpt::cuda::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: this run could train on it";
+#endif
+  expect_clear_error(write("graphs.yaml", synthetic_config("cuda_graphs: true\n")).string(),
+                     "cuda_graphs: true needs training on a CUDA device, but rank 0 trains on cpu");
+  expect_clear_error(write("skip.yaml", synthetic_config("on_nonfinite: skip\n")).string() + " --set cuda_graphs=true",
+                     "cuda_graphs: true needs on_nonfinite: stop");
 }
 
 TEST_F(TrainCli, BadDataIsOneLineAndExitCode2) {

@@ -7,6 +7,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/graph.h"
 #include "core/error.h"
 #include "distributed/mpi_check.h"
 
@@ -15,20 +16,27 @@ namespace dpt::dist {
 // One collective's completion event and the tensors it uses.
 class NcclWork final : public Work {
  public:
-  NcclWork(int device, std::vector<Tensor> tensors, bool host_wait)
-      : device_(device), tensors_(std::move(tensors)), host_wait_(host_wait) {}
+  // `captured`: queued inside a CUDA graph capture, so its event marks a point in the
+  // graph, not in time; it can order streams within the capture but never be queried.
+  NcclWork(int device, std::vector<Tensor> tensors, bool host_wait, bool captured)
+      : device_(device), tensors_(std::move(tensors)), host_wait_(host_wait), captured_(captured) {}
 
   cuda::Event& done() { return done_; }
   void release() { tensors_.clear(); }
 
   void wait() override {
     cuda::DeviceGuard guard(device_);
+    DPT_CHECK(!(host_wait_ && captured_)) << "a barrier on NCCL inside a CUDA graph capture: the host cannot "
+                                             "wait for a collective that has only been recorded";
     if (host_wait_)
       done_.synchronize();
     else
       CUDA_CHECK(cudaStreamWaitEvent(cuda::compute_stream(device_), done_.get(), 0));
   }
+  // A captured collective completes in each replay, never at a point the host can ask
+  // about: false, and the caller's wait() joins the streams instead.
   bool is_completed() override {
+    if (captured_) return false;
     cuda::DeviceGuard guard(device_);
     return done_.query();
   }
@@ -38,6 +46,7 @@ class NcclWork final : public Work {
   cuda::Event done_;  // made on the current device: the group's, set by the caller
   std::vector<Tensor> tensors_;
   bool host_wait_;
+  bool captured_;
 };
 
 namespace {
@@ -140,15 +149,21 @@ void NcclProcessGroup::reap_completed() {
 
 void NcclProcessGroup::begin() {
   check_async_error();
-  reap_completed();
+  // Event queries are forbidden on a capturing thread; Graph::capture synchronised the
+  // device before it began, so the works in flight are done and reaped after it.
+  if (!cuda::capture_active(device_)) reap_completed();
   compute_ready_.record(cuda::compute_stream(device_));
   stream_.wait(compute_ready_);
 }
 
 std::shared_ptr<NcclWork> NcclProcessGroup::end(std::vector<Tensor> tensors, bool host_wait) {
-  auto work = std::make_shared<NcclWork>(device_, std::move(tensors), host_wait);
+  // A captured collective runs in every replay, so its tensors must outlive the graph (the
+  // caller's job: DDP's buckets and the model's buffers do); its work is never queried, so
+  // it is not kept in flight.
+  const bool captured = cuda::capture_active(device_);
+  auto work = std::make_shared<NcclWork>(device_, std::move(tensors), host_wait, captured);
   work->done().record(stream_);
-  in_flight_.push_back(work);
+  if (!captured) in_flight_.push_back(work);
   return work;
 }
 

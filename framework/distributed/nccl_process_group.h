@@ -12,6 +12,11 @@
 //
 // Tensors a collective uses stay alive until its event completes (the group holds them),
 // so the caching allocator cannot hand their memory to a kernel while NCCL still reads it.
+//
+// CUDA graphs (backend/cuda/graph.h): a collective called during a capture is recorded into
+// the graph, the communication stream forked from the compute stream and joined back by
+// Work::wait() through the same events; such a Work is never queried (is_completed() is
+// false) and a barrier cannot be waited for inside a capture.
 #pragma once
 
 #include <mpi.h>

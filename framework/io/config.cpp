@@ -23,7 +23,7 @@ const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size",
                        "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
                        "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay",
                        "deterministic", "on_nonfinite", "checkpoint", "debug",
-                       "device"};
+                       "device", "cuda_graphs"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
@@ -474,6 +474,14 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   if (root["deterministic"]) c.deterministic = r.get_bool(root["deterministic"], "deterministic");
   if (root["on_nonfinite"])
     c.on_nonfinite = r.get_choice(root["on_nonfinite"], "on_nonfinite", "action", kNonfiniteActions);
+  if (root["cuda_graphs"]) {
+    c.cuda_graphs = r.get_bool(root["cuda_graphs"], "cuda_graphs");
+    // A replayed graph applies its update whatever the gradients held; it cannot skip one.
+    if (c.cuda_graphs && c.on_nonfinite == "skip")
+      r.fail(root["cuda_graphs"], "cuda_graphs",
+             "cuda_graphs: true needs on_nonfinite: stop (a captured step cannot skip its update), got "
+             "on_nonfinite: skip");
+  }
   if (const YAML::Node& k = root["checkpoint"]) {
     r.check_keys(k, "checkpoint", kSectionKeys.at("checkpoint"));
     if (k["every_epochs"])
@@ -591,6 +599,7 @@ std::string config_to_yaml(const Config& c) {
 
   out << YAML::Key << "deterministic" << YAML::Value << c.deterministic;
   out << YAML::Key << "on_nonfinite" << YAML::Value << c.on_nonfinite;
+  out << YAML::Key << "cuda_graphs" << YAML::Value << c.cuda_graphs;
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "every_epochs" << YAML::Value << c.checkpoint.every_epochs;
   out << YAML::Key << "keep_last" << YAML::Value << c.checkpoint.keep_last;

@@ -104,6 +104,9 @@ struct Config {
   // A step whose gradients are not finite (NaN or Inf): stop (exit code 3, the last good
   // checkpoint kept) or skip (the update is not applied; training continues).
   std::string on_nonfinite = "stop";
+  // Capture the training step as a CUDA graph after 3 eager steps and replay it (README
+  // "GPU": when it helps, its limits). Needs a CUDA device and on_nonfinite: stop.
+  bool cuda_graphs = false;
   CheckpointConfig checkpoint;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

@@ -15,6 +15,8 @@ void LossMeter::add(const Tensor& loss) {
   device_sum_ = device_sum_.defined() ? dpt::add(device_sum_, loss.detach()) : loss.detach().clone();
 }
 
+void LossMeter::add(double loss) { host_sum_ += loss; }
+
 double LossMeter::sum() {
   if (device_sum_.defined()) {
     host_sum_ += device_sum_.item();

@@ -11,6 +11,7 @@ class LossMeter {
  public:
   // Requires a one-element f32 tensor (on any device; one device per meter until reset).
   void add(const Tensor& loss);
+  void add(double loss);  // a loss already on the host (a CUDA graph's replay reads it back)
   // The sum of every loss added since the last reset; on CUDA reads the device's partial
   // sum back (waits for the GPU), so call it once per logging interval, not per step.
   double sum();

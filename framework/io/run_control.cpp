@@ -106,6 +106,18 @@ RunControl::StepAction RunControl::after_backward(const Tensor& loss, int64_t ep
   ++at_.step;
   // Every rank holds the same all-reduced gradients, so every rank decides the same.
   if (guard_.step_finite(loss)) return StepAction::apply;
+  return nonfinite_action(loss.item(), epoch, step_in_epoch, steps);
+}
+
+RunControl::StepAction RunControl::after_backward(bool finite, float loss, int64_t epoch, int64_t step_in_epoch,
+                                                  int64_t steps) {
+  ++at_.step;
+  if (finite) return StepAction::apply;
+  return nonfinite_action(loss, epoch, step_in_epoch, steps);
+}
+
+RunControl::StepAction RunControl::nonfinite_action(float loss, int64_t epoch, int64_t step_in_epoch,
+                                                    int64_t steps) {
   const bool skip = config_.on_nonfinite == "skip";
   if (dist::info().rank == 0) {
     progress_.finish_line();
@@ -114,7 +126,7 @@ RunControl::StepAction RunControl::after_backward(const Tensor& loss, int64_t ep
         "%s: step %lld (epoch %lld, step %lld of %lld): non-finite gradients (NaN or Inf; rank 0's "
         "loss %g); %s\n",
         skip ? "warning" : "error", static_cast<long long>(at_.step), static_cast<long long>(epoch + 1),
-        static_cast<long long>(step_in_epoch), static_cast<long long>(steps), loss.item(),
+        static_cast<long long>(step_in_epoch), static_cast<long long>(steps), loss,
         skip ? "step skipped" : ("stopped, the last good checkpoint is " + last_checkpoint(dir_)).c_str());
   }
   if (skip) {

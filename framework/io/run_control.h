@@ -48,6 +48,9 @@ class RunControl {
   // gradients prints why on rank 0 (with the last good checkpoint) and returns skip or stop
   // as on_nonfinite says; on stop every rank has also passed a barrier, so the message is out.
   StepAction after_backward(const Tensor& loss, int64_t epoch, int64_t step_in_epoch, int64_t steps);
+  // The same for a step whose check ran on the device (cuda_graphs): `finite` is its
+  // verdict, `loss` this rank's loss.
+  StepAction after_backward(bool finite, float loss, int64_t epoch, int64_t step_in_epoch, int64_t steps);
 
   // Collective, after each step: the signal any rank received (0 if none). When non-zero,
   // rank 0 has saved a checkpoint at (epoch, step_in_epoch), with the epoch's loss so far
@@ -65,6 +68,7 @@ class RunControl {
   void epoch_end(int64_t epoch, float lr);
 
  private:
+  StepAction nonfinite_action(float loss, int64_t epoch, int64_t step_in_epoch, int64_t steps);
   void move_to(int64_t epoch, int64_t step_in_epoch);  // every rank
   void save(float lr);                                 // rank 0
 

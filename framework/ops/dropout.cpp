@@ -6,6 +6,7 @@
 #ifdef DPT_WITH_CUDA
 #include "backend/cuda/dropout.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/graph.h"
 #endif
 
 namespace dpt {
@@ -14,6 +15,10 @@ namespace {
 #ifdef DPT_WITH_CUDA
 // One draw from the caller's generator seeds the whole mask (see backend/cuda/dropout.h).
 Tensor dropout_cuda(const Tensor& x, float p, Rng& rng) {
+  // The seed is a kernel argument: a replayed graph would drop the same elements every step.
+  DPT_CHECK(!cuda::capture_active(x.device().index))
+      << "dropout inside a CUDA graph capture: the graph would repeat one mask on every replay (train "
+         "without cuda_graphs, or set the model's dropout to 0)";
   Tensor in = cuda::contiguous(x);
   Tensor mask = Tensor::empty(x.shape(), DType::f32, x.device());  // 0 or 1/(1-p)
   Tensor out = Tensor::empty(x.shape(), DType::f32, x.device());

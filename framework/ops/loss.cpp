@@ -10,6 +10,7 @@
 #include "ops/device_check.h"
 
 #ifdef DPT_WITH_CUDA
+#include "backend/cuda/graph.h"
 #include "backend/cuda/loss.h"
 #endif
 
@@ -26,6 +27,10 @@ Device check_logits_labels(const char* op, const Tensor& logits, const Tensor& l
       << op << ": labels are on " << labels.device().str() << " but logits on " << device.str();
   DPT_CHECK(logits.size(0) > 0) << op << ": empty batch";
 #ifdef DPT_WITH_CUDA
+  // Inside a CUDA graph capture the check would read back from the device, which a
+  // capture forbids: there the labels come from a static buffer whose every batch the
+  // host checked before uploading it (optim/graphed_train_step.cpp).
+  if (device.is_cuda() && cuda::capture_active(device.index)) return device;
   if (device.is_cuda()) {
     int64_t label = 0;
     int64_t row = cuda::first_bad_label(cuda::contiguous(labels), logits.size(1), &label);

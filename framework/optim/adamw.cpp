@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "optim/device_scalars.h"
 #include "optim/state_device.h"
 
 #ifdef DPT_WITH_CUDA
@@ -23,24 +24,54 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(s
     }
 }
 
+namespace {
+
+// The step's values, computed here alone for step() and step_prepare(), so that eager and
+// graphed updates get the same bits.
+float bias_correction(float beta, int64_t steps) { return 1.0f - static_cast<float>(std::pow(beta, steps)); }
+float decay_of(float lr, float weight_decay) { return 1.0f - lr * weight_decay; }
+
+}  // namespace
+
 void AdamW::step(float lr) {
   ++steps_;
+  update(lr, nullptr);
+}
+
+// Per group four values: lr, decay, c1, c2 (the layout adamw_update reads).
+void AdamW::step_prepare(float lr) {
+  DeviceScalars& scalars = device_scalars(4 * groups_.size(), "adamw");
+  ++steps_;
+  const float c1 = bias_correction(options_.beta1, steps_), c2 = bias_correction(options_.beta2, steps_);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    scalars.set(4 * g, lr);
+    scalars.set(4 * g + 1, decay_of(lr, groups_[g].weight_decay));
+    scalars.set(4 * g + 2, c1);
+    scalars.set(4 * g + 3, c2);
+  }
+  scalars.upload();
+}
+
+void AdamW::step_apply() { update(0.0f, &prepared_scalars("adamw")); }
+
+void AdamW::update(float lr, const DeviceScalars* scalars) {
   const float b1 = options_.beta1, b2 = options_.beta2, eps = options_.eps;
-  const float c1 = 1.0f - static_cast<float>(std::pow(b1, steps_));
-  const float c2 = 1.0f - static_cast<float>(std::pow(b2, steps_));
+  const float c1 = bias_correction(b1, steps_), c2 = bias_correction(b2, steps_);
   size_t k = 0;
-  for (auto& group : groups_) {
-    const float decay = 1.0f - lr * group.weight_decay;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& group = groups_[gi];
+    const float decay = decay_of(lr, group.weight_decay);
 #ifdef DPT_WITH_CUDA
+    const float* on_device = scalars ? scalars->device_ptr(4 * gi) : nullptr;
     CudaBatch<cuda::AdamWSlot> batch([&](const std::vector<cuda::AdamWSlot>& slots, int device) {
-      cuda::adamw_update(slots, device, lr, decay, b1, b2, eps, c1, c2);
+      cuda::adamw_update(slots, device, lr, decay, b1, b2, eps, c1, c2, on_device);
     });
 #endif
     for (auto& p : group.params) {
       Tensor& m_state = m_[k];
       Tensor& v_state = v_[k++];
       if (!p.grad().defined()) continue;
-      prepare_update("adamw", p, {&m_state, &v_state});
+      prepare_update("adamw", p, {&m_state, &v_state}, scalars != nullptr);
       float* m = m_state.data<float>();
       float* v = v_state.data<float>();
       float* w = p.data<float>();

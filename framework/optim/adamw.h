@@ -16,11 +16,16 @@ class AdamW : public Optimizer {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
   void step(float lr) override;
+  void step_prepare(float lr) override;
+  void step_apply() override;
   std::vector<StateTensor> state_tensors() const override;  // "exp_avg", "exp_avg_sq" (PyTorch's names)
   int64_t step_count() const override { return steps_; }
   void set_step_count(int64_t steps) override { steps_ = steps; }
 
  private:
+  // scalars: null for step(lr), step_prepare's values for step_apply().
+  void update(float lr, const DeviceScalars* scalars);
+
   AdamWOptions options_;
   std::vector<Tensor> m_, v_;
   int64_t steps_ = 0;

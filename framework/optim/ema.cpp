@@ -18,6 +18,11 @@ nn::NamedTensors copy_of(const nn::NamedTensors& state) {
   return out;
 }
 
+// The warm-up decay, in one place for update() and update_prepare().
+float warmup_decay(float decay, int64_t updates) {
+  return std::min(decay, static_cast<float>(1 + updates) / static_cast<float>(10 + updates));
+}
+
 }  // namespace
 
 Ema::Ema(const nn::Module& model, float decay) : decay_(decay), shadow_(copy_of(model.state_dict())) {
@@ -26,7 +31,23 @@ Ema::Ema(const nn::Module& model, float decay) : decay_(decay), shadow_(copy_of(
 
 void Ema::update(const nn::Module& model) {
   ++updates_;
-  float d = std::min(decay_, static_cast<float>(1 + updates_) / static_cast<float>(10 + updates_));
+  apply(model, warmup_decay(decay_, updates_), nullptr);
+}
+
+void Ema::update_prepare() {
+  DPT_CHECK(!shadow_.empty()) << "ema: the model has no state to average";
+  if (!device_decay_) device_decay_ = std::make_unique<DeviceScalars>(1, shadow_.front().second.device(), "ema");
+  ++updates_;
+  device_decay_->set(0, warmup_decay(decay_, updates_));
+  device_decay_->upload();
+}
+
+void Ema::update_apply(const nn::Module& model) {
+  DPT_CHECK(device_decay_) << "ema: update_apply() before any update_prepare()";
+  apply(model, 0.0f, device_decay_->device_ptr(0));
+}
+
+void Ema::apply(const nn::Module& model, float d, const float* decay_on_device) {
   nn::NamedTensors params = model.named_parameters();
   nn::NamedTensors state = model.state_dict();
   DPT_CHECK(state.size() == shadow_.size()) << "ema: the model's state changed size";
@@ -40,12 +61,14 @@ void Ema::update(const nn::Module& model) {
     if (avg.device().is_cuda()) {
       Tensor src = cuda::contiguous(current);
       if (i < params.size())
-        cuda::ema_update(avg, src, d);
+        cuda::ema_update(avg, src, d, decay_on_device);
       else
         avg.copy_from(src);
       continue;
     }
 #endif
+    DPT_CHECK(!decay_on_device) << "ema: update_apply (CUDA graphs) needs the model on a CUDA device, '"
+                                << state[i].first << "' is on " << current.device().str();
     Tensor src = current.contiguous();
     const float* c = src.data<float>();
     float* a = avg.data<float>();

@@ -3,7 +3,10 @@
 // Buffers (batch-norm running statistics) are copied, not averaged.
 #pragma once
 
+#include <memory>
+
 #include "nn/module.h"
+#include "optim/device_scalars.h"
 
 namespace dpt::optim {
 
@@ -15,6 +18,11 @@ class Ema {
   // warm-up the decay used is min(decay, (1 + updates) / (10 + updates)), so early
   // averages do not hold on to the random initialisation.
   void update(const nn::Module& model);
+  // CUDA graphs: update() in two halves, as Optimizer::step_prepare / step_apply. The host
+  // half counts the update and uploads its decay; the device half only queues kernels,
+  // which read the decay on the device. Requires the model on a CUDA device.
+  void update_prepare();
+  void update_apply(const nn::Module& model);
   const nn::NamedTensors& shadow() const { return shadow_; }
   // Updates so far (they set the warm-up decay), for checkpoints.
   int64_t updates() const { return updates_; }
@@ -34,7 +42,11 @@ class Ema {
   };
 
  private:
+  // decay_on_device: null for update(), update_prepare's value for update_apply().
+  void apply(const nn::Module& model, float d, const float* decay_on_device);
+
   float decay_;
+  std::unique_ptr<DeviceScalars> device_decay_;
   int64_t updates_ = 0;
   nn::NamedTensors shadow_;  // the model's state_dict order
 };

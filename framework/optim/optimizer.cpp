@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include "optim/device_scalars.h"
+
 namespace dpt::optim {
 
 std::vector<ParamGroup> param_groups(const nn::Module& model, float weight_decay, bool no_decay_1d) {
@@ -10,10 +12,30 @@ std::vector<ParamGroup> param_groups(const nn::Module& model, float weight_decay
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}
 
+Optimizer::~Optimizer() = default;
+
+DeviceScalars& Optimizer::device_scalars(size_t count, const char* owner) {
+  if (!device_scalars_) {
+    Device device = Device::cpu();
+    for (const auto& group : groups_)
+      if (!group.params.empty()) {
+        device = group.params.front().device();
+        break;
+      }
+    device_scalars_ = std::make_unique<DeviceScalars>(count, device, owner);
+  }
+  return *device_scalars_;
+}
+
 void Optimizer::zero_grad() {
   for (auto& group : groups_)
     for (auto& p : group.params)
       if (p.grad().defined()) p.grad().zero_();
+}
+
+const DeviceScalars& Optimizer::prepared_scalars(const char* owner) const {
+  DPT_CHECK(device_scalars_) << owner << ": step_apply() before any step_prepare(lr)";
+  return *device_scalars_;
 }
 
 }  // namespace dpt::optim

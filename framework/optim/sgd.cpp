@@ -2,6 +2,7 @@
 // device (backend/cuda/optim.h) applies the same per-element rule.
 #include "optim/sgd.h"
 
+#include "optim/device_scalars.h"
 #include "optim/state_device.h"
 
 #ifdef DPT_WITH_CUDA
@@ -18,20 +19,30 @@ Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options) : Optimizer(std::mo
     for (auto& p : group.params) velocity_.push_back(Tensor::zeros(p.shape(), DType::f32, p.device()));
 }
 
-void Sgd::step(float lr) {
+void Sgd::step(float lr) { update(lr, nullptr); }
+
+void Sgd::step_prepare(float lr) {
+  DeviceScalars& scalars = device_scalars(1, "sgd");
+  scalars.set(0, lr);
+  scalars.upload();
+}
+
+void Sgd::step_apply() { update(0.0f, prepared_scalars("sgd").device_ptr(0)); }
+
+void Sgd::update(float lr, const float* lr_on_device) {
   size_t k = 0;
   const float mu = options_.momentum;
   for (auto& group : groups_) {
     const float wd = group.weight_decay;
 #ifdef DPT_WITH_CUDA
     CudaBatch<cuda::SgdSlot> batch([&](const std::vector<cuda::SgdSlot>& slots, int device) {
-      cuda::sgd_update(slots, device, lr, wd, mu, options_.nesterov);
+      cuda::sgd_update(slots, device, lr, wd, mu, options_.nesterov, lr_on_device);
     });
 #endif
     for (auto& p : group.params) {
       Tensor& v = velocity_[k++];
       if (!p.grad().defined()) continue;
-      prepare_update("sgd", p, {&v});
+      prepare_update("sgd", p, {&v}, lr_on_device != nullptr);
 #ifdef DPT_WITH_CUDA
       if (p.device().is_cuda()) {
         batch.add(p.device().index, {p.data<float>(), p.grad().data<float>(), v.data<float>(), p.numel()});

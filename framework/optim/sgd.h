@@ -15,11 +15,16 @@ class Sgd : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, SgdOptions options);
   void step(float lr) override;
+  void step_prepare(float lr) override;
+  void step_apply() override;
   // Momentum buffers, one per parameter in group order (for checkpoints).
   const std::vector<Tensor>& momentum_buffers() const { return velocity_; }
   std::vector<StateTensor> state_tensors() const override;  // "momentum" when momentum > 0
 
  private:
+  // lr_on_device: null for step(lr), the uploaded learning rate for step_apply().
+  void update(float lr, const float* lr_on_device);
+
   SgdOptions options_;
   std::vector<Tensor> velocity_;  // in the order of the groups' parameters
 };

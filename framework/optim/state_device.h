@@ -13,10 +13,15 @@
 namespace dpt::optim {
 
 // Requires: p and p.grad() contiguous f32 of one shape on one device (else an Error naming
-// the optimizer). Ensures: each state buffer is on p's device; one made elsewhere (the
-// model was moved after the optimizer was built) is moved there, values kept.
-inline void prepare_update(const char* optimizer, const Tensor& p, std::initializer_list<Tensor*> state) {
+// the optimizer), a CUDA device when `device_values` (step_apply). Ensures: each state
+// buffer is on p's device; one made elsewhere (the model was moved after the optimizer was
+// built) is moved there, values kept.
+inline void prepare_update(const char* optimizer, const Tensor& p, std::initializer_list<Tensor*> state,
+                           bool device_values = false) {
   const Tensor& g = p.grad();
+  DPT_CHECK(!device_values || p.device().is_cuda())
+      << optimizer << ": step_apply (CUDA graphs) needs every parameter on a CUDA device, one "
+      << shape_str(p.shape()) << " is on " << p.device().str();
   DPT_CHECK(p.dtype() == DType::f32 && g.dtype() == DType::f32 && g.shape() == p.shape() &&
             g.device() == p.device() && p.is_contiguous() && g.is_contiguous())
       << optimizer << ": parameter " << shape_str(p.shape()) << " on " << p.device().str()

@@ -1,5 +1,6 @@
-// The caching allocator: one best-fit free list per device (and one for pinned host
-// memory), all behind one mutex. A freed block is reusable at once because every kernel
+// The caching allocator: per device a BlockCache (core/block_cache.h: best-fit free lists,
+// the shared pool and CUDA graphs' private pools), one free list for pinned host memory,
+// all behind one mutex. A freed block is reusable at once because every kernel
 // and copy on a device is queued on that device's single compute stream, so later work on
 // the block runs after earlier work on it. A block used on another stream (NCCL's) will
 // need a record_stream-style event before it is reused; that comes with the NCCL backend.
@@ -8,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -17,6 +17,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/device.h"
+#include "core/block_cache.h"
 #include "core/error.h"
 
 namespace dpt::cuda {
@@ -31,41 +32,9 @@ size_t round_size(size_t bytes) {
   return (bytes + unit - 1) / unit * unit;
 }
 
-// Free blocks by size. A cached block serves a request if it wastes at most an eighth of
-// it, so a slightly smaller last batch reuses the full batch's blocks but a tiny request
-// never pins a huge block.
-class FreeList {
- public:
-  // Removes and returns the smallest block that fits, or nullptr; sets *block_bytes.
-  void* take(size_t bytes, size_t* block_bytes) {
-    auto it = blocks_.lower_bound(bytes);
-    if (it == blocks_.end() || it->first > bytes + bytes / 8) return nullptr;
-    void* ptr = it->second;
-    *block_bytes = it->first;
-    blocks_.erase(it);
-    return ptr;
-  }
-  void put(void* ptr, size_t bytes) { blocks_.emplace(bytes, ptr); }
-  // Hands every block to `release(ptr, bytes)` and forgets it.
-  template <class Release>
-  void clear(Release release) {
-    while (!blocks_.empty()) {
-      auto it = blocks_.begin();
-      void* ptr = it->second;
-      size_t bytes = it->first;
-      blocks_.erase(it);
-      release(ptr, bytes);
-    }
-  }
-
- private:
-  std::multimap<size_t, void*> blocks_;
-};
-
 struct DeviceCache {
-  FreeList free_blocks;
-  std::unordered_map<void*, size_t> live;  // block -> its size, for device_free
-  AllocatorStats stats;
+  BlockCache blocks;
+  uint64_t num_device_mallocs = 0;
 };
 
 struct PinnedCache {
@@ -89,26 +58,18 @@ class Allocator {
     size_t rounded = round_size(bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceCache& cache = devices_[device];
-    size_t block_bytes = 0;
-    void* ptr = cache.free_blocks.take(rounded, &block_bytes);
-    if (ptr) {
-      ++cache.stats.num_cache_hits;
-    } else {
-      DeviceGuard guard(device);
+    if (void* ptr = cache.blocks.take(rounded)) return ptr;
+    DeviceGuard guard(device);
+    void* ptr = malloc_or_null(rounded);
+    if (!ptr && !cache.blocks.capturing()) {
+      // Not during a capture: emptying the cache synchronises the device and frees, which
+      // a capture forbids; a capture's OOM fails below.
+      release_cached(device);
       ptr = malloc_or_null(rounded);
-      if (!ptr) {
-        release_cached(device);
-        ptr = malloc_or_null(rounded);
-      }
-      if (!ptr) fail_out_of_memory(bytes, rounded, device);
-      block_bytes = rounded;
-      ++cache.stats.num_device_mallocs;
-      cache.stats.reserved_bytes += rounded;
     }
-    cache.live.emplace(ptr, block_bytes);
-    cache.stats.allocated_bytes += block_bytes;
-    cache.stats.peak_allocated_bytes =
-        std::max(cache.stats.peak_allocated_bytes, cache.stats.allocated_bytes);
+    if (!ptr) fail_out_of_memory(bytes, rounded, device);
+    ++cache.num_device_mallocs;
+    cache.blocks.add(ptr, rounded);
     return ptr;
   }
 
@@ -117,29 +78,50 @@ class Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     DPT_CHECK(device >= 0 && device < static_cast<int>(devices_.size()))
         << "device_free: cuda:" << device << " is not a device this process allocated on";
-    DeviceCache& cache = devices_[device];
-    auto it = cache.live.find(ptr);
-    DPT_CHECK(it != cache.live.end()) << "device_free: " << ptr << " was not allocated on cuda:" << device
-                                      << " by the caching allocator, or was already freed";
-    cache.stats.allocated_bytes -= it->second;
-    cache.free_blocks.put(ptr, it->second);
-    cache.live.erase(it);
+    DPT_CHECK(devices_[device].blocks.release(ptr))
+        << "device_free: " << ptr << " was not allocated on cuda:" << device
+        << " by the caching allocator, or was already freed";
   }
 
   AllocatorStats stats(int device) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (device < 0 || device >= static_cast<int>(devices_.size())) return {};
-    return devices_[device].stats;
+    return stats_of(devices_[device]);
   }
 
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int device = 0; device < static_cast<int>(devices_.size()); ++device) {
-      if (devices_[device].stats.reserved_bytes == devices_[device].stats.allocated_bytes) continue;
+      const BlockCache::Counters& c = devices_[device].blocks.counters();
+      if (c.reserved_bytes == c.allocated_bytes + c.pool_bytes) continue;
+      DPT_CHECK(!devices_[device].blocks.capturing())
+          << "allocator_empty_cache: cuda:" << device << " is capturing a CUDA graph (freeing memory would "
+          << "synchronise the device, which a capture forbids)";
       DeviceGuard guard(device);
       release_cached(device);
     }
     release_pinned_cached();
+  }
+
+  uint64_t pool_create(int device) {
+    cuda_check_device(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return devices_[device].blocks.pool_create();
+  }
+  void capture_begin(int device, uint64_t pool) {
+    cuda_check_device(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    devices_[device].blocks.capture_begin(pool);
+  }
+  void capture_end(int device) {
+    cuda_check_device(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    devices_[device].blocks.capture_end();
+  }
+  void pool_release(int device, uint64_t pool) {
+    cuda_check_device(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    devices_[device].blocks.pool_release(pool);
   }
 
   void* pinned_allocate(size_t bytes) {
@@ -174,10 +156,22 @@ class Allocator {
   }
 
  private:
-  // nullptr on out-of-memory; any other failure throws.
+  static AllocatorStats stats_of(const DeviceCache& cache) {
+    const BlockCache::Counters& c = cache.blocks.counters();
+    return {c.allocated_bytes, c.reserved_bytes, c.peak_allocated_bytes, cache.num_device_mallocs, c.cache_hits,
+            c.pool_bytes};
+  }
+
+  // nullptr on out-of-memory; any other failure throws. cudaMalloc is one of the calls a
+  // capture in ThreadLocal mode forbids on its thread, because a graph does not replay it;
+  // here that is what we want (the block joins the capture's pool and outlives every
+  // replay), so the calling thread relaxes the rule for this one call, as PyTorch does.
   static void* malloc_or_null(size_t bytes) {
     void* ptr = nullptr;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     cudaError_t status = cudaMalloc(&ptr, bytes);
+    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       return nullptr;
@@ -201,11 +195,7 @@ class Allocator {
   // or written by queued kernels, so the device finishes its work before they go.
   void release_cached(int device) {
     CUDA_CHECK(cudaDeviceSynchronize());
-    DeviceCache& cache = devices_[device];
-    cache.free_blocks.clear([&](void* ptr, size_t bytes) {
-      cache.stats.reserved_bytes -= bytes;
-      CUDA_CHECK(cudaFree(ptr));
-    });
+    devices_[device].blocks.trim([](void* ptr, size_t) { CUDA_CHECK(cudaFree(ptr)); });
   }
 
   // Caller holds the lock. A cached pinned block may be the source of a copy still in
@@ -226,22 +216,25 @@ class Allocator {
   // Only devices with blocks: touching the others would create their CUDA contexts.
   void synchronize_all() {
     for (int device = 0; device < static_cast<int>(devices_.size()); ++device) {
-      if (devices_[device].stats.reserved_bytes == 0) continue;
+      if (devices_[device].blocks.counters().reserved_bytes == 0) continue;
       DeviceGuard guard(device);
       CUDA_CHECK(cudaDeviceSynchronize());
     }
   }
 
   [[noreturn]] void fail_out_of_memory(size_t bytes, size_t rounded, int device) {
-    const AllocatorStats& s = devices_[device].stats;
+    const AllocatorStats s = stats_of(devices_[device]);
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
     DPT_FAIL() << "CUDA out of memory on cuda:" << device << ": cannot allocate " << format_bytes(bytes)
-               << " (rounded to " << rounded << ") even after emptying the cache; allocator: allocated "
+               << " (rounded to " << rounded << ")"
+               << (devices_[device].blocks.capturing() ? " during a CUDA graph capture, which cannot empty the cache"
+                                                       : " even after emptying the cache")
+               << "; allocator: allocated "
                << format_bytes(s.allocated_bytes) << ", reserved " << format_bytes(s.reserved_bytes)
                << ", peak " << format_bytes(s.peak_allocated_bytes) << ", " << s.num_device_mallocs
                << " cudaMalloc calls, " << s.num_cache_hits
-               << " cache hits; device: " << format_bytes(free_bytes) << " free of "
+               << " cache hits, " << format_bytes(s.pool_reserved_bytes) << " held by CUDA graphs; device: " << format_bytes(free_bytes) << " free of "
                << format_bytes(total_bytes);
   }
 
@@ -275,6 +268,10 @@ void* device_alloc(size_t bytes, int device) {
 void device_free(void* ptr, int device) { allocator().deallocate(ptr, device); }
 AllocatorStats allocator_stats(int device) { return allocator().stats(device); }
 void allocator_empty_cache() { allocator().empty_cache(); }
+uint64_t allocator_pool_create(int device) { return allocator().pool_create(device); }
+void allocator_capture_begin(int device, uint64_t pool) { allocator().capture_begin(device, pool); }
+void allocator_capture_end(int device) { allocator().capture_end(device); }
+void allocator_pool_release(int device, uint64_t pool) { allocator().pool_release(device, pool); }
 void* pinned_alloc(size_t bytes) { return allocator().pinned_allocate(bytes); }
 void pinned_free(void* ptr) { allocator().pinned_deallocate(ptr); }
 

@@ -14,6 +14,7 @@ struct AllocatorStats {
   size_t peak_allocated_bytes = 0;  // highest allocated_bytes so far
   uint64_t num_device_mallocs = 0;  // cudaMalloc calls that succeeded
   uint64_t num_cache_hits = 0;      // requests served from the cache
+  size_t pool_reserved_bytes = 0;   // part of reserved_bytes held by CUDA graphs' private pools
 };
 
 // Requires a valid device (dpt::Error "no CUDA device ..." otherwise). Returns a block of
@@ -51,8 +52,19 @@ void allocator_set_poison(bool enabled);
 
 // Zeros for a device the allocator has not used (or that does not exist).
 AllocatorStats allocator_stats(int device);
-// Gives every cached, unused block (device and pinned host) back to the driver.
+// Gives every cached, unused block (device and pinned host) back to the driver, except
+// those CUDA graphs' pools hold. Not during a capture (dpt::Error).
 void allocator_empty_cache();
+
+// Private pools for CUDA graphs (graph.h): while a capture is in progress on a device,
+// every device_alloc on it is served from the capture's pool and every block freed from
+// the shared cache joins that pool, so no block a graph uses is handed to eager code while
+// the graph can replay (core/block_cache.h has the rules). One capture per device at a time.
+uint64_t allocator_pool_create(int device);
+void allocator_capture_begin(int device, uint64_t pool);
+void allocator_capture_end(int device);
+// After the graph is destroyed: the pool's memory returns to the shared cache.
+void allocator_pool_release(int device, uint64_t pool);
 
 // Page-locked host memory, for the data loader's asynchronous host-to-device copies.
 // Cached like device blocks; requires a CUDA device.

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "backend/cuda/allocator.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/device.h"
 
@@ -16,6 +17,11 @@ cublasHandle_t DeviceContext::cublas() {
     DeviceGuard guard(device_);
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_.get()));
+    // An explicit workspace (after cublasSetStream, which resets it): cuBLAS then never
+    // allocates one of its own inside a CUDA graph capture. 32 MiB is what cuBLAS asks for
+    // on Hopper; the block lives as long as the handle.
+    constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+    CUBLAS_CHECK(cublasSetWorkspace(cublas_, device_alloc(kWorkspaceBytes, device_), kWorkspaceBytes));
   });
   return cublas_;
 }

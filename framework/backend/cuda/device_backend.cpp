@@ -5,6 +5,8 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/graph.h"
+#include "core/error.h"
 #include "core/storage.h"
 
 namespace dpt::cuda {
@@ -28,6 +30,9 @@ class CudaBackend final : public DeviceBackend {
             cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream(dst_device.index)));
         return;
       }
+      DPT_CHECK(!capture_active(src_device.index) && !capture_active(dst_device.index))
+          << "a copy from " << src_device.str() << " to " << dst_device.str()
+          << " inside a CUDA graph capture (it waits for both devices)";
       device_context(src_device.index).stream().synchronize();
       const Stream& stream = device_context(dst_device.index).stream();
       DeviceGuard guard(dst_device.index);
@@ -36,6 +41,11 @@ class CudaBackend final : public DeviceBackend {
       return;
     }
     Device device = dst_device.is_cuda() ? dst_device : src_device;
+    // A graph cannot replay a copy from pageable host memory, nor the wait after it.
+    DPT_CHECK(!capture_active(device.index))
+        << "a copy between the host and " << device.str() << " (" << bytes
+        << " bytes) inside a CUDA graph capture: a captured step must not read values back or copy from the "
+           "host (upload inputs before the replay, read outputs after it)";
     cudaMemcpyKind kind = dst_device.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     const Stream& stream = device_context(device.index).stream();
     DeviceGuard guard(device.index);

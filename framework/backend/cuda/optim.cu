@@ -15,8 +15,10 @@ struct SlotList {
   Slot slot[kMaxTensors];
 };
 
-__global__ void sgd_kernel(SlotList<SgdSlot> list, float lr, float wd, float mu, bool nesterov) {
+__global__ void sgd_kernel(SlotList<SgdSlot> list, float lr_value, const float* lr_on_device, float wd, float mu,
+                           bool nesterov) {
   const SgdSlot s = list.slot[blockIdx.y];
+  const float lr = lr_on_device ? *lr_on_device : lr_value;
   for (int64_t i = thread_index(); i < s.n; i += thread_count()) {
     float w = s.weight[i];
     const float g = s.grad[i];
@@ -36,9 +38,12 @@ __global__ void sgd_kernel(SlotList<SgdSlot> list, float lr, float wd, float mu,
   }
 }
 
-__global__ void adamw_kernel(SlotList<AdamWSlot> list, float lr, float decay, float b1, float b2, float eps,
-                             float c1, float c2) {
+__global__ void adamw_kernel(SlotList<AdamWSlot> list, float lr_value, float decay_value, float b1, float b2,
+                             float eps, float c1_value, float c2_value, const float* scalars_on_device) {
   const AdamWSlot s = list.slot[blockIdx.y];
+  const float* d = scalars_on_device;
+  const float lr = d ? d[0] : lr_value, decay = d ? d[1] : decay_value;
+  const float c1 = d ? d[2] : c1_value, c2 = d ? d[3] : c2_value;
   for (int64_t i = thread_index(); i < s.n; i += thread_count()) {
     const float g = s.grad[i];
     const float m = b1 * s.m[i] + (1 - b1) * g;
@@ -49,9 +54,19 @@ __global__ void adamw_kernel(SlotList<AdamWSlot> list, float lr, float decay, fl
   }
 }
 
-__global__ void ema_kernel(float* average, const float* current, int64_t n, float decay) {
+__global__ void ema_kernel(float* average, const float* current, int64_t n, float decay_value,
+                           const float* decay_on_device) {
+  const float decay = decay_on_device ? *decay_on_device : decay_value;
   for (int64_t i = thread_index(); i < n; i += thread_count())
     average[i] = decay * average[i] + (1 - decay) * current[i];
+}
+
+// Every thread that sees a bad element writes the same 1, so the race is harmless.
+__global__ void nonfinite_kernel(SlotList<FiniteSlot> list, float* flag) {
+  const FiniteSlot s = list.slot[blockIdx.y];
+  bool bad = false;
+  for (int64_t i = thread_index(); i < s.n; i += thread_count()) bad |= !isfinite(s.x[i]);
+  if (bad) *flag = 1.0f;
 }
 
 // Launches `kernel` over the slots, kMaxTensors per launch.
@@ -76,27 +91,33 @@ void for_each_launch(const std::vector<Slot>& slots, int device, Launch launch) 
 }  // namespace
 
 void sgd_update(const std::vector<SgdSlot>& slots, int device, float lr, float weight_decay, float momentum,
-                bool nesterov) {
+                bool nesterov, const float* lr_on_device) {
   for_each_launch(slots, device, [&](dim3 grid, cudaStream_t stream, const SlotList<SgdSlot>& list) {
-    sgd_kernel<<<grid, kBlock, 0, stream>>>(list, lr, weight_decay, momentum, nesterov);
+    sgd_kernel<<<grid, kBlock, 0, stream>>>(list, lr, lr_on_device, weight_decay, momentum, nesterov);
   });
 }
 
 void adamw_update(const std::vector<AdamWSlot>& slots, int device, float lr, float decay, float beta1,
-                  float beta2, float eps, float c1, float c2) {
+                  float beta2, float eps, float c1, float c2, const float* scalars_on_device) {
   for_each_launch(slots, device, [&](dim3 grid, cudaStream_t stream, const SlotList<AdamWSlot>& list) {
-    adamw_kernel<<<grid, kBlock, 0, stream>>>(list, lr, decay, beta1, beta2, eps, c1, c2);
+    adamw_kernel<<<grid, kBlock, 0, stream>>>(list, lr, decay, beta1, beta2, eps, c1, c2, scalars_on_device);
   });
 }
 
-void ema_update(const Tensor& average, const Tensor& current, float decay) {
+void flag_nonfinite(const std::vector<FiniteSlot>& slots, int device, float* flag) {
+  for_each_launch(slots, device, [&](dim3 grid, cudaStream_t stream, const SlotList<FiniteSlot>& list) {
+    nonfinite_kernel<<<grid, kBlock, 0, stream>>>(list, flag);
+  });
+}
+
+void ema_update(const Tensor& average, const Tensor& current, float decay, const float* decay_on_device) {
   DPT_CHECK(average.is_contiguous() && current.is_contiguous() && average.shape() == current.shape())
       << "ema on cuda: needs two contiguous tensors of one shape";
   int64_t n = average.numel();
   if (n == 0) return;
   KernelScope scope(average.device().index);
   ema_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(average.data<float>(), current.data<float>(), n,
-                                                         decay);
+                                                         decay, decay_on_device);
   DPT_CUDA_LAUNCH_CHECK();
 }
 

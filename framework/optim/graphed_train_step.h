@@ -1,0 +1,79 @@
+// One training step — forward, cross-entropy, backward (DDP's bucket all-reduces on NCCL
+// included), optimizer update and EMA — run eagerly for a few warm-up steps, then captured
+// as a CUDA graph and replayed (config key cuda_graphs; README "GPU"). Before each step the
+// batch is copied into static device buffers and the step's values (learning rate, AdamW's
+// bias corrections, EMA's decay) are uploaded; after it the loss and the non-finite
+// gradient check are read back from one small device buffer.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/module.h"
+#include "optim/device_scalars.h"
+#include "optim/ema.h"
+#include "optim/optimizer.h"
+
+namespace dpt::cuda {
+class GraphedStep;
+// Deletes a GraphedStep (backend/cuda/graph.h); never made without the CUDA backend.
+struct GraphedStepDelete {
+  void operator()(GraphedStep* step) const;
+};
+}  // namespace dpt::cuda
+
+namespace dpt::optim {
+
+struct GraphedTrainOptions {
+  int warmup = 3;  // eager steps before the capture (>= 1)
+  float label_smoothing = 0.0f;
+  int64_t classes = 0;      // labels must lie in [0, classes)
+  bool check_loss = false;  // the loss counts in `finite` too (one rank: train's rule)
+};
+
+struct GraphedStepResult {
+  float loss = 0.0f;
+  bool finite = true;  // every gradient (after DDP's all-reduce), and the loss if check_loss
+};
+
+class GraphedTrainStep {
+ public:
+  // `model` is what the step calls (DDP or the bare model), `net` the bare model (its
+  // gradients, EMA); `ema` may be null. Requires: net's parameters on one CUDA device, a
+  // build with the CUDA backend (dpt::Error otherwise, saying where they are).
+  // `images_shape` is the batch shape of every step.
+  GraphedTrainStep(nn::Module& model, const nn::Module& net, Optimizer& optimizer, Ema* ema,
+                   Shape images_shape, GraphedTrainOptions options);
+  ~GraphedTrainStep();
+  GraphedTrainStep(const GraphedTrainStep&) = delete;
+  GraphedTrainStep& operator=(const GraphedTrainStep&) = delete;
+
+  // Copies the batch (on the CPU or the step's device) into the static buffers, uploads
+  // the step's values for learning rate `lr`, runs the step and waits for its loss and
+  // verdict. The update is applied whatever the verdict (a graph cannot branch on it), so
+  // the caller stops on a non-finite step. Requires: images of images_shape, labels [N]
+  // i64 in [0, classes) (dpt::Error otherwise: a graph replays one shape).
+  GraphedStepResult run(const Tensor& images, const Tensor& labels, float lr);
+  bool graphed() const;
+  // Nodes one replay launches (0 before the capture).
+  size_t graph_nodes() const;
+
+ private:
+  void body();  // the captured part: device work only
+
+  nn::Module& model_;
+  const nn::Module& net_;
+  Optimizer& optimizer_;
+  Ema* ema_;
+  GraphedTrainOptions options_;
+  int device_ = 0;
+  Tensor images_, labels_;  // static inputs
+  Tensor ones_;             // backward's seed, made before the capture
+  Tensor result_;           // [loss, 1 if anything was not finite]
+  std::vector<Tensor> params_;
+  std::unique_ptr<cuda::Upload, cuda::UploadDelete> images_upload_, labels_upload_;
+  std::unique_ptr<cuda::GraphedStep, cuda::GraphedStepDelete> step_;
+};
+
+}  // namespace dpt::optim
