@@ -94,7 +94,7 @@ class Tensor {
   void zero_() const;  // dense tensors
   void fill_(float value) const;  // f32 CPU tensors
   float item() const;  // one-element f32 tensor
-  std::vector<float> to_vector() const;  // f32, any device, row-major
+  std::vector<float> to_vector() const;  // f32 or bf16 (widened), any device, row-major
 
   // Autograd. A tensor needs a gradient if it is a leaf marked requires_grad, or the
   // output of an op recorded on the tape.
