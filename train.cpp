@@ -126,11 +126,25 @@ int compute_threads(int64_t configured) {
   return std::max(1, available / dist::info().local_size);
 }
 
+// The `precision` and `channels_last` keys as nn::Compute for a model that trains on
+// `device`; Error (exit 2) when they ask for what only CUDA does and the device is not CUDA.
+nn::Compute compute_for(const io::Config& config, Device device) {
+  nn::Compute compute{config.precision == "bf16" ? DType::bf16 : DType::f32, config.channels_last};
+  DPT_CHECK(!compute.active() || device.is_cuda())
+      << (config.precision == "bf16" ? "precision: bf16" : "channels_last: true")
+      << " needs a CUDA device, but this run trains on " << device.str()
+      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: false";
+  return compute;
+}
+
 int run(const io::Config& config, const std::string& resume, const profile::TimelineOptions& timeline) {
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
   dist::set_timeout(config.distributed.timeout_s);
   dist::set_debug_collectives(config.debug == "collectives");
+  // Where the model trains; the CPU until train runs on CUDA devices (the `device` key).
+  const Device device = Device::cpu();
+  const nn::Compute compute = compute_for(config, device);
   if (config.deterministic) threads_set_deterministic();
   threads_set(compute_threads(config.threads));
   Data data = load_data(config.dataset, config.seed);
@@ -138,6 +152,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
                             config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
+  model->set_compute(compute);
   const nn::ModulePtr net = model;  // without DDP: what checkpoints hold
   if (main_rank)
     std::printf("model %s: %lld parameters, %.1fM multiply-adds per image; %d rank(s) x %d threads, global batch %lld\n",

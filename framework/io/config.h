@@ -100,6 +100,12 @@ struct Config {
   // A step whose gradients are not finite (NaN or Inf): stop (exit code 3, the last good
   // checkpoint kept) or skip (the update is not applied; training continues).
   std::string on_nonfinite = "stop";
+  // Mixed precision on CUDA (nn/compute.h): fp32, or bf16 (convolutions and matmuls on
+  // tensor cores, f32 master weights, gradients, batch-norm statistics and loss). bf16 and
+  // channels_last (NHWC activations) need a CUDA device; the CPU path is f32 and lays out
+  // its activations for oneDNN itself.
+  std::string precision = "fp32";
+  bool channels_last = false;
   CheckpointConfig checkpoint;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
