@@ -211,7 +211,7 @@ void launch_partials(const T* x, const T* g, const float* mean, double* partial,
 void check(const Geometry& geo, const Tensor& x, std::initializer_list<const Tensor*> like_x,
            std::initializer_list<const Tensor*> channel) {
   for (const Tensor* t : like_x)
-    DPT_CHECK(t->shape() == x.shape() && t->dtype() == x.dtype() && layout_nhwc(*t, "batch_norm2d") == geo.nhwc)
+    DPT_CHECK(t->shape() == x.shape() && t->dtype() == x.dtype() && has_layout(*t, geo.nhwc))
         << "batch_norm2d on cuda: every activation tensor must have x's shape " << shape_str(x.shape())
         << ", dtype and layout";
   for (const Tensor* t : channel)

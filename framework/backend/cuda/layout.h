@@ -16,6 +16,9 @@ inline bool layout_nhwc(const Tensor& t, const char* op) {
   return true;
 }
 
+// Whether t can be addressed in the given layout (a tensor that is both passes either way).
+inline bool has_layout(const Tensor& t, bool nhwc) { return nhwc ? t.is_channels_last() : t.is_contiguous(); }
+
 // A new uninitialised 4-D tensor in NHWC when `nhwc`, else NCHW.
 inline Tensor empty_in_layout(const Shape& shape, DType dtype, Device device, bool nhwc) {
   return nhwc ? Tensor::empty_channels_last(shape, dtype, device) : Tensor::empty(shape, dtype, device);

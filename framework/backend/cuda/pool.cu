@@ -150,7 +150,7 @@ void dispatch_pool(PoolKind kind, const Tensor& x, bool nhwc, F&& f) {
 
 void check_alike(std::initializer_list<const Tensor*> tensors, const Tensor& ref, bool nhwc) {
   for (const Tensor* t : tensors)
-    DPT_CHECK(t->dim() == 4 && t->dtype() == ref.dtype() && layout_nhwc(*t, "pool2d") == nhwc)
+    DPT_CHECK(t->dim() == 4 && t->dtype() == ref.dtype() && has_layout(*t, nhwc))
         << "pool2d on cuda: every tensor needs the input's dtype and layout";
 }
 

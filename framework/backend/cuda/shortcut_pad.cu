@@ -44,8 +44,9 @@ __global__ void scatter_kernel(const T* grad_out, T* grad_x, int64_t total, Size
 bool check(const Tensor& full, const Tensor& sub) {
   DPT_CHECK(full.dim() == 4 && sub.dim() == 4 && full.dtype() == sub.dtype())
       << "shortcut_pad on cuda: needs 4-D tensors of one dtype";
-  bool nhwc = layout_nhwc(full, "shortcut_pad");
-  DPT_CHECK(layout_nhwc(sub, "shortcut_pad") == nhwc) << "shortcut_pad on cuda: needs tensors of one layout";
+  // The layout of whichever tensor tells (one may be both, e.g. a 1x1 map).
+  bool nhwc = layout_nhwc(full, "shortcut_pad") || layout_nhwc(sub, "shortcut_pad");
+  DPT_CHECK(has_layout(full, nhwc) && has_layout(sub, nhwc)) << "shortcut_pad on cuda: needs tensors of one layout";
   return nhwc;
 }
 
