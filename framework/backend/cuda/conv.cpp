@@ -30,24 +30,34 @@ struct Plan {
         y(ys, "conv2d", dtype, p.nhwc),
         bias({1, ys[1], 1, 1}, "conv2d"),
         w(ws, "conv2d", dtype, p.nhwc),
-        conv(p.padding, p.stride, p.dilation, p.groups, tf32, dtype == DType::bf16) {}
+        conv(p.padding, p.stride, p.dilation, p.groups, tf32, dtype == DType::bf16),
+        bf16(dtype == DType::bf16) {}
+
+  // bf16: cuDNN pairs each algorithm with the math type its heuristics reported, which is
+  // set on the shared descriptor before that direction's calls (as PyTorch does). f32
+  // keeps the descriptor's own (FMA, or TF32 when enabled).
+  void use_math(cudnnMathType_t math) const {
+    if (bf16) CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), math));
+  }
 
   TensorDescriptor x, y, bias;
   FilterDescriptor w;
   ConvolutionDescriptor conv;
+  bool bf16;
   cudnnConvolutionFwdAlgo_t forward{};
   cudnnConvolutionBwdDataAlgo_t backward_data{};
   cudnnConvolutionBwdFilterAlgo_t backward_filter{};
+  cudnnMathType_t forward_math{}, backward_data_math{}, backward_filter_math{};
   size_t forward_bytes = 0, backward_data_bytes = 0, backward_filter_bytes = 0;
 };
 
 // cuDNN's heuristics list algorithms fastest first; the first that runs here (status
 // success) within the workspace limit is taken.
 template <class Perf>
-auto first_fitting(const std::vector<Perf>& perf, int count, const char* direction, const Shape& xs,
-                   const Shape& ws) {
+const Perf& first_fitting(const std::vector<Perf>& perf, int count, const char* direction, const Shape& xs,
+                          const Shape& ws) {
   for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit) return perf[i].algo;
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit) return perf[i];
   DPT_FAIL() << "conv2d on cuda: cuDNN offers no " << direction << " algorithm for input " << shape_str(xs)
              << " and weight " << shape_str(ws) << " within " << (kWorkspaceLimit >> 20)
              << " MiB of workspace";
@@ -62,7 +72,10 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
   std::vector<cudnnConvolutionFwdAlgoPerf_t> forward(max);
   CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, plan->x.get(), plan->w.get(), plan->conv.get(),
                                                      plan->y.get(), max, &count, forward.data()));
-  plan->forward = first_fitting(forward, count, "forward", xs, ws);
+  const auto& forward_perf = first_fitting(forward, count, "forward", xs, ws);
+  plan->forward = forward_perf.algo;
+  plan->forward_math = forward_perf.mathType;
+  plan->use_math(plan->forward_math);
   CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, plan->x.get(), plan->w.get(), plan->conv.get(),
                                                       plan->y.get(), plan->forward, &plan->forward_bytes));
 
@@ -70,7 +83,10 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(max);
   CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
       handle, plan->w.get(), plan->y.get(), plan->conv.get(), plan->x.get(), max, &count, data.data()));
-  plan->backward_data = first_fitting(data, count, "backward-data", xs, ws);
+  const auto& data_perf = first_fitting(data, count, "backward-data", xs, ws);
+  plan->backward_data = data_perf.algo;
+  plan->backward_data_math = data_perf.mathType;
+  plan->use_math(plan->backward_data_math);
   CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, plan->w.get(), plan->y.get(),
                                                            plan->conv.get(), plan->x.get(),
                                                            plan->backward_data, &plan->backward_data_bytes));
@@ -79,7 +95,10 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(max);
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
       handle, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(), max, &count, filter.data()));
-  plan->backward_filter = first_fitting(filter, count, "backward-filter", xs, ws);
+  const auto& filter_perf = first_fitting(filter, count, "backward-filter", xs, ws);
+  plan->backward_filter = filter_perf.algo;
+  plan->backward_filter_math = filter_perf.mathType;
+  plan->use_math(plan->backward_filter_math);
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
       handle, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(), plan->backward_filter,
       &plan->backward_filter_bytes));
@@ -131,6 +150,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   DeviceBuffer workspace(plan.forward_bytes, device);
   // alpha and beta are f32 for f32 and bf16 data alike.
   const float one = 1.0f, zero = 0.0f;
+  plan.use_math(plan.forward_math);
   CUDNN_CHECK(cudnnConvolutionForward(handle, &one, plan.x.get(), x.raw_data(), plan.w.get(), w.raw_data(),
                                       plan.conv.get(), plan.forward, workspace.as<void>(), plan.forward_bytes,
                                       &zero, plan.y.get(), out.raw_data()));
@@ -156,6 +176,7 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
     check_layout("weight", w, p, dtype);
     check_layout("input gradient", grad_x, p, dtype);
     DeviceBuffer workspace(plan.backward_data_bytes, device);
+    plan.use_math(plan.backward_data_math);
     CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, plan.w.get(), w.raw_data(), plan.y.get(), g,
                                              plan.conv.get(), plan.backward_data, workspace.as<void>(),
                                              plan.backward_data_bytes, &zero, plan.x.get(), grad_x.raw_data()));
@@ -164,6 +185,7 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
     check_layout("input", x, p, dtype);
     check_layout("weight gradient", grad_w, p, dtype);
     DeviceBuffer workspace(plan.backward_filter_bytes, device);
+    plan.use_math(plan.backward_filter_math);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, plan.x.get(), x.raw_data(), plan.y.get(), g,
                                                plan.conv.get(), plan.backward_filter, workspace.as<void>(),
                                                plan.backward_filter_bytes, &zero, plan.w.get(), grad_w.raw_data()));
