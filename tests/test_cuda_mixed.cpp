@@ -80,7 +80,7 @@ Tensor rounded(const Tensor& t, DType dtype) {
 Tensor to_mode(const Tensor& t, Role role, const Mode& m) {
   if (role == Role::as_is) return t;
   MemoryFormat format = role == Role::activation && m.nhwc && t.dim() == 4 ? MemoryFormat::channels_last
-                                                                            : MemoryFormat::preserve;
+                                                                           : MemoryFormat::preserve;
   return cast(t, m.dtype, format);
 }
 
@@ -159,8 +159,10 @@ TEST_F(CudaMixed, ElementwiseAndRelu) {
   for (const Mode& m : kModes) {
     Inputs ab = {random_leaf({2, 6, 5, 5}, 3), random_leaf({2, 6, 5, 5}, 4)};
     std::vector<Role> two = {Role::activation, Role::activation};
-    expect_mode_matches_cpu("add", m, [](const Inputs& t) { return add(t[0], t[1]); }, ab, two);
-    expect_mode_matches_cpu("mul", m, [](const Inputs& t) { return mul(t[0], t[1]); }, ab, two);
+    expect_mode_matches_cpu(
+        "add", m, [](const Inputs& t) { return add(t[0], t[1]); }, ab, two);
+    expect_mode_matches_cpu(
+        "mul", m, [](const Inputs& t) { return mul(t[0], t[1]); }, ab, two);
     expect_mode_matches_cpu("relu", m, [](const Inputs& t) { return relu(t[0]); },
                             {dpt::testing::away_from_zero({2, 6, 5, 5}, 5).set_requires_grad(true)},
                             {Role::activation});
@@ -182,7 +184,7 @@ TEST_F(CudaMixed, Conv2dWithAndWithoutBiasAndRelu) {
     bool bias, relu;
   };
   std::vector<Case> cases = {
-      {{4, 3, 8, 8}, {16, 3, 3, 3}, {.padding = 1}, false, false},               // a ResNet stem
+      {{4, 3, 8, 8}, {16, 3, 3, 3}, {.padding = 1}, false, false},                 // a ResNet stem
       {{2, 16, 8, 8}, {32, 16, 3, 3}, {.stride = 2, .padding = 1}, false, false},  // a stage's first conv
       {{2, 16, 8, 8}, {32, 16, 1, 1}, {.stride = 2}, false, false},                // option B projection
       {{4, 1, 28, 28}, {32, 1, 3, 3}, {.padding = 1}, true, true},                 // mnist_cnn's first layer
@@ -201,7 +203,9 @@ TEST_F(CudaMixed, Conv2dWithAndWithoutBiasAndRelu) {
       roles.resize(in.size());
       expect_mode_matches_cpu(
           "conv2d " + shape_str(k.x) + " * " + shape_str(k.w), m,
-          [o, fused](const Inputs& t) { return conv2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), o, fused); },
+          [o, fused](const Inputs& t) {
+            return conv2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), o, fused);
+          },
           in, roles);
     }
 }
@@ -241,18 +245,22 @@ TEST_F(CudaMixed, BatchNormTrainingAndEval) {
 TEST_F(CudaMixed, PoolingAndShortcutPad) {
   for (const Mode& m : kModes) {
     for (auto [kernel, stride, padding] : {std::tuple{2, 2, 0}, std::tuple{3, 2, 1}, std::tuple{3, 1, 1}}) {
-      std::string shape = " k" + std::to_string(kernel) + " s" + std::to_string(stride) + " p" + std::to_string(padding);
+      std::string shape =
+          " k" + std::to_string(kernel) + " s" + std::to_string(stride) + " p" + std::to_string(padding);
       int64_t k = kernel, s = stride, p = padding;
-      expect_mode_matches_cpu("max_pool2d" + shape, m, [=](const Inputs& t) { return max_pool2d(t[0], k, s, p); },
+      expect_mode_matches_cpu("max_pool2d" + shape, m,
+                              [=](const Inputs& t) { return max_pool2d(t[0], k, s, p); },
                               {exact_distinct({2, 3, 9, 7}, 40)}, {Role::activation});
-      expect_mode_matches_cpu("avg_pool2d" + shape, m, [=](const Inputs& t) { return avg_pool2d(t[0], k, s, p); },
+      expect_mode_matches_cpu("avg_pool2d" + shape, m,
+                              [=](const Inputs& t) { return avg_pool2d(t[0], k, s, p); },
                               {random_leaf({2, 3, 9, 7}, 41)}, {Role::activation});
     }
     expect_mode_matches_cpu("global_avg_pool2d", m, [](const Inputs& t) { return global_avg_pool2d(t[0]); },
                             {random_leaf({3, 64, 8, 8}, 42)}, {Role::activation});
     expect_mode_matches_cpu("shortcut_pad", m, [](const Inputs& t) { return shortcut_pad(t[0], 32, 2); },
                             {random_leaf({2, 16, 8, 8}, 43)}, {Role::activation});
-    expect_mode_matches_cpu("shortcut_pad, odd size", m, [](const Inputs& t) { return shortcut_pad(t[0], 5, 2); },
+    expect_mode_matches_cpu("shortcut_pad, odd size", m,
+                            [](const Inputs& t) { return shortcut_pad(t[0], 5, 2); },
                             {random_leaf({1, 3, 7, 5}, 44)}, {Role::activation});
     // mnist_cnn's flatten of an NHWC map: the features in NCHW order, as the CPU has them.
     expect_mode_matches_cpu("flatten", m, [](const Inputs& t) { return flatten(t[0]); },
@@ -264,10 +272,11 @@ TEST_F(CudaMixed, LinearAndLossOfBf16Logits) {
   Mode bf16{DType::bf16, false};
   Inputs in = {random_leaf({9, 40}, 50), random_leaf({7, 40}, 51), random_leaf({7}, 52)};
   std::vector<Role> roles = {Role::activation, Role::weight, Role::as_is};
-  expect_mode_matches_cpu("linear", bf16, [](const Inputs& t) { return linear(t[0], t[1], t[2]); }, in, roles);
-  expect_mode_matches_cpu("linear + relu", bf16, [](const Inputs& t) { return linear(t[0], t[1], t[2], true); },
-                          {random_leaf({9, 40}, 53, 0.2f, 1.0f), random_leaf({7, 40}, 54), random_leaf({7}, 55)},
-                          roles);
+  expect_mode_matches_cpu(
+      "linear", bf16, [](const Inputs& t) { return linear(t[0], t[1], t[2]); }, in, roles);
+  expect_mode_matches_cpu(
+      "linear + relu", bf16, [](const Inputs& t) { return linear(t[0], t[1], t[2], true); },
+      {random_leaf({9, 40}, 53, 0.2f, 1.0f), random_leaf({7, 40}, 54), random_leaf({7}, 55)}, roles);
   // The loss is f32 whatever the logits: its value to f32 accuracy on the values read.
   Tensor logits = random_leaf({16, 10}, 56, -3.0f, 3.0f), labels = random_labels(16, 10, 57);
   Tensor r = rounded(logits, DType::bf16);
@@ -278,7 +287,8 @@ TEST_F(CudaMixed, LinearAndLossOfBf16Logits) {
   EXPECT_NEAR(loss_gpu.item(), loss_cpu.item(), 1e-5);
   loss_cpu.backward();
   loss_gpu.backward();
-  expect_tensors_close(leaf.grad(), r.grad(), "cross_entropy gradient through bf16", tolerance_for(DType::bf16));
+  expect_tensors_close(leaf.grad(), r.grad(), "cross_entropy gradient through bf16",
+                       tolerance_for(DType::bf16));
   EXPECT_EQ(count_correct(cast(leaf, DType::bf16), labels.to(gpu)), count_correct(r, labels));
 }
 
@@ -315,7 +325,8 @@ namespace {
 // every parameter gradient within 5% relative L2 error, every gradient f32.
 void expect_mixed_step_matches(const std::string& yaml, const models::ModelSpec& spec, int64_t batch,
                                const nn::Compute& compute) {
-  SCOPED_TRACE(yaml + (compute.dtype == DType::bf16 ? " bf16" : " f32") + (compute.channels_last ? " NHWC" : ""));
+  SCOPED_TRACE(yaml + (compute.dtype == DType::bf16 ? " bf16" : " f32") +
+               (compute.channels_last ? " NHWC" : ""));
   auto on_cpu = models::build_model(YAML::Load(yaml), spec);
   auto on_gpu = models::build_model(YAML::Load(yaml), spec);
   on_gpu->to(Device::cuda(0));

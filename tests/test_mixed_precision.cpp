@@ -16,8 +16,8 @@
 #include "error_of.h"
 #include "gradcheck.h"
 #include "inputs.h"
-#include "kernel_check.h"
 #include "io/config.h"
+#include "kernel_check.h"
 #include "models/registry.h"
 #include "ops/cast.h"
 #include "ops/conv.h"
@@ -63,7 +63,8 @@ class MixedPrecision : public ::testing::Test {
   fs::path dir_;
 };
 
-const char* kBase = "model: {name: mnist_cnn}\ndataset: {name: synthetic, shape: [1, 8, 8], classes: 4, size: 64}\n";
+const char* kBase =
+    "model: {name: mnist_cnn}\ndataset: {name: synthetic, shape: [1, 8, 8], classes: 4, size: 64}\n";
 
 TEST_F(MixedPrecision, ConfigKeys) {
   io::Config defaults = io::load_config(write(kBase));
@@ -85,8 +86,9 @@ TEST_F(MixedPrecision, ConfigKeys) {
 }
 
 TEST_F(MixedPrecision, TrainTurnsBf16AndChannelsLastAwayOnTheCpu) {
-  std::string config = std::string(kBase) + "epochs: 1\nbatch_size: 16\nthreads: 1\noutput: {dir: " +
-                       (dir_ / "run").string() + "}\n";
+  std::string config = std::string(kBase) +
+                       "epochs: 1\nbatch_size: 16\nthreads: 1\noutput: {dir: " + (dir_ / "run").string() +
+                       "}\n";
   auto [code, err] = run(binary("train") + " " + write(config + "precision: bf16\n"));
   EXPECT_EQ(code, 2) << err;
   EXPECT_THAT(err, HasSubstr("precision: bf16 needs a CUDA device, but this run trains on cpu"));
@@ -118,7 +120,9 @@ TEST_F(MixedPrecision, Bf16IsCudaOnly) {
   Tensor xb = Tensor::empty({1, 2, 4, 4}, DType::bf16), wb = Tensor::empty({3, 2, 3, 3}, DType::bf16);
   EXPECT_EQ(error_of([&] { conv2d(xb, wb, Tensor()); }),
             "conv2d: bf16 tensors run on CUDA devices only (the CPU kernels are f32)");
-  EXPECT_EQ(error_of([&] { conv2d(xb, random_tensor({3, 2, 3, 3}, 2), Tensor()); }),
+  EXPECT_EQ(error_of([&] {
+              conv2d(xb, random_tensor({3, 2, 3, 3}, 2), Tensor());
+            }),
             "conv2d: inputs of different dtypes (bf16 and f32); cast them to one first");
 }
 

@@ -9,8 +9,9 @@ namespace dpt::nn {
 Tensor WeightCache::get(const Tensor& weight, const Compute& compute) {
   MemoryFormat format =
       compute.channels_last && weight.dim() == 4 ? MemoryFormat::channels_last : MemoryFormat::contiguous;
-  bool layout_ok = converted_.defined() &&
-                   (format == MemoryFormat::channels_last ? converted_.is_channels_last() : converted_.is_contiguous());
+  bool layout_ok =
+      converted_.defined() &&
+      (format == MemoryFormat::channels_last ? converted_.is_channels_last() : converted_.is_contiguous());
   bool same_form = layout_ok && converted_.dtype() == compute.dtype && converted_.shape() == weight.shape() &&
                    converted_.device() == weight.device();
   const std::shared_ptr<Storage>& storage = weight.storage();

@@ -12,7 +12,9 @@
 namespace dpt {
 namespace {
 
-bool is_channels_last_only(const Tensor& t) { return t.dim() == 4 && t.is_channels_last() && !t.is_contiguous(); }
+bool is_channels_last_only(const Tensor& t) {
+  return t.dim() == 4 && t.is_channels_last() && !t.is_contiguous();
+}
 
 void check_dtype(DType dtype, Device device) {
   DPT_CHECK(dtype == DType::f32 || dtype == DType::bf16)
@@ -52,7 +54,7 @@ Tensor cast(const Tensor& x, DType dtype, MemoryFormat format) {
   check_dtype(x.dtype(), x.device());
   DPT_CHECK(format != MemoryFormat::channels_last || x.dim() == 4)
       << "cast: channels-last needs a 4-D tensor, got " << shape_str(x.shape());
-  bool layout_ok = format == MemoryFormat::preserve ? x.is_dense()
+  bool layout_ok = format == MemoryFormat::preserve     ? x.is_dense()
                    : format == MemoryFormat::contiguous ? x.is_contiguous()
                                                         : x.is_channels_last();
   if (dtype == x.dtype() && layout_ok) return x;

@@ -63,8 +63,8 @@ Options parse(int argc, char** argv) {
     } else if (a == "--warmup") {
       o.warmup = std::stoi(value());
     } else {
-      DPT_CHECK(a.rfind("--", 0) != 0) << "unknown option " << a
-                                       << " (expected --device, --precision, --channels-last, --warmup)";
+      DPT_CHECK(a.rfind("--", 0) != 0)
+          << "unknown option " << a << " (expected --device, --precision, --channels-last, --warmup)";
       positional.push_back(a);
     }
   }
@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
     model->to(o.device);
     nn::Compute compute{o.precision == "bf16" ? DType::bf16 : DType::f32, o.channels_last};
     DPT_CHECK(!compute.active() || o.device.is_cuda())
-        << "--precision bf16 and --channels-last need --device cuda (the CPU path is f32, laid out by oneDNN)";
+        << "--precision bf16 and --channels-last need --device cuda (the CPU path is f32, laid out by "
+           "oneDNN)";
     model->set_compute(compute);
     optim::Sgd sgd(optim::param_groups(*model, 5e-4f, false), {0.9f, true});
     Tensor x = Tensor::empty({o.batch, o.c, o.h, o.w});

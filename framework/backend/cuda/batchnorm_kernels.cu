@@ -5,11 +5,10 @@
 // that one elementwise pass applies. NCHW blocks walk one channel's rows; NHWC blocks take
 // 32 neighbouring channels (threadIdx.x) of 8 rows at a time (threadIdx.y), so each warp
 // reads consecutive addresses in both layouts.
-#include "backend/cuda/batchnorm_kernels.h"
-
 #include <type_traits>
 
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/batchnorm_kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
 
@@ -36,8 +35,8 @@ Geometry geometry_of(const Tensor& x) {
   g.nhwc = layout_nhwc(x, "batch_norm2d");
   DPT_CHECK(g.c <= 65535) << "batch_norm2d on cuda: at most 65535 channels, got " << g.c;
   int64_t channel_blocks = g.nhwc ? (g.c + kChannelTile - 1) / kChannelTile : g.c;
-  int64_t chunks = std::max<int64_t>(1, std::min((kTargetBlocks + channel_blocks - 1) / channel_blocks,
-                                                 (g.m + 1023) / 1024));
+  int64_t chunks = std::max<int64_t>(
+      1, std::min((kTargetBlocks + channel_blocks - 1) / channel_blocks, (g.m + 1023) / 1024));
   g.per_chunk = std::max<int64_t>(1, (g.m + chunks - 1) / chunks);
   g.chunks = std::max<int64_t>(1, (g.m + g.per_chunk - 1) / g.per_chunk);
   return g;
@@ -85,7 +84,8 @@ __global__ void partials_nhwc(const T* x, const T* g, const float* mean, double*
   const int64_t begin = chunk * geo.per_chunk, end = min(geo.m, begin + geo.per_chunk);
   double a = 0, b = 0;
   if (c < geo.c)
-    for (int64_t m = begin + threadIdx.y; m < end; m += kRowsPerStep) accumulate<kind>(m * geo.c + c, c, x, g, mean, a, b);
+    for (int64_t m = begin + threadIdx.y; m < end; m += kRowsPerStep)
+      accumulate<kind>(m * geo.c + c, c, x, g, mean, a, b);
   sums[0][threadIdx.y][threadIdx.x] = a;
   sums[1][threadIdx.y][threadIdx.x] = b;
   __syncthreads();
@@ -101,7 +101,8 @@ __global__ void partials_nhwc(const T* x, const T* g, const float* mean, double*
 }
 
 // The chunks of channel c, added in chunk order.
-__device__ inline void channel_totals(const double* partial, const Geometry& geo, int64_t c, double& a, double& b) {
+__device__ inline void channel_totals(const double* partial, const Geometry& geo, int64_t c, double& a,
+                                      double& b) {
   a = b = 0;
   for (int64_t k = 0; k < geo.chunks; ++k) {
     a += partial[(k * geo.c + c) * 2];
@@ -145,8 +146,8 @@ __global__ void eval_coefficients(const float* weight, const float* bias, const 
 // with a = weight invstd and, in training (batch statistics), b = sum g / M and
 // d = invstd^2 sum g (x - mean) / M; in eval b = d = 0. invstd is given, or 1/sqrt(var + eps).
 __global__ void finalize_grads(const double* partial, Geometry geo, const float* weight, const float* invstd,
-                               const float* var, float eps, bool training, float* grad_weight, float* grad_bias,
-                               float* coef) {
+                               const float* var, float eps, bool training, float* grad_weight,
+                               float* grad_bias, float* coef) {
   for (int64_t c = thread_index(); c < geo.c; c += thread_count()) {
     double sum_g, sum_gx;
     channel_totals(partial, geo, c, sum_g, sum_gx);
@@ -165,8 +166,8 @@ __device__ __forceinline__ int64_t channel_of(int64_t i, int64_t c, int64_t hw) 
 }
 
 template <class T, bool nhwc>
-__global__ void normalize_kernel(const T* x, T* out, const float* scale, const float* shift, int64_t n, int64_t c,
-                                 int64_t hw) {
+__global__ void normalize_kernel(const T* x, T* out, const float* scale, const float* shift, int64_t n,
+                                 int64_t c, int64_t hw) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     int64_t ch = channel_of<nhwc>(i, c, hw);
     out[i] = from_float<T>(to_float(x[i]) * scale[ch] + shift[ch]);
@@ -174,11 +175,12 @@ __global__ void normalize_kernel(const T* x, T* out, const float* scale, const f
 }
 
 template <class T, bool nhwc>
-__global__ void grad_x_kernel(const T* x, const T* g, const float* mean, const float* coef, T* grad_x, int64_t n,
-                              int64_t c, int64_t hw) {
+__global__ void grad_x_kernel(const T* x, const T* g, const float* mean, const float* coef, T* grad_x,
+                              int64_t n, int64_t c, int64_t hw) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     int64_t ch = channel_of<nhwc>(i, c, hw);
-    float v = coef[3 * ch] * (to_float(g[i]) - coef[3 * ch + 1] - (to_float(x[i]) - mean[ch]) * coef[3 * ch + 2]);
+    float v =
+        coef[3 * ch] * (to_float(g[i]) - coef[3 * ch + 1] - (to_float(x[i]) - mean[ch]) * coef[3 * ch + 2]);
     grad_x[i] = from_float<T>(v);
   }
 }
@@ -198,7 +200,8 @@ template <Sums kind, class T>
 void launch_partials(const T* x, const T* g, const float* mean, double* partial, const Geometry& geo,
                      cudaStream_t stream) {
   if (geo.nhwc) {
-    dim3 grid(static_cast<unsigned>(geo.chunks), static_cast<unsigned>((geo.c + kChannelTile - 1) / kChannelTile));
+    dim3 grid(static_cast<unsigned>(geo.chunks),
+              static_cast<unsigned>((geo.c + kChannelTile - 1) / kChannelTile));
     partials_nhwc<kind, T><<<grid, dim3(kChannelTile, kRowsPerStep), 0, stream>>>(x, g, mean, partial, geo);
   } else {
     dim3 grid(static_cast<unsigned>(geo.chunks), static_cast<unsigned>(geo.c));
@@ -223,13 +226,13 @@ void check(const Geometry& geo, const Tensor& x, std::initializer_list<const Ten
 float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
 // The elementwise pass of a forward, from per-channel scale and shift.
-void normalize(const Geometry& geo, const Tensor& x, const float* scale, const float* shift, const Tensor& out,
-               cudaStream_t stream) {
+void normalize(const Geometry& geo, const Tensor& x, const float* scale, const float* shift,
+               const Tensor& out, cudaStream_t stream) {
   int64_t n = x.numel();
   dispatch(geo, x, [&](auto tag, auto nhwc) {
     using T = decltype(tag);
-    normalize_kernel<T, decltype(nhwc)::value>
-        <<<grid_for(n), kBlock, 0, stream>>>(elements<T>(x), elements<T>(out), scale, shift, n, geo.c, geo.hw);
+    normalize_kernel<T, decltype(nhwc)::value><<<grid_for(n), kBlock, 0, stream>>>(
+        elements<T>(x), elements<T>(out), scale, shift, n, geo.c, geo.hw);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
@@ -246,8 +249,8 @@ void backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, con
   DeviceBuffer coef(sizeof(float) * 3 * geo.c, device);
   dispatch(geo, x, [&](auto tag, auto) {
     using T = decltype(tag);
-    launch_partials<Sums::grads, T>(elements<T>(x), elements<T>(grad_out), mean.data<float>(), partial.as<double>(),
-                                    geo, scope.stream());
+    launch_partials<Sums::grads, T>(elements<T>(x), elements<T>(grad_out), mean.data<float>(),
+                                    partial.as<double>(), geo, scope.stream());
   });
   finalize_grads<<<grid_for(geo.c), kBlock, 0, scope.stream()>>>(
       partial.as<double>(), geo, weight.data<float>(), data_or_null(invstd), data_or_null(var), eps, training,
@@ -257,8 +260,8 @@ void backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, con
   dispatch(geo, x, [&](auto tag, auto nhwc) {
     using T = decltype(tag);
     grad_x_kernel<T, decltype(nhwc)::value><<<grid_for(n), kBlock, 0, scope.stream()>>>(
-        elements<T>(x), elements<T>(grad_out), mean.data<float>(), coef.as<float>(), elements<T>(grad_x), n, geo.c,
-        geo.hw);
+        elements<T>(x), elements<T>(grad_out), mean.data<float>(), coef.as<float>(), elements<T>(grad_x), n,
+        geo.c, geo.hw);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
@@ -277,7 +280,8 @@ void forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
   DeviceBuffer coef(sizeof(float) * 2 * geo.c, device);  // scale, then shift
   dispatch(geo, x, [&](auto tag, auto) {
     using T = decltype(tag);
-    launch_partials<Sums::stats, T>(elements<T>(x), nullptr, nullptr, partial.as<double>(), geo, scope.stream());
+    launch_partials<Sums::stats, T>(elements<T>(x), nullptr, nullptr, partial.as<double>(), geo,
+                                    scope.stream());
   });
   finalize_stats<<<grid_for(geo.c), kBlock, 0, scope.stream()>>>(
       partial.as<double>(), geo, weight.data<float>(), bias.data<float>(), data_or_null(running_mean),

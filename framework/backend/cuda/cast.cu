@@ -1,7 +1,6 @@
 // cast_copy (see cast.h): a flat loop where source and destination share one dense layout,
 // else a walk in row-major order of the shape that addresses both through their strides.
 #include "backend/cuda/cast.h"
-
 #include "backend/cuda/launch.h"
 #include "backend/cuda/strided.h"
 
@@ -17,7 +16,8 @@ __global__ void cast_flat_kernel(const In* in, Out* out, int64_t n) {
 template <class In, class Out>
 __global__ void cast_strided_kernel(const In* in, Out* out, int64_t n, Dims in_dims, Dims out_dims) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
-    out[offset_of(i, out_dims, out_dims.stride)] = from_float<Out>(to_float(in[offset_of(i, in_dims, in_dims.stride)]));
+    out[offset_of(i, out_dims, out_dims.stride)] =
+        from_float<Out>(to_float(in[offset_of(i, in_dims, in_dims.stride)]));
 }
 
 template <class In, class Out>
@@ -39,8 +39,8 @@ void cast_launch(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
 void cast_copy(const Tensor& src, const Tensor& dst) {
   DPT_CHECK(src.shape() == dst.shape() && src.device() == dst.device() && dst.is_dense())
       << "cast on cuda: needs a dense destination of the source's shape on its device, got "
-      << shape_str(src.shape()) << " on " << src.device().str() << " into " << shape_str(dst.shape()) << " on "
-      << dst.device().str();
+      << shape_str(src.shape()) << " on " << src.device().str() << " into " << shape_str(dst.shape())
+      << " on " << dst.device().str();
   if (dst.numel() == 0) return;
   KernelScope scope(dst.device().index);
   dispatch_float(src.dtype(), "cast", [&](auto in_tag) {

@@ -2,7 +2,6 @@
 // walking the channel's N*H*W values; convolutions with a bias are the small layers of
 // small networks (mnist_cnn), so this favours simplicity over occupancy.
 #include "backend/cuda/channel.h"
-
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
 
@@ -10,7 +9,8 @@ namespace dpt::cuda {
 namespace {
 
 template <class T>
-__global__ void bias_add_kernel(T* out, const float* bias, int64_t n, int64_t c, int64_t hw, bool nhwc, bool relu) {
+__global__ void bias_add_kernel(T* out, const float* bias, int64_t n, int64_t c, int64_t hw, bool nhwc,
+                                bool relu) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     float v = to_float(out[i]) + bias[nhwc ? i % c : (i / hw) % c];
     out[i] = from_float<T>(relu && !(v > 0.0f) ? 0.0f : v);
@@ -44,8 +44,8 @@ void channel_bias_add(const Tensor& out, const Tensor& bias, bool relu) {
   KernelScope scope(out.device().index);
   dispatch_float(out.dtype(), "conv2d bias", [&](auto tag) {
     using T = decltype(tag);
-    bias_add_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(out), bias.data<float>(), n, c, hw, nhwc,
-                                                                relu);
+    bias_add_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(out), bias.data<float>(), n, c,
+                                                                hw, nhwc, relu);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
@@ -59,7 +59,8 @@ void channel_sum(const Tensor& t, const Tensor& sum) {
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(c, 65535));
   dispatch_float(t.dtype(), "conv2d bias gradient", [&](auto tag) {
     using T = decltype(tag);
-    channel_sum_kernel<<<blocks, kBlock, 0, scope.stream()>>>(elements<T>(t), sum.data<float>(), m, c, hw, nhwc);
+    channel_sum_kernel<<<blocks, kBlock, 0, scope.stream()>>>(elements<T>(t), sum.data<float>(), m, c, hw,
+                                                              nhwc);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
