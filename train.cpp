@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+
 #include <thread>
 
 #include "autograd/node.h"
@@ -18,11 +19,11 @@
 #include "datasets/augment.h"
 #include "datasets/cifar10.h"
 #include "datasets/loader.h"
-#include "datasets/mnist.h"
 #include "datasets/sampler.h"
-#include "datasets/synthetic.h"
 #include "distributed/ddp.h"
 #include "distributed/dist.h"
+#include "datasets/mnist.h"
+#include "datasets/synthetic.h"
 #include "io/config.h"
 #include "io/json.h"
 #include "io/progress.h"
@@ -52,14 +53,13 @@ struct Data {
 };
 
 Data load_data(const io::DatasetConfig& c, uint64_t seed) {
-  if (c.name == "fashion_mnist")
-    return {data::load_fashion_mnist(c.path, true), data::load_fashion_mnist(c.path, false)};
+  if (c.name == "fashion_mnist") return {data::load_fashion_mnist(c.path, true), data::load_fashion_mnist(c.path, false)};
   if (c.name == "mnist") return {data::load_mnist(c.path, true), data::load_mnist(c.path, false)};
   if (c.name == "cifar10") return {data::load_cifar10(c.path, true), data::load_cifar10(c.path, false)};
   // synthetic: a held-out set one sixth the size, as MNIST's 10k/60k.
   return {data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes, c.size, seed),
-          data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes,
-                               std::max<int64_t>(c.size / 6, 1), seed + 1)};
+          data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes, std::max<int64_t>(c.size / 6, 1),
+                               seed + 1)};
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, const nn::Module& model) {
@@ -133,8 +133,7 @@ nn::Compute compute_for(const io::Config& config, Device device) {
   DPT_CHECK(!compute.active() || device.is_cuda())
       << (config.precision == "bf16" ? "precision: bf16" : "channels_last: true")
       << " needs a CUDA device, but this run trains on " << device.str()
-      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: "
-         "false";
+      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: false";
   return compute;
 }
 
@@ -149,40 +148,33 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   if (config.deterministic) threads_set_deterministic();
   threads_set(compute_threads(config.threads));
   Data data = load_data(config.dataset, config.seed);
-  data::dataset_check_split(
-      data.train, data.test,
-      config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
-  models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes,
-                         config.seed};
+  data::dataset_check_split(data.train, data.test,
+                            config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
+  models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
   model->set_compute(compute);
   const nn::ModulePtr net = model;  // without DDP: what checkpoints hold
   if (main_rank)
-    std::printf(
-        "model %s: %lld parameters, %.1fM multiply-adds per image; %d rank(s) x %d threads, global batch "
-        "%lld\n",
-        config.model.name.c_str(), static_cast<long long>(model->parameter_count()),
-        static_cast<double>(models::macs_per_image(*model, spec)) / 1e6, world.world_size, threads_get(),
-        static_cast<long long>(config.batch_size * world.world_size));
+    std::printf("model %s: %lld parameters, %.1fM multiply-adds per image; %d rank(s) x %d threads, global batch %lld\n",
+                config.model.name.c_str(), static_cast<long long>(model->parameter_count()),
+                static_cast<double>(models::macs_per_image(*model, spec)) / 1e6, world.world_size, threads_get(),
+                static_cast<long long>(config.batch_size * world.world_size));
   if (world.world_size > 1) {
     const io::DistributedConfig& d = config.distributed;
     model = std::make_shared<dist::DistributedDataParallel>(
         model, dist::world(),
-        dist::DdpOptions{.bucket_cap_mb = d.bucket_cap_mb,
-                         .find_unused_parameters = d.find_unused_parameters,
+        dist::DdpOptions{.bucket_cap_mb = d.bucket_cap_mb, .find_unused_parameters = d.find_unused_parameters,
                          .sync_bn = d.sync_bn});
   }
 
-  data::LoaderOptions train_options{
-      .batch_size = config.batch_size, .shuffle = true, .drop_last = true, .seed = config.seed};
+  data::LoaderOptions train_options{.batch_size = config.batch_size, .shuffle = true, .drop_last = true,
+                                    .seed = config.seed};
   // Only training batches are augmented; each rank draws its own crops and flips.
   if (config.dataset.augment)
-    train_options.transform =
-        data::make_augment_transform({}, data.train.normalization, config.seed, world.rank);
+    train_options.transform = data::make_augment_transform({}, data.train.normalization, config.seed, world.rank);
   data::Loader train_loader(data.train, std::move(train_options));
-  data::Loader test_loader(
-      data.test,
-      {.batch_size = config.eval_batch_size, .shuffle = false, .drop_last = false, .seed = config.seed});
+  data::Loader test_loader(data.test, {.batch_size = config.eval_batch_size, .shuffle = false, .drop_last = false,
+                                       .seed = config.seed});
   int64_t shard_size = (data.train.size() + world.world_size - 1) / world.world_size;
   int64_t steps = train_loader.batch_count(shard_size);
   if (config.max_steps_per_epoch > 0) steps = std::min(steps, config.max_steps_per_epoch);
@@ -195,8 +187,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   optim::LrSchedule schedule(lr, schedule_options(config.schedule), steps, config.epochs);
 
   io::Progress progress(config.epochs, config.log_every);
-  io::RunControl control(config, {*net, config.model.name, *optimizer, config.optimizer.name, ema.get()},
-                         progress);
+  io::RunControl control(config, {*net, config.model.name, *optimizer, config.optimizer.name, ema.get()}, progress);
   control.resume(resume);
   io::TrainingProgress& at = control.progress();
   std::string metrics_path = config.output.dir + "/metrics.jsonl";
@@ -216,9 +207,9 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
     auto epoch_start = Clock::now();
     // A resumed epoch goes on after the samples its checkpoint had trained on.
     const int64_t done = control.samples_done(epoch), first_step = done / global_batch;
-    train_loader.start_epoch(data::train_shard_rest(data.train.size(), config.seed, epoch, world.rank,
-                                                    world.world_size, true, done),
-                             epoch, first_step);
+    train_loader.start_epoch(
+        data::train_shard_rest(data.train.size(), config.seed, epoch, world.rank, world.world_size, true, done), epoch,
+        first_step);
     data::Batch batch;
     double loss_sum = 0;
     int64_t step = first_step, applied = 0;
@@ -248,8 +239,8 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
         double rate = static_cast<double>((step - first_step) * global_batch) / elapsed;
         double eta = elapsed / static_cast<double>(step - first_step) *
                      static_cast<double>(steps * (config.epochs - epoch) - step);
-        progress.update(epoch + 1, step, steps, loss_sum / static_cast<double>(std::max<int64_t>(applied, 1)),
-                        rate, eta);
+        progress.update(epoch + 1, step, steps, loss_sum / static_cast<double>(std::max<int64_t>(applied, 1)), rate,
+                        eta);
       }
       if (int signal = control.stop_requested(epoch, step, step_lr, loss_sum, applied)) return 128 + signal;
     }
@@ -273,19 +264,17 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
       std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
       std::fflush(stdout);
-      io::append_line(
-          metrics_path,
-          phases
-              .add_to(io::JsonObject()
-                          .add("epoch", epoch + 1)
-                          .add("train_loss", train_loss)
-                          .add("test_loss", eval.loss)
-                          .add("test_acc", eval.accuracy)
-                          .add("images_per_sec", images_per_sec)
-                          .add("epoch_time_s", seconds_since(epoch_start))
-                          .add("elapsed_s", seconds_since(run_start))
-                          .add("lr", static_cast<double>(schedule.lr_at((epoch + 1) * steps - 1))))
-              .str());
+      io::append_line(metrics_path, phases.add_to(io::JsonObject()
+                                                      .add("epoch", epoch + 1)
+                                                      .add("train_loss", train_loss)
+                                                      .add("test_loss", eval.loss)
+                                                      .add("test_acc", eval.accuracy)
+                                                      .add("images_per_sec", images_per_sec)
+                                                      .add("epoch_time_s", seconds_since(epoch_start))
+                                                      .add("elapsed_s", seconds_since(run_start))
+                                                      .add("lr", static_cast<double>(
+                                                                     schedule.lr_at((epoch + 1) * steps - 1))))
+                                        .str());
     }
     control.epoch_end(epoch, schedule.lr_at((epoch + 1) * steps - 1));  // after the metrics line
   }
@@ -293,21 +282,19 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   profiler.write_timeline();
   if (!main_rank) return 0;
   io::safetensors_write(config.output.dir + "/model.safetensors", net->state_dict(), {{"format", "pt"}});
-  io::write_file(config.output.dir + "/summary.json",
-                 phases.add_to(io::JsonObject()
-                                   .add("final_test_acc", final_acc)
-                                   .add("best_test_acc", best_acc)
-                                   .add("total_time_s", seconds_since(run_start))
-                                   .add("images_per_sec", train_images / train_time)
-                                   .add("world_size", world.world_size)
-                                   .add("global_batch", global_batch)
-                                   .add("model", config.model.name)
-                                   .add("params", model->parameter_count())
-                                   .add("skipped_steps", at.skipped_steps))
-                         .str() +
-                     "\n");
-  std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc,
-              config.output.dir.c_str());
+  io::write_file(config.output.dir + "/summary.json", phases.add_to(io::JsonObject()
+                                                          .add("final_test_acc", final_acc)
+                                                          .add("best_test_acc", best_acc)
+                                                          .add("total_time_s", seconds_since(run_start))
+                                                          .add("images_per_sec", train_images / train_time)
+                                                          .add("world_size", world.world_size)
+                                                          .add("global_batch", global_batch)
+                                                          .add("model", config.model.name)
+                                                          .add("params", model->parameter_count())
+                                                          .add("skipped_steps", at.skipped_steps))
+                                                          .str() +
+                                                      "\n");
+  std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc, config.output.dir.c_str());
   return 0;
 }
 
@@ -315,8 +302,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
 
 int main(int argc, char** argv) {
   const char* usage =
-      "train CONFIG.yaml [--set key=value ...] [--resume PATH|auto] [--timeline TRACE.json [--timeline-steps "
-      "N]]";
+      "train CONFIG.yaml [--set key=value ...] [--resume PATH|auto] [--timeline TRACE.json [--timeline-steps N]]";
   std::string config_path;
   std::vector<std::string> overrides;
   std::string resume;
@@ -371,8 +357,7 @@ int main(int argc, char** argv) {
     failed = true;
   }
   std::fflush(stdout);
-  if (failed && dist::initialized() && dist::info().world_size > 1)
-    dist::abort_all("error: " + message, code);
+  if (failed && dist::initialized() && dist::info().world_size > 1) dist::abort_all("error: " + message, code);
   if (failed) std::fprintf(stderr, "error: %s\n", message.c_str());
   dist::finalize();
   return code;

@@ -225,9 +225,9 @@ Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offs
   int64_t last = offset;
   for (size_t i = 0; i < shape.size(); ++i)
     if (shape[i] > 0) last += (shape[i] - 1) * strides[i];
-  DPT_CHECK(offset >= 0 &&
-            (shape_numel(shape) == 0 || (last + 1) * static_cast<int64_t>(dtype_size(t.dtype)) <=
-                                            static_cast<int64_t>(t.storage->bytes())))
+  DPT_CHECK(offset >= 0 && (shape_numel(shape) == 0 ||
+                            (last + 1) * static_cast<int64_t>(dtype_size(t.dtype)) <=
+                                static_cast<int64_t>(t.storage->bytes())))
       << "as_strided: view " << shape_str(shape) << " at offset " << offset << " exceeds the storage";
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = t.storage;
@@ -247,6 +247,7 @@ Tensor Tensor::view(const Shape& shape) const {
 
 Tensor Tensor::detach() const { return as_strided(shape(), strides(), offset()); }
 
+
 void Tensor::copy_from(const Tensor& src) const {
   DPT_CHECK(shape() == src.shape() && dtype() == src.dtype())
       << "copy_from: " << shape_str(src.shape()) << " " << dtype_name(src.dtype()) << " into "
@@ -258,8 +259,7 @@ void Tensor::copy_from(const Tensor& src) const {
     storage()->bump_version();
     return;
   }
-  if (strides() == src.strides() && is_dense() &&
-      src.is_dense()) {  // one dense layout: the bytes as they are
+  if (strides() == src.strides() && is_dense() && src.is_dense()) {  // one dense layout: the bytes as they are
     copy_bytes(raw_data(), device(), src.raw_data(), src.device(), numel() * dtype_size(dtype()));
     storage()->bump_version();
     return;

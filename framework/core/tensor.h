@@ -66,8 +66,8 @@ class Tensor {
   // Pointer to element 0 of this view. T must match dtype().
   template <class T>
   T* data() const {
-    DPT_CHECK(dtype() == dtype_of<T>())
-        << "tensor of dtype " << dtype_name(dtype()) << " read as " << dtype_name(dtype_of<T>());
+    DPT_CHECK(dtype() == dtype_of<T>()) << "tensor of dtype " << dtype_name(dtype()) << " read as "
+                                        << dtype_name(dtype_of<T>());
     return static_cast<T*>(raw_data());
   }
   void* raw_data() const;
@@ -86,15 +86,15 @@ class Tensor {
   Tensor with_layout_of(const Tensor& ref) const;
   // This tensor if channels-last, else a channels-last copy (4-D). Not recorded.
   Tensor channels_last() const;
-  Tensor detach() const;           // same storage, no autograd history
+  Tensor detach() const;  // same storage, no autograd history
   Tensor to(Device device) const;  // copy to another device (this tensor if already there)
   // Same shape and dtype; any devices. Strided sources and dense strided destinations
   // are copied on the CPU; two dense tensors with the same strides anywhere (channels-last
   // on CUDA, say); otherwise, with a CUDA side, the destination must be contiguous.
   void copy_from(const Tensor& src) const;
-  void zero_() const;                    // dense tensors
-  void fill_(float value) const;         // f32 CPU tensors
-  float item() const;                    // one-element f32 tensor
+  void zero_() const;  // dense tensors
+  void fill_(float value) const;  // f32 CPU tensors
+  float item() const;  // one-element f32 tensor
   std::vector<float> to_vector() const;  // f32 or bf16 (widened), any device, row-major
 
   // Autograd. A tensor needs a gradient if it is a leaf marked requires_grad, or the
@@ -130,7 +130,7 @@ struct TensorImpl {
 
   bool requires_grad = false;
   Tensor grad;
-  std::shared_ptr<autograd::Node> grad_fn;           // set on op outputs
+  std::shared_ptr<autograd::Node> grad_fn;          // set on op outputs
   std::shared_ptr<autograd::Node> grad_accumulator;  // set on leaves, made on first use
   std::vector<PostAccumulateHook> post_accumulate_hooks;
 };

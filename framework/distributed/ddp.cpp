@@ -16,8 +16,7 @@ std::vector<std::string> signature_lines(const nn::NamedTensors& params) {
 }
 
 // Every rank's lines, gathered as characters padded to the longest text.
-std::vector<std::vector<std::string>> gather_lines(const std::vector<std::string>& lines,
-                                                   ProcessGroup& group) {
+std::vector<std::vector<std::string>> gather_lines(const std::vector<std::string>& lines, ProcessGroup& group) {
   std::string text;
   for (const auto& line : lines) text += line + "\n";
   Tensor length = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1});
@@ -55,10 +54,8 @@ void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group) 
       std::ostringstream msg;
       msg << "DDP on " << group.name() << ": ranks 0 and " << r << " (world ranks " << group.world_ranks()[0]
           << " and " << group.world_ranks()[r] << ") hold different parameters: parameter " << i << " is "
-          << (i < a.size() ? a[i] : "missing (" + std::to_string(a.size()) + " parameters)")
-          << " on rank 0 and "
-          << (i < b.size() ? b[i] : "missing (" + std::to_string(b.size()) + " parameters)") << " on rank "
-          << r;
+          << (i < a.size() ? a[i] : "missing (" + std::to_string(a.size()) + " parameters)") << " on rank 0 and "
+          << (i < b.size() ? b[i] : "missing (" + std::to_string(b.size()) + " parameters)") << " on rank " << r;
       throw Error(msg.str());
     }
   }
@@ -83,10 +80,9 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr 
       if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m))
         bn->set_sum_across_ranks([g](const Tensor& t) { g->all_reduce(t, ReduceOp::sum)->wait(); });
   }
-  reducer_ =
-      std::make_unique<Reducer>(params, group_,
-                                ReducerOptions{.bucket_cap_mb = options_.bucket_cap_mb,
-                                               .find_unused_parameters = options_.find_unused_parameters});
+  reducer_ = std::make_unique<Reducer>(
+      params, group_,
+      ReducerOptions{.bucket_cap_mb = options_.bucket_cap_mb, .find_unused_parameters = options_.find_unused_parameters});
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {

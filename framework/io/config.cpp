@@ -19,11 +19,10 @@ namespace {
 
 using Keys = std::vector<std::string>;
 
-const Keys kTopKeys = {"model",     "dataset",       "epochs",          "batch_size",  "eval_batch_size",
-                       "threads",   "seed",          "label_smoothing", "log_every",   "max_steps_per_epoch",
-                       "optimizer", "schedule",      "output",          "distributed", "lr_scaling",
-                       "ema_decay", "deterministic", "on_nonfinite",    "checkpoint",  "debug",
-                       "precision", "channels_last"};
+const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size", "eval_batch_size",
+                       "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
+                       "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay",
+                       "deterministic", "on_nonfinite", "checkpoint", "debug", "precision", "channels_last"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
@@ -452,30 +451,25 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   c.schedule = parse_schedule(r, root["schedule"], c.optimizer.lr);
 
   if (root["ema_decay"])
-    c.ema_decay =
-        r.get_double(root["ema_decay"], "ema_decay", 0, 1, false, true, "a number in [0, 1) (0 = off)");
-  if (root["lr_scaling"])
-    c.lr_scaling = r.get_choice(root["lr_scaling"], "lr_scaling", "lr scaling", kLrScalingNames);
+    c.ema_decay = r.get_double(root["ema_decay"], "ema_decay", 0, 1, false, true, "a number in [0, 1) (0 = off)");
+  if (root["lr_scaling"]) c.lr_scaling = r.get_choice(root["lr_scaling"], "lr_scaling", "lr scaling", kLrScalingNames);
   if (const YAML::Node& d = root["distributed"]) {
     r.check_keys(d, "distributed", kSectionKeys.at("distributed"));
     if (d["bucket_cap_mb"])
-      c.distributed.bucket_cap_mb =
-          r.get_double(d["bucket_cap_mb"], "distributed.bucket_cap_mb", 0, 1e6, false, false,
-                       "a number of MB >= 0 (0 = one bucket per parameter)");
+      c.distributed.bucket_cap_mb = r.get_double(d["bucket_cap_mb"], "distributed.bucket_cap_mb", 0, 1e6, false,
+                                                 false, "a number of MB >= 0 (0 = one bucket per parameter)");
     if (d["sync_bn"]) c.distributed.sync_bn = r.get_bool(d["sync_bn"], "distributed.sync_bn");
     if (d["find_unused_parameters"])
       c.distributed.find_unused_parameters =
           r.get_bool(d["find_unused_parameters"], "distributed.find_unused_parameters");
-    if (d["backend"])
-      c.distributed.backend = r.get_choice(d["backend"], "distributed.backend", "backend", kBackendNames);
+    if (d["backend"]) c.distributed.backend = r.get_choice(d["backend"], "distributed.backend", "backend", kBackendNames);
     if (d["timeout_s"])
       c.distributed.timeout_s = r.get_double(d["timeout_s"], "distributed.timeout_s", 0, 1e9, false, false,
                                              "a number of seconds in [0, 1e9] (0 = wait forever)");
   }
   if (root["debug"]) c.debug = r.get_choice(root["debug"], "debug", "debug mode", kDebugNames);
 
-  if (root["precision"])
-    c.precision = r.get_choice(root["precision"], "precision", "precision", kPrecisionNames);
+  if (root["precision"]) c.precision = r.get_choice(root["precision"], "precision", "precision", kPrecisionNames);
   if (root["channels_last"]) c.channels_last = r.get_bool(root["channels_last"], "channels_last");
   if (root["deterministic"]) c.deterministic = r.get_bool(root["deterministic"], "deterministic");
   if (root["on_nonfinite"])
@@ -483,11 +477,10 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   if (const YAML::Node& k = root["checkpoint"]) {
     r.check_keys(k, "checkpoint", kSectionKeys.at("checkpoint"));
     if (k["every_epochs"])
-      c.checkpoint.every_epochs = r.get_int(k["every_epochs"], "checkpoint.every_epochs", 0,
-                                            "a non-negative integer (0 = only on a signal)");
+      c.checkpoint.every_epochs =
+          r.get_int(k["every_epochs"], "checkpoint.every_epochs", 0, "a non-negative integer (0 = only on a signal)");
     if (k["keep_last"])
-      c.checkpoint.keep_last =
-          r.get_int(k["keep_last"], "checkpoint.keep_last", 0, "a non-negative integer (0 = all)");
+      c.checkpoint.keep_last = r.get_int(k["keep_last"], "checkpoint.keep_last", 0, "a non-negative integer (0 = all)");
   }
 
   c.output.dir = "runs/" + std::filesystem::path(path).stem().string();

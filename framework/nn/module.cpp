@@ -61,8 +61,8 @@ void Module::load_state_dict(const NamedTensors& state) {
     auto it = given.find(name);
     DPT_CHECK(it != given.end()) << "load_state_dict: missing '" << name << "'";
     DPT_CHECK(it->second.shape() == target.shape())
-        << "load_state_dict: '" << name << "' has shape " << shape_str(it->second.shape())
-        << ", model expects " << shape_str(target.shape());
+        << "load_state_dict: '" << name << "' has shape " << shape_str(it->second.shape()) << ", model expects "
+        << shape_str(target.shape());
     target.copy_from(it->second);
     given.erase(it);
   }

@@ -86,9 +86,9 @@ Tensor conv2d_cuda(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in
   bool need_b = bias_in.defined() && bias_in.requires_grad();
   autograd::record("conv2d", out, {x_in, w_in, bias_in},
                    [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
-                    out = fuse_relu ? out.detach() : Tensor(), like = TensorLayout(out),
-                    x_like = TensorLayout(x_in), w_like = TensorLayout(w_in), x_shape = x.shape(),
-                    w_shape = w.shape(), params, device, need_x, need_w, need_b](const Tensor& grad_out) {
+                    out = fuse_relu ? out.detach() : Tensor(), like = TensorLayout(out), x_like = TensorLayout(x_in),
+                    w_like = TensorLayout(w_in), x_shape = x.shape(), w_shape = w.shape(), params, device, need_x,
+                    need_w, need_b](const Tensor& grad_out) {
                      check_grad("conv2d backward", grad_out, device, like.dtype);
                      Tensor g = layout_like_on_device(grad_out, like);
                      // Fused ReLU: the gradient flows only where the output was > 0.

@@ -52,9 +52,8 @@ inline Device op_device_mixed(const char* op, std::initializer_list<const Tensor
   bool first = true;
   for (const Tensor* t : tensors) {
     DPT_CHECK(t->defined()) << op << ": undefined input";
-    DPT_CHECK(first || t->dtype() == dtype)
-        << op << ": inputs of different dtypes (" << dtype_name(dtype) << " and " << dtype_name(t->dtype())
-        << "); cast them to one first";
+    DPT_CHECK(first || t->dtype() == dtype) << op << ": inputs of different dtypes (" << dtype_name(dtype) << " and "
+                                            << dtype_name(t->dtype()) << "); cast them to one first";
     dtype = t->dtype();
     first = false;
   }
@@ -62,9 +61,8 @@ inline Device op_device_mixed(const char* op, std::initializer_list<const Tensor
   Device device;
   first = true;
   for (const Tensor* t : tensors) {
-    DPT_CHECK(first || t->device() == device)
-        << op << ": inputs on different devices (" << device.str() << " and " << t->device().str()
-        << "); move them to one device first";
+    DPT_CHECK(first || t->device() == device) << op << ": inputs on different devices (" << device.str() << " and "
+                                              << t->device().str() << "); move them to one device first";
     device = t->device();
     first = false;
   }
@@ -112,8 +110,7 @@ struct TensorLayout {
     return t.strides() == strides || (t.is_contiguous() && (contiguous() || shape_numel(shape) <= 1));
   }
   Tensor empty(DType as) const {
-    return contiguous() ? Tensor::empty(shape, as, device)
-                        : Tensor::empty_strided(shape, strides, as, device);
+    return contiguous() ? Tensor::empty(shape, as, device) : Tensor::empty_strided(shape, strides, as, device);
   }
 };
 

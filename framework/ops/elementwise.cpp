@@ -70,25 +70,23 @@ Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(cpu::BinaryOp::add, a, b);
-  autograd::record(
-      "add", out, {a, b},
-      [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
-        check_grad("add backward", g, device, dtype);
-        return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
-      });
+  autograd::record("add", out, {a, b},
+                   [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
+                     check_grad("add backward", g, device, dtype);
+                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
+                   });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(cpu::BinaryOp::sub, a, b);
-  autograd::record(
-      "sub", out, {a, b},
-      [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
-        check_grad("sub backward", g, device, dtype);
-        Tensor neg = Tensor::empty(g.shape(), dtype, device);
-        affine_on(g, -1.0f, 0.0f, neg);
-        return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(neg, sb)};
-      });
+  autograd::record("sub", out, {a, b},
+                   [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
+                     check_grad("sub backward", g, device, dtype);
+                     Tensor neg = Tensor::empty(g.shape(), dtype, device);
+                     affine_on(g, -1.0f, 0.0f, neg);
+                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(neg, sb)};
+                   });
   return out;
 }
 

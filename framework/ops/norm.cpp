@@ -18,9 +18,8 @@ namespace {
 
 void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x, bool contiguous) {
   op_device("batch_norm2d", {&t});
-  DPT_CHECK(t.device() == x.device())
-      << "batch_norm2d: " << what << " is on " << t.device().str() << " but x on " << x.device().str()
-      << "; move them to one device first";
+  DPT_CHECK(t.device() == x.device()) << "batch_norm2d: " << what << " is on " << t.device().str() << " but x on "
+                                      << x.device().str() << "; move them to one device first";
   const Shape& x_shape = x.shape();
   DPT_CHECK(t.shape() == Shape{x_shape[1]})
       << "batch_norm2d: " << what << " " << shape_str(t.shape()) << " does not match input "
@@ -38,8 +37,7 @@ Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tens
                          const Tensor& running_mean, const Tensor& running_var, bool training,
                          const BatchNormOptions& options, bool fuse_relu) {
   Device device = x_in.device();
-  Tensor x = kernel_layout_on_device(x_in), weight = cuda::contiguous(weight_in),
-         bias = cuda::contiguous(bias_in);
+  Tensor x = kernel_layout_on_device(x_in), weight = cuda::contiguous(weight_in), bias = cuda::contiguous(bias_in);
   Shape channels{x.size(1)};
   Tensor out = Tensor::empty_like(x);
   Tensor mean, stat;  // training: batch mean, invstd; eval: running mean, running variance

@@ -44,13 +44,12 @@ Tensor global_avg_pool2d_cuda(const Tensor& x_in) {
   Tensor x = kernel_layout_on_device(x_in);
   Tensor out = Tensor::empty({x.size(0), x.size(1)}, x.dtype(), device);
   cuda::global_avg_pool2d_forward(x, out);
-  autograd::record("global_avg_pool2d", out, {x_in},
-                   [x_layout = TensorLayout(x), device](const Tensor& grad_out) {
-                     check_grad("global_avg_pool2d backward", grad_out, device, x_layout.dtype);
-                     Tensor grad_x = x_layout.empty(x_layout.dtype);
-                     cuda::global_avg_pool2d_backward(cuda::contiguous(grad_out), grad_x);
-                     return std::vector<Tensor>{grad_x};
-                   });
+  autograd::record("global_avg_pool2d", out, {x_in}, [x_layout = TensorLayout(x), device](const Tensor& grad_out) {
+    check_grad("global_avg_pool2d backward", grad_out, device, x_layout.dtype);
+    Tensor grad_x = x_layout.empty(x_layout.dtype);
+    cuda::global_avg_pool2d_backward(cuda::contiguous(grad_out), grad_x);
+    return std::vector<Tensor>{grad_x};
+  });
   return out;
 }
 #endif

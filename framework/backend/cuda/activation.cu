@@ -1,5 +1,6 @@
 // ReLU kernels (see activation.h): flat loops over dense buffers, f32 or bf16.
 #include "backend/cuda/activation.h"
+
 #include "backend/cuda/launch.h"
 
 namespace dpt::cuda {

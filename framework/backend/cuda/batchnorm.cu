@@ -1,5 +1,6 @@
 // cuDNN spatial batch norm, and the eval-mode backward kernel (see batchnorm.h).
 #include "backend/cuda/batchnorm.h"
+
 #include "backend/cuda/batchnorm_kernels.h"
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/launch.h"
@@ -58,8 +59,8 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Te
                                  float eps, const Tensor& out, const Tensor& save_mean,
                                  const Tensor& save_invstd) {
   if (!uses_cudnn(x))
-    return bn_kernels::forward_training(x, weight, bias, running_mean, running_var, momentum, eps, out,
-                                        save_mean, save_invstd);
+    return bn_kernels::forward_training(x, weight, bias, running_mean, running_var, momentum, eps, out, save_mean,
+                                        save_invstd);
   check_layout(x, {&weight, &bias, &running_mean, &running_var, &out, &save_mean, &save_invstd});
   DPT_CHECK(running_mean.defined() == running_var.defined())
       << "batch_norm2d on cuda: running_mean and running_var come together";
@@ -110,8 +111,7 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
                                    const Tensor& mean, const Tensor& var, float eps, const Tensor& grad_x,
                                    const Tensor& grad_weight, const Tensor& grad_bias) {
   if (!uses_cudnn(x))
-    return bn_kernels::backward_inference(x, grad_out, weight, mean, var, eps, grad_x, grad_weight,
-                                          grad_bias);
+    return bn_kernels::backward_inference(x, grad_out, weight, mean, var, eps, grad_x, grad_weight, grad_bias);
   check_layout(x, {&grad_out, &weight, &mean, &var, &grad_x, &grad_weight, &grad_bias});
   int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
   if (c == 0) return;

@@ -40,8 +40,8 @@ FilterDescriptor::FilterDescriptor(const Shape& s, const char* op, DType dtype, 
   DPT_CHECK(s.size() == 4) << op << " on cuda: expected a 4-D weight, got " << shape_str(s);
   int k = cudnn_int(s[0], op), c = cudnn_int(s[1], op), h = cudnn_int(s[2], op), w = cudnn_int(s[3], op);
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&desc_));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, cudnn_type(dtype, op),
-                                         nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, k, c, h, w));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, cudnn_type(dtype, op), nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                         k, c, h, w));
 }
 
 FilterDescriptor::~FilterDescriptor() { (void)cudnnDestroyFilterDescriptor(desc_); }

@@ -43,8 +43,9 @@ constexpr DType dtype_of_element() {
 // The element pointer of a tensor of kernel type T (float or bf16); Error if the dtype differs.
 template <class T>
 T* elements(const Tensor& t) {
-  DPT_CHECK(t.dtype() == dtype_of_element<T>()) << "cuda kernel for " << dtype_name(dtype_of_element<T>())
-                                                << " given a " << dtype_name(t.dtype()) << " tensor";
+  DPT_CHECK(t.dtype() == dtype_of_element<T>())
+      << "cuda kernel for " << dtype_name(dtype_of_element<T>()) << " given a " << dtype_name(t.dtype())
+      << " tensor";
   return static_cast<T*>(t.raw_data());
 }
 

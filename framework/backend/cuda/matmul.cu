@@ -3,10 +3,11 @@
 // as out^T = op(b)^T op(a)^T: the operands swap places and keep their transpose flags.
 // bf16 operands run on tensor cores with f32 accumulation (CUBLAS_COMPUTE_32F); bias,
 // ReLU and column sums then read and write bf16 through f32.
+#include "backend/cuda/matmul.h"
+
 #include <climits>
 
 #include "backend/cuda/launch.h"
-#include "backend/cuda/matmul.h"
 #include "backend/cuda/tf32.h"
 
 namespace dpt::cuda {
@@ -41,8 +42,7 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
             bool relu, const Tensor& out) {
   DPT_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous() && a.dim() == 2 && b.dim() == 2)
       << "matmul on cuda: needs contiguous 2-D operands";
-  DPT_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() &&
-            (!bias.defined() || bias.dtype() == DType::f32))
+  DPT_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype() && (!bias.defined() || bias.dtype() == DType::f32))
       << "matmul on cuda: operands and output of one dtype (f32 or bf16), bias f32; got "
       << dtype_name(a.dtype()) << ", " << dtype_name(b.dtype()) << " into " << dtype_name(out.dtype());
   const bool half = out.dtype() == DType::bf16;
@@ -58,7 +58,8 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = blas_int(transpose_a ? m : k), ldb = blas_int(transpose_b ? k : n);
     // bf16 data: f32 accumulation and f32 alpha/beta (the scale type of CUBLAS_COMPUTE_32F).
-    cublasComputeType_t compute = !half && tf32_enabled() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute =
+        !half && tf32_enabled() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cudaDataType_t type = half ? CUDA_R_16BF : CUDA_R_32F;
     CUBLAS_CHECK(cublasGemmEx(device_context(device).cublas(), op_b, op_a, blas_int(n), blas_int(m),
                               blas_int(k), &one, b.raw_data(), type, ldb, a.raw_data(), type, lda, &zero,
@@ -68,8 +69,7 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
     const float* bias_data = bias.defined() ? bias.data<float>() : nullptr;
     dispatch_float(out.dtype(), "matmul", [&](auto tag) {
       using T = decltype(tag);
-      bias_relu_kernel<<<grid_for(m * n), kBlock, 0, scope.stream()>>>(elements<T>(out), bias_data, m, n,
-                                                                       relu);
+      bias_relu_kernel<<<grid_for(m * n), kBlock, 0, scope.stream()>>>(elements<T>(out), bias_data, m, n, relu);
     });
     DPT_CUDA_LAUNCH_CHECK();
   }
@@ -83,8 +83,7 @@ void sum_rows(const Tensor& t, const Tensor& out) {
   KernelScope scope(out.device().index);
   dispatch_float(t.dtype(), "sum_rows", [&](auto tag) {
     using T = decltype(tag);
-    sum_rows_kernel<<<grid_for(cols), kBlock, 0, scope.stream()>>>(elements<T>(t), out.data<float>(), rows,
-                                                                   cols);
+    sum_rows_kernel<<<grid_for(cols), kBlock, 0, scope.stream()>>>(elements<T>(t), out.data<float>(), rows, cols);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }

@@ -3,12 +3,13 @@
 // bf16 and channels-last tensors go through the window kernels here instead (cuDNN's
 // legacy pooling is f32 NCHW in this backend); their backward gathers, per input element,
 // from the windows that contain it, so it needs no atomics either.
+#include "backend/cuda/pool.h"
+
 #include <type_traits>
 
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
-#include "backend/cuda/pool.h"
 #include "backend/cuda/strided.h"
 
 namespace dpt::cuda {
@@ -41,8 +42,7 @@ __global__ void global_avg_forward_nhwc_kernel(const T* x, T* out, int64_t plane
 }
 
 template <class T, bool nhwc>
-__global__ void global_avg_backward_kernel(const T* grad_out, T* grad_x, int64_t total, int64_t c,
-                                           int64_t hw) {
+__global__ void global_avg_backward_kernel(const T* grad_out, T* grad_x, int64_t total, int64_t c, int64_t hw) {
   const float inv = 1.0f / static_cast<float>(hw);
   for (int64_t i = thread_index(); i < total; i += thread_count()) {
     int64_t plane = nhwc ? (i / (hw * c)) * c + i % c : i / hw;
@@ -109,8 +109,7 @@ __global__ void pool_backward_kernel(const T* x, const T* grad_out, T* grad_x, i
     int64_t y_low = e.y + p.padding - p.kernel + 1, x_low = e.x + p.padding - p.kernel + 1;
     int64_t oy0 = y_low <= 0 ? 0 : (y_low + p.stride - 1) / p.stride;
     int64_t ox0 = x_low <= 0 ? 0 : (x_low + p.stride - 1) / p.stride;
-    int64_t oy1 = min(p.oh - 1, (e.y + p.padding) / p.stride),
-            ox1 = min(p.ow - 1, (e.x + p.padding) / p.stride);
+    int64_t oy1 = min(p.oh - 1, (e.y + p.padding) / p.stride), ox1 = min(p.ow - 1, (e.x + p.padding) / p.stride);
     float g = 0.0f;
     for (int64_t oy = oy0; oy <= oy1; ++oy)
       for (int64_t ox = ox0; ox <= ox1; ++ox) {
@@ -207,8 +206,8 @@ void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& out, const Te
     dispatch_pool(kind, x, nhwc, [&](auto tag, auto layout, auto is_max) {
       using T = decltype(tag);
       pool_backward_kernel<T, decltype(layout)::value, decltype(is_max)::value>
-          <<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(grad_out),
-                                                           elements<T>(grad_x), total, w);
+          <<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(grad_out), elements<T>(grad_x),
+                                                           total, w);
     });
     DPT_CUDA_LAUNCH_CHECK();
     return;
@@ -235,8 +234,8 @@ void global_avg_pool2d_forward(const Tensor& x, const Tensor& out) {
   dispatch_float(x.dtype(), "global_avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     if (nhwc)
-      global_avg_forward_nhwc_kernel<<<grid_for(planes), kBlock, 0, scope.stream()>>>(
-          elements<T>(x), elements<T>(out), planes, c, hw);
+      global_avg_forward_nhwc_kernel<<<grid_for(planes), kBlock, 0, scope.stream()>>>(elements<T>(x),
+                                                                                       elements<T>(out), planes, c, hw);
     else
       global_avg_forward_kernel<<<grid_for(planes, kPlanesPerBlock), kBlock, 0, scope.stream()>>>(
           elements<T>(x), elements<T>(out), planes, hw);

@@ -2,11 +2,12 @@
 // output element is set, zeros included, with no separate memset. f32 or bf16, NCHW or
 // NHWC: each thread decodes its element's (n, c, y, x) in the layout and reads the one
 // element it copies.
+#include "backend/cuda/shortcut_pad.h"
+
 #include <type_traits>
 
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
-#include "backend/cuda/shortcut_pad.h"
 #include "backend/cuda/strided.h"
 
 namespace dpt::cuda {
@@ -45,8 +46,7 @@ bool check(const Tensor& full, const Tensor& sub) {
       << "shortcut_pad on cuda: needs 4-D tensors of one dtype";
   // The layout of whichever tensor tells (one may be both, e.g. a 1x1 map).
   bool nhwc = layout_nhwc(full, "shortcut_pad") || layout_nhwc(sub, "shortcut_pad");
-  DPT_CHECK(has_layout(full, nhwc) && has_layout(sub, nhwc))
-      << "shortcut_pad on cuda: needs tensors of one layout";
+  DPT_CHECK(has_layout(full, nhwc) && has_layout(sub, nhwc)) << "shortcut_pad on cuda: needs tensors of one layout";
   return nhwc;
 }
 
@@ -65,11 +65,11 @@ void shortcut_pad_forward(const Tensor& x, int64_t stride, const Tensor& out) {
   dispatch_float(x.dtype(), "shortcut_pad", [&](auto tag) {
     using T = decltype(tag);
     if (nhwc)
-      subsample_kernel<T, true>
-          <<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out), total, s);
+      subsample_kernel<T, true><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out),
+                                                                                total, s);
     else
-      subsample_kernel<T, false>
-          <<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out), total, s);
+      subsample_kernel<T, false><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out),
+                                                                                 total, s);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
