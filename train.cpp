@@ -219,6 +219,17 @@ std::unique_ptr<optim::GraphedTrainStep> make_graphed_step(const io::Config& con
                                  .check_loss = dist::info().world_size == 1});
 }
 
+// The `precision` and `channels_last` keys as nn::Compute for a model that trains on
+// `device`; Error (exit 2) when they ask for what only CUDA does and the device is not CUDA.
+nn::Compute compute_for(const io::Config& config, Device device) {
+  nn::Compute compute{config.precision == "bf16" ? DType::bf16 : DType::f32, config.channels_last};
+  DPT_CHECK(!compute.active() || device.is_cuda())
+      << (config.precision == "bf16" ? "precision: bf16" : "channels_last: true")
+      << " needs a CUDA device, but this run trains on " << device.str()
+      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: false";
+  return compute;
+}
+
 int run(const io::Config& config, const std::string& resume, const profile::TimelineOptions& timeline,
         bool sync_phases) {
   const dist::InitInfo& world = dist::info();
@@ -230,11 +241,13 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   const dist::DeviceChoice where = dist::rank_device_select(config.device, config.deterministic);
   const Device device = where.device;
   if (main_rank) std::printf("%s\n", where.note.c_str());
+  const nn::Compute compute = compute_for(config, device);
   Data data = load_data(config.dataset, config.seed);
   data::dataset_check_split(data.train, data.test,
                             config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
+  model->set_compute(compute);
   const nn::ModulePtr net = model;  // without DDP: what checkpoints hold
   if (main_rank)
     std::printf("model %s: %lld parameters, %.1fM multiply-adds per image; %d rank(s) x %d threads, global batch %lld\n",

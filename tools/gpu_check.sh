@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command for a machine with one NVIDIA GPU: builds dpt with the CUDA backend for this
 # GPU's architecture, runs every CUDA test (tests/test_cuda_*.cpp) and writes their results
-# as a table to a file it names at the end.
+# as a table to a file it names at the end, followed by a training-throughput table (dpt
+# beside PyTorch eager where PyTorch with CUDA is importable).
 #   tools/gpu_check.sh            # build in build-gpu/ (DPT_GPU_BUILD overrides)
 # Needs nvcc (CUDA 13), CMake and Ninja. cuDNN and NCCL may be installed system-wide or as
 # Python wheels (nvidia/cudnn, nvidia/nccl under site-packages; CUDNN_ROOT and NCCL_ROOT
@@ -67,7 +68,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPT_CUDA=ON \
 grep -E '^-- (dpt|Found MPI_C|Found GTest)' "$build/configure.log" | sed 's/^-- /gpu_check: /' || true
 tests=()
 for source in "$root"/tests/test_cuda_*.cpp "$root"/tests/test_mpi_cuda_*.cpp; do tests+=("$(basename "$source" .cpp)"); done
-cmake --build "$build" -j "$(nproc)" --target dpt train "${tests[@]}"
+cmake --build "$build" -j "$(nproc)" --target dpt train bench_train "${tests[@]}"
 
 # --- Is there a device this build can use? Asked through the library itself, so a
 # driver too old for the runtime counts as no device, as it would in the tests.
@@ -91,7 +92,51 @@ set -e
   echo "|---|---|---|"
   sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) \.*[* ]*(Passed|Failed|Skipped|Not Run|Timeout|Exception)[^0-9]*([0-9.]+) sec.*/| \1 | \2 | \3 |/p' "$log"
 } >"$table"
-# --- Benchmarks: later work adds the GPU benchmark table here (appended to "$table").
+# --- Benchmarks: training images/s on one fixed synthetic batch (bench_train beside
+# tools/bench/torch_train.py), appended to "$table". bf16 rows run channels-last on both
+# sides; fp32 is IEEE f32 on both (no TF32). "dpt graphs" is bench_train --cuda-graphs
+# ("n/a" if it fails). Sized to stay well
+# inside the script's 8 minutes on one H200.
+bench_value() {  # images/s from a JSON line on stdin, or "failed"
+  grep -o '"images_per_sec": [0-9.]*' | awk '{printf "%.0f", $2} END {if (NR == 0) printf "failed"}'
+}
+have_torch=0
+"$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && have_torch=1
+bench_row() {  # model batch precision steps c h w
+  local model="$1" batch="$2" precision="$3" steps="$4" shape=("$5" "$6" "$7") flags=(--device cuda --precision "$3")
+  [ "$precision" = bf16 ] && flags+=(--channels-last)
+  local dpt graphs torch ratio="n/a"
+  dpt="$("$build/bench_train" "$model" "$batch" 0 "$steps" "${shape[@]}" "${flags[@]}" 2>>"$bench_log" | bench_value || true)"
+  graphs="$("$build/bench_train" "$model" "$batch" 0 "$steps" "${shape[@]}" "${flags[@]}" --cuda-graphs 2>>"$bench_log" |
+    bench_value || true)"
+  [ "$graphs" = failed ] && graphs="n/a"
+  torch="n/a"
+  if [ "$have_torch" = 1 ]; then
+    torch="$("$python" "$root/tools/bench/torch_train.py" "$model" "$batch" 0 "$steps" "${shape[@]}" "${flags[@]}" \
+      2>>"$bench_log" | bench_value || true)"
+  fi
+  if [[ "$dpt" =~ ^[0-9]+$ && "$torch" =~ ^[0-9]+$ ]]; then ratio="$(awk -v a="$dpt" -v b="$torch" 'BEGIN {printf "%.2fx", a / b}')"; fi
+  echo "| $model | $batch | $precision | $dpt | $graphs | $torch | $ratio |"
+  say "bench $model batch $batch $precision: dpt $dpt, graphs $graphs, pytorch $torch ($ratio)" >&2
+}
+bench_log="$build/gpu_check.bench.log"
+: >"$bench_log"
+{
+  echo
+  echo "## Training throughput, images/s (synthetic batch; SGD momentum 0.9, Nesterov)"
+  echo
+  echo "Goals on H200: ResNet-20 bf16 at batch 512 >= 1.5x PyTorch eager; ResNet-18 bf16 at batch 512 >= 30,000 images/s."
+  echo
+  echo "| model | batch | precision | dpt eager | dpt graphs | PyTorch eager | dpt / PyTorch |"
+  echo "|---|---|---|---|---|---|---|"
+  for precision in fp32 bf16; do
+    for batch in 128 512; do
+      bench_row resnet20 "$batch" "$precision" 40 3 32 32
+      bench_row mnist_cnn "$batch" "$precision" 40 1 28 28
+    done
+  done
+  bench_row resnet18 512 bf16 20 3 32 32
+} >>"$table"
 
 passed=$(grep -c '| Passed |' "$table" || true)
 total=$(grep -c '^| Cuda' "$table" || true)

@@ -3,6 +3,7 @@
 #include "backend/cpu/elementwise.h"
 
 #ifdef DPT_WITH_CUDA
+#include "backend/cuda/cast.h"
 #include "backend/cuda/elementwise.h"
 #endif
 
@@ -17,10 +18,17 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
   DPT_CHECK(dst.is_dense()) << "gradient accumulation into a non-dense tensor";
   // Two gradients may differ in layout (an NCHW one from a test or a loss, a
   // channels-last one from a conv): src is brought to dst's, then the buffers add.
-  Tensor s = src.with_layout_of(dst);
 #ifdef DPT_WITH_CUDA
-  if (dst.device().is_cuda()) return cuda::add_inplace(dst, s);
+  if (dst.device().is_cuda()) {
+    Tensor s = src;
+    if (src.strides() != dst.strides()) {
+      s = Tensor::empty_strided(dst.shape(), dst.strides(), src.dtype(), src.device());
+      cuda::cast_copy(src, s);
+    }
+    return cuda::add_inplace(dst, s);
+  }
 #endif
+  Tensor s = src.with_layout_of(dst);
   cpu::add_inplace(dst.data<float>(), s.data<float>(), dst.numel());
 }
 
@@ -38,8 +46,10 @@ void accumulate_into_leaf(const Tensor& leaf, const Tensor& grad) {
   TensorImpl* impl = leaf.impl();
   if (impl->grad.defined())
     add_inplace(impl->grad, grad);
+  else if (grad.device().is_cuda())
+    impl->grad = grad.clone_preserving_strides();  // private: `grad` may alias another gradient or activation
   else
-    impl->grad = grad.clone();  // private: `grad` may alias another gradient or activation
+    impl->grad = grad.clone();
   for (const PostAccumulateHook& hook : impl->post_accumulate_hooks) hook(leaf);
 }
 

@@ -2,7 +2,9 @@
 // device's backend: 64-byte aligned host memory on CPU, the caching allocator on CUDA.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -56,8 +58,14 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // Counts writes that replace a tensor's values wholesale (copy_from, zero_, fill_, an
+  // optimizer's update): a copy derived from this storage (nn/compute.h's bf16 weights)
+  // is stale when the count has moved since it was made.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
+  std::atomic<uint64_t> version_{0};
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;

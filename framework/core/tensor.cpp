@@ -268,6 +268,12 @@ void Tensor::copy_from(const Tensor& src) const {
     DPT_CHECK(is_dense()) << "copy_from: destination must be dense";
     copy_strided(static_cast<char*>(raw_data()), strides(), static_cast<const char*>(src.raw_data()),
                  src.strides(), shape(), dtype_size(dtype()));
+    storage()->bump_version();
+    return;
+  }
+  if (strides() == src.strides() && is_dense() && src.is_dense()) {  // one dense layout: the bytes as they are
+    copy_bytes(raw_data(), device(), src.raw_data(), src.device(), numel() * dtype_size(dtype()));
+    storage()->bump_version();
     return;
   }
   DPT_CHECK(is_contiguous()) << "copy_from: a destination on another device must be contiguous";
@@ -277,6 +283,7 @@ void Tensor::copy_from(const Tensor& src) const {
     source = src.contiguous();
   }
   copy_bytes(raw_data(), device(), source.raw_data(), source.device(), numel() * dtype_size(dtype()));
+  storage()->bump_version();
 }
 
 Tensor Tensor::contiguous() const {
@@ -328,12 +335,14 @@ Tensor Tensor::to(Device target) const {
 void Tensor::zero_() const {
   DPT_CHECK(is_dense()) << "zero_: tensor must be dense";
   device_backend(device().type).fill_zero(raw_data(), numel() * dtype_size(dtype()), device().index);
+  storage()->bump_version();
 }
 
 void Tensor::fill_(float value) const {
   DPT_CHECK(is_dense() && device().is_cpu()) << "fill_: needs a dense CPU tensor";
   float* p = data<float>();
   for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
+  storage()->bump_version();
 }
 
 float Tensor::item() const {
@@ -344,6 +353,12 @@ float Tensor::item() const {
 
 std::vector<float> Tensor::to_vector() const {
   Tensor host = to(Device::cpu()).contiguous();
+  if (host.dtype() == DType::bf16) {
+    const auto* bits = static_cast<const uint16_t*>(host.raw_data());
+    std::vector<float> out(host.numel());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(bits[i]);
+    return out;
+  }
   const float* p = host.data<float>();
   return std::vector<float>(p, p + host.numel());
 }

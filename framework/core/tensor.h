@@ -92,12 +92,13 @@ class Tensor {
   Tensor detach() const;  // same storage, no autograd history
   Tensor to(Device device) const;  // copy to another device (this tensor if already there)
   // Same shape and dtype; any devices. Strided sources and dense strided destinations
-  // are copied on the CPU; across devices the destination must be contiguous.
+  // are copied on the CPU; two dense tensors with the same strides anywhere (channels-last
+  // on CUDA, say); otherwise, with a CUDA side, the destination must be contiguous.
   void copy_from(const Tensor& src) const;
   void zero_() const;  // dense tensors
   void fill_(float value) const;  // f32 CPU tensors
   float item() const;  // one-element f32 tensor
-  std::vector<float> to_vector() const;  // f32, any device, row-major
+  std::vector<float> to_vector() const;  // f32 or bf16 (widened), any device, row-major
 
   // Autograd. A tensor needs a gradient if it is a leaf marked requires_grad, or the
   // output of an op recorded on the tape.

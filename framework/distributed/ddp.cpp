@@ -69,8 +69,10 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr 
   {
     autograd::NoGrad no_grad;
     std::vector<WorkPtr> works;
-    for (auto& [name, t] : module_->state_dict()) works.push_back(group_->broadcast(t, 0));
+    nn::NamedTensors state = module_->state_dict();
+    for (auto& [name, t] : state) works.push_back(group_->broadcast(t, 0));
     for (auto& w : works) w->wait();
+    for (auto& [name, t] : state) t.storage()->bump_version();  // rank 0's values: cached casts are stale
   }
   if (options_.sync_bn) {
     GroupPtr g = group_;

@@ -23,7 +23,7 @@ const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size",
                        "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
                        "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay",
                        "deterministic", "on_nonfinite", "checkpoint", "debug",
-                       "device", "cuda_graphs"};
+                       "device", "cuda_graphs", "precision", "channels_last"};
 // Every key each section may hold; `model` is free-form and not listed.
 const std::map<std::string, Keys> kSectionKeys = {
     {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
@@ -56,6 +56,7 @@ const Keys kScheduleNames = {"constant", "multistep", "cosine"};
 const Keys kLrScalingNames = {"none", "linear"};
 const Keys kBackendNames = {"auto", "mpi", "nccl"};
 const Keys kDebugNames = {"none", "collectives"};
+const Keys kPrecisionNames = {"fp32", "bf16"};
 const Keys kNonfiniteActions = {"stop", "skip"};
 const Keys kDeviceNames = {"auto", "cpu", "cuda"};
 
@@ -471,6 +472,8 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   if (root["debug"]) c.debug = r.get_choice(root["debug"], "debug", "debug mode", kDebugNames);
   if (root["device"]) c.device = r.get_choice(root["device"], "device", "device", kDeviceNames);
 
+  if (root["precision"]) c.precision = r.get_choice(root["precision"], "precision", "precision", kPrecisionNames);
+  if (root["channels_last"]) c.channels_last = r.get_bool(root["channels_last"], "channels_last");
   if (root["deterministic"]) c.deterministic = r.get_bool(root["deterministic"], "deterministic");
   if (root["on_nonfinite"])
     c.on_nonfinite = r.get_choice(root["on_nonfinite"], "on_nonfinite", "action", kNonfiniteActions);
@@ -597,6 +600,8 @@ std::string config_to_yaml(const Config& c) {
   out << YAML::Key << "debug" << YAML::Value << c.debug;
   out << YAML::Key << "device" << YAML::Value << c.device;
 
+  out << YAML::Key << "precision" << YAML::Value << c.precision;
+  out << YAML::Key << "channels_last" << YAML::Value << c.channels_last;
   out << YAML::Key << "deterministic" << YAML::Value << c.deterministic;
   out << YAML::Key << "on_nonfinite" << YAML::Value << c.on_nonfinite;
   out << YAML::Key << "cuda_graphs" << YAML::Value << c.cuda_graphs;

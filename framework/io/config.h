@@ -107,6 +107,12 @@ struct Config {
   // Capture the training step as a CUDA graph after 3 eager steps and replay it (README
   // "GPU": when it helps, its limits). Needs a CUDA device and on_nonfinite: stop.
   bool cuda_graphs = false;
+  // Mixed precision on CUDA (nn/compute.h): fp32, or bf16 (convolutions and matmuls on
+  // tensor cores, f32 master weights, gradients, batch-norm statistics and loss). bf16 and
+  // channels_last (NHWC activations) need a CUDA device; the CPU path is f32 and lays out
+  // its activations for oneDNN itself.
+  std::string precision = "fp32";
+  bool channels_last = false;
   CheckpointConfig checkpoint;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;

@@ -2,6 +2,7 @@
 
 #include "nn/init.h"
 #include "ops/activation.h"
+#include "ops/cast.h"
 #include "ops/dropout.h"
 #include "ops/linear.h"
 #include "ops/pool.h"
@@ -36,8 +37,16 @@ Linear::Linear(int64_t in, int64_t out, Rng& rng, bool bias, Init init) {
   }
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight_, bias_, false); }
-Tensor Linear::forward_relu(const Tensor& x) { return linear(x, weight_, bias_, true); }
+// In bf16 the input is cast (a no-op when the layer before already ran in bf16) and the
+// weight comes from the cache; the bias stays f32 (the kernels add it in f32).
+Tensor Linear::run(const Tensor& x, bool relu) {
+  const Compute& c = compute();
+  if (c.dtype == DType::f32) return linear(x, weight_, bias_, relu);
+  return linear(cast(x, c.dtype), weight_cache_.get(weight_, c), bias_, relu);
+}
+
+Tensor Linear::forward(const Tensor& x) { return run(x, false); }
+Tensor Linear::forward_relu(const Tensor& x) { return run(x, true); }
 
 std::string Linear::describe() const {
   return "Linear(" + std::to_string(weight_.size(1)) + ", " + std::to_string(weight_.size(0)) + ")";
@@ -57,8 +66,19 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Rng& rng, Conv2dOptions 
   }
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight_, bias_, options_, false); }
-Tensor Conv2d::forward_relu(const Tensor& x) { return conv2d(x, weight_, bias_, options_, true); }
+// The network's input is cast to the compute dtype and layout here, at its first
+// convolution, in one pass; later layers' inputs already are, and pass through.
+Tensor Conv2d::run(const Tensor& x, bool relu) {
+  const Compute& c = compute();
+  if (!c.active()) return conv2d(x, weight_, bias_, options_, relu);
+  Conv2dOptions options = options_;
+  options.channels_last = c.channels_last;
+  Tensor input = cast(x, c.dtype, c.channels_last ? MemoryFormat::channels_last : MemoryFormat::preserve);
+  return conv2d(input, weight_cache_.get(weight_, c), bias_, options, relu);
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return run(x, false); }
+Tensor Conv2d::forward_relu(const Tensor& x) { return run(x, true); }
 
 std::string Conv2d::describe() const {
   return "Conv2d(" + std::to_string(weight_.size(1) * options_.groups) + ", " + std::to_string(weight_.size(0)) +

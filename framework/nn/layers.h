@@ -30,7 +30,10 @@ class Linear : public Module, public ReluFusable {
   const Tensor& bias() const { return bias_; }
 
  private:
+  Tensor run(const Tensor& x, bool relu);
+
   Tensor weight_, bias_;
+  WeightCache weight_cache_;  // the weight in the compute dtype, when that is not f32
 };
 
 class Conv2d : public Module, public ReluFusable {
@@ -43,8 +46,11 @@ class Conv2d : public Module, public ReluFusable {
   const Tensor& weight() const { return weight_; }
 
  private:
+  Tensor run(const Tensor& x, bool relu);
+
   Tensor weight_, bias_;
   Conv2dOptions options_;
+  WeightCache weight_cache_;  // the weight in the compute dtype and layout, when not f32 OIHW
 };
 
 class BatchNorm2d : public Module, public ReluFusable {

@@ -90,6 +90,10 @@ std::vector<Module*> Module::modules() {
   return out;
 }
 
+void Module::set_compute(const Compute& compute) {
+  for (Module* m : modules()) m->compute_ = compute;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

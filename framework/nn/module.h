@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/compute.h"
 
 namespace dpt::nn {
 
@@ -45,6 +46,11 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
+  // How this module and every descendant compute (nn/compute.h): bf16 and/or channels-last
+  // on CUDA. f32 NCHW (the default) leaves every layer as it is.
+  void set_compute(const Compute& compute);
+  const Compute& compute() const { return compute_; }
+
  protected:
   const Tensor& register_parameter(const std::string& name, Tensor value);
   const Tensor& register_buffer(const std::string& name, Tensor value);
@@ -62,6 +68,7 @@ class Module {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  Compute compute_;
 };
 
 using ModulePtr = std::shared_ptr<Module>;

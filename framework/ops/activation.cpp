@@ -29,16 +29,16 @@ void relu_backward_on(const Tensor& out, const Tensor& grad_out, const Tensor& g
 }  // namespace
 
 Tensor relu(const Tensor& x) {
-  op_device("relu", {&x});
+  op_device_mixed("relu", {&x});
   // Elementwise on the raw buffer: any dense layout (channels-last included) is kept.
   Tensor in = x.is_dense() ? x : contiguous_on_device(x);
   Tensor out = Tensor::empty_like(in);
   relu_forward_on(in, out);
   // The output alone decides the mask (out > 0), so the input need not be kept.
   autograd::record("relu", out, {x}, [out = out.detach()](const Tensor& g) {
-    check_grad("relu backward", g, out.device());
+    check_grad("relu backward", g, out.device(), out.dtype());
     Tensor gi = Tensor::empty_like(out);
-    Tensor gc = g.with_layout_of(out);
+    Tensor gc = layout_like_on_device(g, out);
     relu_backward_on(out, gc, gi);
     return std::vector<Tensor>{gi};
   });

@@ -2,7 +2,9 @@
 // backend/cuda/conv.cpp for CUDA tensors), and a backward that masks by the fused ReLU
 // first and skips the passes no input needs. On CPU the output is channels-last (unless
 // DPT_CHANNELS_LAST=0), whatever the input's layout, so a network converts once at its
-// first convolution and its activations stay NHWC from there; on CUDA it is NCHW.
+// first convolution and its activations stay NHWC from there; on CUDA it is NCHW unless
+// the input is channels-last or Conv2dOptions::channels_last asks for NHWC, and x and w may
+// be bf16 (mixed precision, nn/compute.h).
 #include "ops/conv.h"
 
 #include "autograd/node.h"
@@ -13,7 +15,9 @@
 
 #ifdef DPT_WITH_CUDA
 #include "backend/cuda/activation.h"
+#include "backend/cuda/cast.h"
 #include "backend/cuda/conv.h"
+#include "backend/cuda/layout.h"
 #endif
 
 namespace dpt {
@@ -24,10 +28,12 @@ int64_t conv_out_size(int64_t in, int64_t kernel, const Conv2dOptions& o) {
 }
 
 Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
-  if (bias.defined())
-    op_device("conv2d", {&x, &w, &bias});
-  else
-    op_device("conv2d", {&x, &w});
+  Device device = op_device_mixed("conv2d", {&x, &w});
+  if (bias.defined()) {
+    DPT_CHECK(bias.dtype() == DType::f32 && bias.device() == device)
+        << "conv2d: bias must be f32 on " << device.str() << ", got " << dtype_name(bias.dtype()) << " on "
+        << bias.device().str();
+  }
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
   DPT_CHECK(x.dim() == 4) << "conv2d: input must be 4-D [N, C, H, W], got " << shape_str(xs);
@@ -53,14 +59,26 @@ Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const C
 }
 
 #ifdef DPT_WITH_CUDA
-// Contiguous NCHW throughout: cuDNN's kernels take it as it is.
+// t in the layout the kernels run in: contiguous NCHW, or channels-last when nhwc. Not
+// recorded: the backward returns gradients in the inputs' own layouts.
+Tensor in_layout(const Tensor& t, bool nhwc) {
+  if (!nhwc) return cuda::contiguous(t);
+  if (t.is_channels_last()) return t;
+  Tensor out = Tensor::empty_channels_last(t.shape(), t.dtype(), t.device());
+  cuda::cast_copy(t, out);
+  return out;
+}
+
+// cuDNN runs NCHW with OIHW weights, or NHWC with OHWI weights; f32, or bf16 on tensor cores.
 Tensor conv2d_cuda(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Shape& out_shape,
                    const Conv2dOptions& options, bool fuse_relu) {
   Device device = x_in.device();
-  Tensor x = cuda::contiguous(x_in), w = cuda::contiguous(w_in);
+  bool nhwc = options.channels_last || (x_in.is_channels_last() && !x_in.is_contiguous());
+  Tensor x = in_layout(x_in, nhwc), w = in_layout(w_in, nhwc);
   Tensor bias = bias_in.defined() ? cuda::contiguous(bias_in) : Tensor();
-  cuda::ConvParams params{options.stride, options.padding, options.dilation, options.groups};
-  Tensor out = Tensor::empty(out_shape, DType::f32, device);
+  cuda::ConvParams params{options.stride, options.padding, options.dilation, options.groups, nhwc};
+  Tensor out = nhwc ? Tensor::empty_channels_last(out_shape, x.dtype(), device)
+                    : Tensor::empty(out_shape, x.dtype(), device);
   cuda::conv2d_forward(x, w, bias, params, fuse_relu, out);
   mac_count_add(out.numel() * w.size(1) * w.size(2) * w.size(3));
 
@@ -68,17 +86,23 @@ Tensor conv2d_cuda(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in
   bool need_b = bias_in.defined() && bias_in.requires_grad();
   autograd::record("conv2d", out, {x_in, w_in, bias_in},
                    [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
-                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
-                    params, device, need_x, need_w, need_b](const Tensor& grad_out) {
-                     check_grad("conv2d backward", grad_out, device);
-                     Tensor g = cuda::contiguous(grad_out);
+                    out = fuse_relu ? out.detach() : Tensor(), like = TensorLayout(out), x_like = TensorLayout(x_in),
+                    w_like = TensorLayout(w_in), x_shape = x.shape(), w_shape = w.shape(), params, device, need_x,
+                    need_w, need_b](const Tensor& grad_out) {
+                     check_grad("conv2d backward", grad_out, device, like.dtype);
+                     Tensor g = layout_like_on_device(grad_out, like);
                      // Fused ReLU: the gradient flows only where the output was > 0.
                      if (out.defined()) g = cuda::relu_backward(out, g);
+                     DType dtype = like.dtype;
                      std::vector<Tensor> grads(3);
-                     if (need_x) grads[0] = Tensor::empty(x_shape, DType::f32, device);
-                     if (need_w) grads[1] = Tensor::empty(w_shape, DType::f32, device);
+                     if (need_x) grads[0] = cuda::empty_in_layout(x_shape, dtype, device, params.nhwc);
+                     if (need_w) grads[1] = cuda::empty_in_layout(w_shape, dtype, device, params.nhwc);
                      if (need_b) grads[2] = Tensor::empty({w_shape[0]}, DType::f32, device);
                      cuda::conv2d_backward(x_shape, w_shape, x, w, g, params, grads[0], grads[1], grads[2]);
+                     // In the inputs' own layouts (a no-op inside a network, whose tensors
+                     // are already in the kernels' layout).
+                     if (need_x) grads[0] = layout_like_on_device(grads[0], x_like);
+                     if (need_w) grads[1] = layout_like_on_device(grads[1], w_like);
                      return grads;
                    });
   return out;

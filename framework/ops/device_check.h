@@ -8,6 +8,7 @@
 #include "core/tensor.h"
 
 #ifdef DPT_WITH_CUDA
+#include "backend/cuda/cast.h"
 #include "backend/cuda/elementwise.h"
 #endif
 
@@ -44,11 +45,41 @@ inline Device op_device(const char* op, std::initializer_list<const Tensor*> ten
   return device;
 }
 
-// For backward functions: the incoming gradient must be f32 on the device the forward ran
-// on (a CUDA kernel handed a host pointer would fault and take the CUDA context with it).
-inline void check_grad(const char* op, const Tensor& grad, Device device) {
-  DPT_CHECK(grad.defined() && grad.dtype() == DType::f32 && grad.device() == device)
-      << op << ": expected an f32 gradient on " << device.str() << ", got "
+// As op_device, for the ops that also take bf16 activations (mixed precision, nn/compute.h):
+// the tensors are all f32, or all bf16 on a CUDA device. Returns that device.
+inline Device op_device_mixed(const char* op, std::initializer_list<const Tensor*> tensors) {
+  DType dtype = DType::f32;
+  bool first = true;
+  for (const Tensor* t : tensors) {
+    DPT_CHECK(t->defined()) << op << ": undefined input";
+    DPT_CHECK(first || t->dtype() == dtype) << op << ": inputs of different dtypes (" << dtype_name(dtype) << " and "
+                                            << dtype_name(t->dtype()) << "); cast them to one first";
+    dtype = t->dtype();
+    first = false;
+  }
+  if (dtype != DType::bf16) return op_device(op, tensors);
+  Device device;
+  first = true;
+  for (const Tensor* t : tensors) {
+    DPT_CHECK(first || t->device() == device) << op << ": inputs on different devices (" << device.str() << " and "
+                                              << t->device().str() << "); move them to one device first";
+    device = t->device();
+    first = false;
+  }
+#ifdef DPT_WITH_CUDA
+  DPT_CHECK(device.is_cuda()) << op << ": bf16 tensors run on CUDA devices only (the CPU kernels are f32)";
+#else
+  DPT_FAIL() << op << ": bf16 tensors need the CUDA backend, which this build does not have";
+#endif
+  return device;
+}
+
+// For backward functions: the incoming gradient must be of the forward output's dtype (f32
+// unless the op ran in bf16) on the device the forward ran on (a CUDA kernel handed a host
+// pointer would fault and take the CUDA context with it).
+inline void check_grad(const char* op, const Tensor& grad, Device device, DType dtype = DType::f32) {
+  DPT_CHECK(grad.defined() && grad.dtype() == dtype && grad.device() == device)
+      << op << ": expected an " << dtype_name(dtype) << " gradient on " << device.str() << ", got "
       << (grad.defined() ? std::string(dtype_name(grad.dtype())) + " on " + grad.device().str() : "none");
 }
 
@@ -59,6 +90,57 @@ inline Tensor contiguous_on_device(const Tensor& t) {
   if (t.device().is_cuda()) return cuda::contiguous(t);
 #endif
   return t.contiguous();
+}
+
+// A tensor's shape, strides, dtype and device: what a backward function keeps, instead of
+// the tensor itself, to hand back a gradient laid out as the forward's input was.
+struct TensorLayout {
+  Shape shape, strides;
+  DType dtype = DType::f32;
+  Device device;
+  bool dense = true;
+
+  TensorLayout() = default;
+  explicit TensorLayout(const Tensor& t)
+      : shape(t.shape()), strides(t.strides()), dtype(t.dtype()), device(t.device()), dense(t.is_dense()) {}
+  // Contiguous unless dense with other strides (Tensor::empty_like's choice).
+  bool contiguous() const { return !dense || strides == shape_contiguous_strides(shape); }
+  // t's layout is this one (t of this shape).
+  bool matches(const Tensor& t) const {
+    return t.strides() == strides || (t.is_contiguous() && (contiguous() || shape_numel(shape) <= 1));
+  }
+  Tensor empty(DType as) const {
+    return contiguous() ? Tensor::empty(shape, as, device) : Tensor::empty_strided(shape, strides, as, device);
+  }
+};
+
+// t itself when laid out like `ref` (same strides, or both contiguous), else a copy of t
+// (t's dtype) with ref's strides when ref is dense, contiguous otherwise: how a backward
+// brings an incoming gradient to the layout its kernels were given in the forward.
+inline Tensor layout_like_on_device(const Tensor& t, const TensorLayout& ref) {
+#ifdef DPT_WITH_CUDA
+  if (t.device().is_cuda()) {
+    if (ref.matches(t)) return t;
+    Tensor out = ref.empty(t.dtype());
+    cuda::cast_copy(t, out);
+    return out;
+  }
+#endif
+  if (ref.matches(t)) return t;
+  Tensor out = ref.empty(t.dtype());
+  out.copy_from(t);
+  return out;
+}
+
+inline Tensor layout_like_on_device(const Tensor& t, const Tensor& ref) {
+  return layout_like_on_device(t, TensorLayout(ref));
+}
+
+// A 4-D CUDA tensor as the kernels take it: itself when contiguous or channels-last, else
+// a contiguous copy. Other tensors: contiguous_on_device.
+inline Tensor kernel_layout_on_device(const Tensor& t) {
+  if (t.device().is_cuda() && t.dim() == 4 && t.is_channels_last()) return t;
+  return contiguous_on_device(t);
 }
 
 }  // namespace dpt

@@ -58,10 +58,10 @@ bool same_dense_layout(const Tensor& a, const Tensor& b) {
 }
 
 Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
-  Device device = op_device("elementwise", {&a, &b});
+  Device device = op_device_mixed("elementwise", {&a, &b});
   Tensor out = same_dense_layout(a, b)
                    ? Tensor::empty_like(a)
-                   : Tensor::empty(broadcast_shape(a.shape(), b.shape()), DType::f32, device);
+                   : Tensor::empty(broadcast_shape(a.shape(), b.shape()), a.dtype(), device);
   binary_on(op, a, b, out);
   return out;
 }
@@ -71,8 +71,8 @@ Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(cpu::BinaryOp::add, a, b);
   autograd::record("add", out, {a, b},
-                   [sa = a.shape(), sb = b.shape(), device = out.device()](const Tensor& g) {
-                     check_grad("add backward", g, device);
+                   [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
+                     check_grad("add backward", g, device, dtype);
                      return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
                    });
   return out;
@@ -81,9 +81,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(cpu::BinaryOp::sub, a, b);
   autograd::record("sub", out, {a, b},
-                   [sa = a.shape(), sb = b.shape(), device = out.device()](const Tensor& g) {
-                     check_grad("sub backward", g, device);
-                     Tensor neg = Tensor::empty(g.shape(), DType::f32, device);
+                   [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
+                     check_grad("sub backward", g, device, dtype);
+                     Tensor neg = Tensor::empty(g.shape(), dtype, device);
                      affine_on(g, -1.0f, 0.0f, neg);
                      return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(neg, sb)};
                    });
@@ -121,12 +121,12 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor affine(const Tensor& a, float scale, float shift) {
-  Device device = op_device("affine", {&a});
-  Tensor out = Tensor::empty(a.shape(), DType::f32, device);
+  Device device = op_device_mixed("affine", {&a});
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), device);
   affine_on(a, scale, shift, out);
-  autograd::record("affine", out, {a}, [scale, device](const Tensor& g) {
-    check_grad("affine backward", g, device);
-    Tensor ga = Tensor::empty(g.shape(), DType::f32, device);
+  autograd::record("affine", out, {a}, [scale, device, dtype = a.dtype()](const Tensor& g) {
+    check_grad("affine backward", g, device, dtype);
+    Tensor ga = Tensor::empty(g.shape(), dtype, device);
     affine_on(g, scale, 0.0f, ga);
     return std::vector<Tensor>{ga};
   });

@@ -43,8 +43,10 @@ void relu_mask_on(const Tensor& grad_out, const Tensor& out, const Tensor& resul
 }  // namespace
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, bool fuse_relu) {
-  Device device =
-      bias_in.defined() ? op_device("linear", {&x_in, &w_in, &bias_in}) : op_device("linear", {&x_in, &w_in});
+  Device device = op_device_mixed("linear", {&x_in, &w_in});
+  DType dtype = x_in.dtype();
+  DPT_CHECK(!bias_in.defined() || (bias_in.dtype() == DType::f32 && bias_in.device() == device))
+      << "linear: bias must be f32 on " << device.str();
   DPT_CHECK(x_in.dim() == 2) << "linear: input must be 2-D [N, in], got " << shape_str(x_in.shape());
   DPT_CHECK(w_in.dim() == 2) << "linear: weight must be 2-D [out, in], got " << shape_str(w_in.shape());
   DPT_CHECK(x_in.size(1) == w_in.size(1))
@@ -57,7 +59,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
   }
   Tensor x = contiguous_on_device(x_in), w = contiguous_on_device(w_in);
   Tensor bias = bias_in.defined() ? contiguous_on_device(bias_in) : Tensor();
-  Tensor out = Tensor::empty({x.size(0), w.size(0)}, DType::f32, device);
+  Tensor out = Tensor::empty({x.size(0), w.size(0)}, dtype, device);
   if (out.numel() > 0) matmul_on(x, false, w, true, bias, fuse_relu, out);
   mac_count_add(x.size(0) * x.size(1) * w.size(0));
 
@@ -66,21 +68,21 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
   autograd::record("linear", out, {x_in, w_in, bias_in},
                    [x = need_w ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
                     out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
-                    device, need_x, need_w, need_b](const Tensor& grad_out) {
-                     check_grad("linear backward", grad_out, device);
+                    device, dtype, need_x, need_w, need_b](const Tensor& grad_out) {
+                     check_grad("linear backward", grad_out, device, dtype);
                      Tensor g = contiguous_on_device(grad_out);
                      if (out.defined()) {  // fused ReLU
-                       Tensor masked = Tensor::empty(g.shape(), DType::f32, device);
+                       Tensor masked = Tensor::empty(g.shape(), dtype, device);
                        relu_mask_on(g, out, masked);
                        g = masked;
                      }
                      std::vector<Tensor> grads(3);
                      if (need_x) {  // dL/dx = g w
-                       grads[0] = Tensor::empty(x_shape, DType::f32, device);
+                       grads[0] = Tensor::empty(x_shape, dtype, device);
                        matmul_on(g, false, w, false, Tensor(), false, grads[0]);
                      }
                      if (need_w) {  // dL/dw = g^T x
-                       grads[1] = Tensor::empty(w_shape, DType::f32, device);
+                       grads[1] = Tensor::empty(w_shape, dtype, device);
                        matmul_on(g, true, x, false, Tensor(), false, grads[1]);
                      }
                      if (need_b) {

@@ -7,6 +7,7 @@
 
 #include "autograd/node.h"
 #include "backend/cpu/loss.h"
+#include "ops/cast.h"
 #include "ops/device_check.h"
 
 #ifdef DPT_WITH_CUDA
@@ -161,7 +162,18 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& labels_in) {
   return out;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels_in, float label_smoothing) {
+namespace {
+
+// bf16 logits (a mixed-precision network's last layer) are cast to f32 first, recorded, so
+// the softmax and the loss are f32 and the gradient flows back as bf16.
+Tensor f32_logits(const Tensor& logits) {
+  return logits.defined() && logits.dtype() == DType::bf16 ? cast(logits, DType::f32) : logits;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, float label_smoothing) {
+  Tensor logits = f32_logits(logits_in);
   Device device = check_logits_labels("cross_entropy", logits, labels_in);
   DPT_CHECK(label_smoothing >= 0.0f && label_smoothing < 1.0f)
       << "cross_entropy: label_smoothing must be in [0, 1), got " << label_smoothing;
@@ -179,7 +191,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels_in, float label_
   return out;
 }
 
-int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+int64_t count_correct(const Tensor& logits_in, const Tensor& labels) {
+  Tensor logits = f32_logits(logits_in);
   check_logits_labels("count_correct", logits, labels);
   return count_correct_on(contiguous_on_device(logits), contiguous_on_device(labels));
 }

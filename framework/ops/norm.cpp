@@ -17,7 +17,9 @@ namespace dpt {
 namespace {
 
 void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x, bool contiguous) {
-  op_device("batch_norm2d", {&x, &t});
+  op_device("batch_norm2d", {&t});
+  DPT_CHECK(t.device() == x.device()) << "batch_norm2d: " << what << " is on " << t.device().str() << " but x on "
+                                      << x.device().str() << "; move them to one device first";
   const Shape& x_shape = x.shape();
   DPT_CHECK(t.shape() == Shape{x_shape[1]})
       << "batch_norm2d: " << what << " " << shape_str(t.shape()) << " does not match input "
@@ -27,16 +29,17 @@ void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x, bo
 }
 
 #ifdef DPT_WITH_CUDA
-// cuDNN normalises contiguous NCHW. Training keeps cuDNN's saved batch mean and
-// 1/sqrt(var + eps) for the backward; eval keeps snapshots of the running statistics.
-// A fused ReLU runs after the normalisation, and its mask (the output) is kept.
+// x contiguous NCHW or channels-last, f32 or bf16; the output and x's gradient follow it.
+// Training keeps the saved batch mean and 1/sqrt(var + eps) for the backward; eval keeps
+// snapshots of the running statistics. A fused ReLU runs after the normalisation, and its
+// mask (the output) is kept.
 Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                          const Tensor& running_mean, const Tensor& running_var, bool training,
                          const BatchNormOptions& options, bool fuse_relu) {
   Device device = x_in.device();
-  Tensor x = cuda::contiguous(x_in), weight = cuda::contiguous(weight_in), bias = cuda::contiguous(bias_in);
+  Tensor x = kernel_layout_on_device(x_in), weight = cuda::contiguous(weight_in), bias = cuda::contiguous(bias_in);
   Shape channels{x.size(1)};
-  Tensor out = Tensor::empty(x.shape(), DType::f32, device);
+  Tensor out = Tensor::empty_like(x);
   Tensor mean, stat;  // training: batch mean, invstd; eval: running mean, running variance
   if (training) {
     mean = Tensor::empty(channels, DType::f32, device);
@@ -55,12 +58,12 @@ Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tens
       "batch_norm2d", out, {x_in, weight_in, bias_in},
       [x = x.detach(), weight = weight.detach(), mean, stat, out = fuse_relu ? out.detach() : Tensor(),
        training, eps = options.eps, device, need_x, need_w, need_b](const Tensor& grad_out) {
-        check_grad("batch_norm2d backward", grad_out, device);
-        Tensor g = cuda::contiguous(grad_out);
+        check_grad("batch_norm2d backward", grad_out, device, x.dtype());
+        Tensor g = layout_like_on_device(grad_out, x);
         // Fused ReLU: the gradient flows only where the output was > 0.
         if (out.defined()) g = cuda::relu_backward(out, g);
-        // cuDNN computes all three at once; the unwanted ones are dropped.
-        Tensor grad_x = Tensor::empty(x.shape(), DType::f32, device);
+        // The kernels compute all three at once; the unwanted ones are dropped.
+        Tensor grad_x = Tensor::empty_like(x);
         Tensor grad_w = Tensor::empty(weight.shape(), DType::f32, device);
         Tensor grad_b = Tensor::empty(weight.shape(), DType::f32, device);
         if (training)
@@ -79,7 +82,7 @@ Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tens
 Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                     const Tensor& running_mean, const Tensor& running_var, bool training,
                     const BatchNormOptions& options, bool fuse_relu) {
-  op_device("batch_norm2d", {&x_in});
+  op_device_mixed("batch_norm2d", {&x_in});
   const Shape& xs = x_in.shape();
   DPT_CHECK(x_in.dim() == 4) << "batch_norm2d: input must be 4-D [N, C, H, W], got " << shape_str(xs);
   DPT_CHECK(weight_in.defined() && bias_in.defined()) << "batch_norm2d: weight and bias are required";

@@ -11,9 +11,11 @@ struct BatchNormOptions {
   float eps = 1e-5f;
 };
 
-// Requires: x [N, C, H, W], weight and bias [C] f32 CPU tensors; running_mean and
-// running_var contiguous [C] f32 CPU tensors (they may be undefined in training, then
-// nothing is tracked); in training N H W > 1.
+// Requires: x [N, C, H, W], weight and bias [C] f32 tensors on one device; running_mean and
+// running_var contiguous [C] f32 tensors there (they may be undefined in training, then
+// nothing is tracked); in training N H W > 1. On CUDA x may be bf16 and/or channels-last:
+// the output and x's gradient then share x's dtype and layout, while the statistics,
+// weight and bias (and their gradients) stay f32.
 // Ensures: training: out = weight (x - mean) / sqrt(var + eps) + bias with the batch mean
 // and biased variance, and the running stats updated in place with momentum and the
 // UNBIASED batch variance (not recorded by autograd); eval: the same with the running

@@ -16,33 +16,37 @@ namespace dpt {
 namespace {
 
 #ifdef DPT_WITH_CUDA
+// The output (and x's gradient) in x's dtype and layout: NCHW or channels-last.
 Tensor pool2d_cuda(cpu::PoolKind kind, const char* name, const Tensor& x_in, const Shape& out_shape,
                    const cpu::PoolParams& p) {
   Device device = x_in.device();
-  Tensor x = cuda::contiguous(x_in);
-  Tensor out = Tensor::empty(out_shape, DType::f32, device);
+  Tensor x = kernel_layout_on_device(x_in);
+  bool nhwc = !x.is_contiguous();
+  Tensor out = nhwc ? Tensor::empty_channels_last(out_shape, x.dtype(), device)
+                    : Tensor::empty(out_shape, x.dtype(), device);
   cuda::PoolKind cuda_kind = kind == cpu::PoolKind::max ? cuda::PoolKind::max : cuda::PoolKind::avg;
   cuda::PoolParams params{p.kernel, p.stride, p.padding};
   cuda::pool2d_forward(cuda_kind, x, params, out);
   autograd::record(
       name, out, {x_in},
       [cuda_kind, name, x = x.detach(), out = out.detach(), params, device](const Tensor& grad_out) {
-        check_grad(name, grad_out, device);
-        Tensor grad_x = Tensor::empty(x.shape(), DType::f32, device);
-        cuda::pool2d_backward(cuda_kind, x, out, cuda::contiguous(grad_out), params, grad_x);
+        check_grad(name, grad_out, device, x.dtype());
+        Tensor grad_x = Tensor::empty_like(x);
+        cuda::pool2d_backward(cuda_kind, x, out, layout_like_on_device(grad_out, out), params, grad_x);
         return std::vector<Tensor>{grad_x};
       });
   return out;
 }
 
+// [N, C] out in x's dtype; x's gradient in x's layout.
 Tensor global_avg_pool2d_cuda(const Tensor& x_in) {
   Device device = x_in.device();
-  Tensor x = cuda::contiguous(x_in);
-  Tensor out = Tensor::empty({x.size(0), x.size(1)}, DType::f32, device);
+  Tensor x = kernel_layout_on_device(x_in);
+  Tensor out = Tensor::empty({x.size(0), x.size(1)}, x.dtype(), device);
   cuda::global_avg_pool2d_forward(x, out);
-  autograd::record("global_avg_pool2d", out, {x_in}, [x_shape = x.shape(), device](const Tensor& grad_out) {
-    check_grad("global_avg_pool2d backward", grad_out, device);
-    Tensor grad_x = Tensor::empty(x_shape, DType::f32, device);
+  autograd::record("global_avg_pool2d", out, {x_in}, [x_layout = TensorLayout(x), device](const Tensor& grad_out) {
+    check_grad("global_avg_pool2d backward", grad_out, device, x_layout.dtype);
+    Tensor grad_x = x_layout.empty(x_layout.dtype);
     cuda::global_avg_pool2d_backward(cuda::contiguous(grad_out), grad_x);
     return std::vector<Tensor>{grad_x};
   });
@@ -52,7 +56,7 @@ Tensor global_avg_pool2d_cuda(const Tensor& x_in) {
 
 Tensor pool2d(cpu::PoolKind kind, const char* name, const Tensor& x_in, int64_t kernel, int64_t stride,
               int64_t padding) {
-  op_device(name, {&x_in});
+  op_device_mixed(name, {&x_in});
   DPT_CHECK(x_in.dim() == 4) << name << ": input must be 4-D [N, C, H, W], got " << shape_str(x_in.shape());
   DPT_CHECK(kernel >= 1 && stride >= 1 && padding >= 0 && padding <= kernel / 2)
       << name << ": needs kernel >= 1, stride >= 1 and 0 <= padding <= kernel / 2; got kernel " << kernel
@@ -65,7 +69,7 @@ Tensor pool2d(cpu::PoolKind kind, const char* name, const Tensor& x_in, int64_t 
 #ifdef DPT_WITH_CUDA
   if (x_in.device().is_cuda()) {
     Shape out_shape{xs[0], xs[1], oh, ow};
-    if (shape_numel(out_shape) == 0) return Tensor::empty(out_shape, DType::f32, x_in.device());
+    if (shape_numel(out_shape) == 0) return Tensor::empty(out_shape, x_in.dtype(), x_in.device());
     return pool2d_cuda(kind, name, x_in, out_shape, cpu::PoolParams{kernel, stride, padding});
   }
 #endif
@@ -104,7 +108,7 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 }
 
 Tensor global_avg_pool2d(const Tensor& x_in) {
-  op_device("global_avg_pool2d", {&x_in});
+  op_device_mixed("global_avg_pool2d", {&x_in});
   DPT_CHECK(x_in.dim() == 4 && x_in.size(2) > 0 && x_in.size(3) > 0)
       << "global_avg_pool2d: input must be 4-D [N, C, H, W] with H, W >= 1, got " << shape_str(x_in.shape());
 #ifdef DPT_WITH_CUDA

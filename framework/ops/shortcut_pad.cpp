@@ -89,18 +89,20 @@ Tensor shortcut_pad_nhwc(const Tensor& x, int64_t out_channels, int64_t stride) 
 }
 
 #ifdef DPT_WITH_CUDA
-// NCHW contiguous, the one layout CUDA activations have.
+// NCHW or channels-last, f32 or bf16: the output and the gradient keep x's.
 Tensor shortcut_pad_cuda(const Tensor& x_in, int64_t out_channels, int64_t stride) {
-  Tensor x = cuda::contiguous(x_in);
+  Tensor x = kernel_layout_on_device(x_in);
+  bool nhwc = !x.is_contiguous();
   int64_t n = x.size(0), h = x.size(2), w = x.size(3);
-  Tensor out = Tensor::empty({n, out_channels, (h + stride - 1) / stride, (w + stride - 1) / stride},
-                             DType::f32, x.device());
+  Shape out_shape{n, out_channels, (h + stride - 1) / stride, (w + stride - 1) / stride};
+  Tensor out = nhwc ? Tensor::empty_channels_last(out_shape, x.dtype(), x.device())
+                    : Tensor::empty(out_shape, x.dtype(), x.device());
   cuda::shortcut_pad_forward(x, stride, out);
   autograd::record("shortcut_pad", out, {x_in},
-                   [x_shape = x.shape(), stride, device = x.device()](const Tensor& g) {
-                     check_grad("shortcut_pad backward", g, device);
-                     Tensor gx = Tensor::empty(x_shape, DType::f32, device);
-                     cuda::shortcut_pad_backward(cuda::contiguous(g), stride, gx);
+                   [x_layout = TensorLayout(x), out_layout = TensorLayout(out), stride](const Tensor& g) {
+                     check_grad("shortcut_pad backward", g, x_layout.device, x_layout.dtype);
+                     Tensor gx = x_layout.empty(x_layout.dtype);
+                     cuda::shortcut_pad_backward(layout_like_on_device(g, out_layout), stride, gx);
                      return std::vector<Tensor>{gx};
                    });
   return out;
@@ -110,7 +112,7 @@ Tensor shortcut_pad_cuda(const Tensor& x_in, int64_t out_channels, int64_t strid
 }  // namespace
 
 Tensor shortcut_pad(const Tensor& x_in, int64_t out_channels, int64_t stride) {
-  op_device("shortcut_pad", {&x_in});
+  op_device_mixed("shortcut_pad", {&x_in});
   DPT_CHECK(x_in.dim() == 4) << "shortcut_pad: input must be 4-D [N, C, H, W], got "
                              << shape_str(x_in.shape());
   DPT_CHECK(stride >= 1) << "shortcut_pad: stride must be >= 1, got " << stride;

@@ -29,6 +29,7 @@ inline void prepare_update(const char* optimizer, const Tensor& p, std::initiali
       << " must be contiguous f32 of one shape on one device";
   for (Tensor* s : state)
     if (s->device() != p.device()) *s = s->to(p.device());
+  p.storage()->bump_version();  // copies made from p (bf16 weights) are stale after this
 }
 
 // Collects the CUDA parameters of a group for one fused update: `launch(slots, device)`

@@ -1,7 +1,12 @@
-"""PyTorch side of vs_torch.sh: the same model, batch, optimizer and thread count as
-bench_train.cpp, on one fixed synthetic batch. Prints one JSON line.
-    torch_train.py [model] [batch] [threads] [steps] [channels height width]"""
-import json, resource, sys, time
+"""PyTorch side of vs_torch.sh and gpu_check.sh: the same model, batch, optimizer and thread
+count as bench_train.cpp, on one fixed synthetic batch. Prints one JSON line.
+    torch_train.py [model] [batch] [threads] [steps] [channels height width]
+                   [--device cpu|cuda] [--precision fp32|bf16] [--channels-last] [--warmup N]
+On CUDA: eager mode with torch.autocast(bfloat16) for bf16, the model and batch in
+torch.channels_last for --channels-last, cudnn.benchmark on (PyTorch's fastest eager
+setting for fixed shapes), TF32 off (fp32 is IEEE f32 on both sides), and the timed
+steps between two CUDA events."""
+import argparse, contextlib, json, resource, time
 
 import torch
 import torch.nn as nn
@@ -71,31 +76,67 @@ def sgd_step(model, x, y):
     return step
 
 
-def main():
-    a = sys.argv[1:]
-    name = a[0] if len(a) > 0 else "mnist_cnn"
-    batch = int(a[1]) if len(a) > 1 else 128
-    threads = int(a[2]) if len(a) > 2 else 0
-    steps = int(a[3]) if len(a) > 3 else 30
-    c, h, w = (int(v) for v in a[4:7]) if len(a) > 6 else (1, 28, 28)
-    if threads > 0:
-        torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    model = MODELS[name](c, h, w)
-    x = torch.randn(batch, c, h, w)
-    y = torch.arange(batch) % 10
-    step = sgd_step(model, x, y)
+def parse():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?", default="mnist_cnn", choices=sorted(MODELS))
+    p.add_argument("batch", nargs="?", type=int, default=128)
+    p.add_argument("threads", nargs="?", type=int, default=0)
+    p.add_argument("steps", nargs="?", type=int, default=30)
+    p.add_argument("shape", nargs="*", type=int, default=[1, 28, 28], help="channels height width")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--warmup", type=int, default=5)
+    a = p.parse_args()
+    if len(a.shape) != 3:
+        p.error("shape: expected channels height width")
+    if (a.precision == "bf16" or a.channels_last) and not a.device.startswith("cuda"):
+        p.error("--precision bf16 and --channels-last need --device cuda")
+    return a
 
-    for _ in range(5):
-        step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    seconds = time.perf_counter() - start
+
+def main():
+    a = parse()
+    c, h, w = a.shape
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    device = torch.device(a.device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+        # fp32 means IEEE f32, as in dpt (whose TF32 is off unless DPT_CUDA_TF32=1).
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    memory_format = torch.channels_last if a.channels_last else torch.contiguous_format
+    model = MODELS[a.model](c, h, w).to(device=device, memory_format=memory_format)
+    x = torch.randn(a.batch, c, h, w).to(device=device, memory_format=memory_format)
+    y = (torch.arange(a.batch) % 10).to(device)
+    step = sgd_step(model, x, y)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if a.precision == "bf16" else contextlib.nullcontext()
+
+    def run(n):
+        for _ in range(n):
+            with autocast:
+                step()
+
+    run(a.warmup)
+    if cuda:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        run(a.steps)
+        stop.record()
+        stop.synchronize()
+        seconds = start.elapsed_time(stop) / 1e3
+    else:
+        begin = time.perf_counter()
+        run(a.steps)
+        seconds = time.perf_counter() - begin
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"framework": "pytorch " + torch.__version__, "model": name, "batch": batch,
-                      "threads": torch.get_num_threads(), "ms_per_step": round(seconds / steps * 1e3, 2),
-                      "images_per_sec": round(batch * steps / seconds, 1), "peak_rss_mb": round(rss_mb, 1)}))
+    print(json.dumps({"framework": "pytorch " + torch.__version__, "model": a.model, "batch": a.batch,
+                      "threads": torch.get_num_threads(), "device": str(device), "precision": a.precision,
+                      "channels_last": a.channels_last, "ms_per_step": round(seconds / a.steps * 1e3, 2),
+                      "images_per_sec": round(a.batch * a.steps / seconds, 1), "peak_rss_mb": round(rss_mb, 1)}))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-// ReLU kernels (see activation.h): flat loops over dense buffers.
+// ReLU kernels (see activation.h): flat loops over dense buffers, f32 or bf16.
 #include "backend/cuda/activation.h"
 
 #include "backend/cuda/launch.h"
@@ -6,19 +6,24 @@
 namespace dpt::cuda {
 namespace {
 
-__global__ void relu_forward_kernel(const float* x, float* out, int64_t n) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+template <class T>
+__global__ void relu_forward_kernel(const T* x, T* out, int64_t n) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) {
+    float v = to_float(x[i]);
+    out[i] = from_float<T>(v > 0.0f ? v : 0.0f);
+  }
 }
 
-__global__ void relu_backward_kernel(const float* out, const float* grad_out, float* grad_in, int64_t n) {
+template <class T>
+__global__ void relu_backward_kernel(const T* out, const T* grad_out, T* grad_in, int64_t n) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
-    grad_in[i] = out[i] > 0.0f ? grad_out[i] : 0.0f;
+    grad_in[i] = to_float(out[i]) > 0.0f ? grad_out[i] : from_float<T>(0.0f);
 }
 
 void check_alike(const char* what, const Tensor& a, const Tensor& b) {
-  DPT_CHECK(a.shape() == b.shape() && a.strides() == b.strides() && a.is_dense())
-      << what << " on cuda: needs dense tensors of one shape and layout, got " << shape_str(a.shape())
-      << " and " << shape_str(b.shape());
+  DPT_CHECK(a.shape() == b.shape() && a.strides() == b.strides() && a.is_dense() && a.dtype() == b.dtype())
+      << what << " on cuda: needs dense tensors of one shape, layout and dtype, got " << shape_str(a.shape())
+      << " " << dtype_name(a.dtype()) << " and " << shape_str(b.shape()) << " " << dtype_name(b.dtype());
 }
 
 }  // namespace
@@ -28,7 +33,10 @@ void relu_forward(const Tensor& x, const Tensor& out) {
   int64_t n = out.numel();
   if (n == 0) return;
   KernelScope scope(out.device().index);
-  relu_forward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(x.data<float>(), out.data<float>(), n);
+  dispatch_float(out.dtype(), "relu", [&](auto tag) {
+    using T = decltype(tag);
+    relu_forward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out), n);
+  });
   DPT_CUDA_LAUNCH_CHECK();
 }
 
@@ -38,8 +46,11 @@ void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad
   int64_t n = out.numel();
   if (n == 0) return;
   KernelScope scope(out.device().index);
-  relu_backward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(out.data<float>(), grad_out.data<float>(),
-                                                                   grad_in.data<float>(), n);
+  dispatch_float(out.dtype(), "relu backward", [&](auto tag) {
+    using T = decltype(tag);
+    relu_backward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(out), elements<T>(grad_out),
+                                                                     elements<T>(grad_in), n);
+  });
   DPT_CUDA_LAUNCH_CHECK();
 }
 

@@ -6,7 +6,7 @@
 
 namespace dpt::cuda {
 
-// Requires: x and out f32 on one CUDA device, dense with the same shape and strides
+// Requires: x and out f32 (or both bf16) on one CUDA device, dense with the same shape and strides
 // (out may be x). Ensures: out = max(x, 0).
 void relu_forward(const Tensor& x, const Tensor& out);
 // Requires: out, grad_out and grad_in alike, as above; grad_in may be grad_out.

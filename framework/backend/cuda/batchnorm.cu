@@ -1,6 +1,7 @@
 // cuDNN spatial batch norm, and the eval-mode backward kernel (see batchnorm.h).
 #include "backend/cuda/batchnorm.h"
 
+#include "backend/cuda/batchnorm_kernels.h"
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/launch.h"
 
@@ -48,12 +49,18 @@ struct Descriptors {
 
 float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
+// cuDNN takes f32 NCHW here; bf16 and channels-last go to batchnorm_kernels.cu.
+bool uses_cudnn(const Tensor& x) { return x.dtype() == DType::f32 && x.is_contiguous(); }
+
 }  // namespace
 
 void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                  const Tensor& running_mean, const Tensor& running_var, float momentum,
                                  float eps, const Tensor& out, const Tensor& save_mean,
                                  const Tensor& save_invstd) {
+  if (!uses_cudnn(x))
+    return bn_kernels::forward_training(x, weight, bias, running_mean, running_var, momentum, eps, out, save_mean,
+                                        save_invstd);
   check_layout(x, {&weight, &bias, &running_mean, &running_var, &out, &save_mean, &save_invstd});
   DPT_CHECK(running_mean.defined() == running_var.defined())
       << "batch_norm2d on cuda: running_mean and running_var come together";
@@ -70,6 +77,7 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Te
 
 void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   const Tensor& mean, const Tensor& var, float eps, const Tensor& out) {
+  if (!uses_cudnn(x)) return bn_kernels::forward_inference(x, weight, bias, mean, var, eps, out);
   check_layout(x, {&weight, &bias, &mean, &var, &out});
   int device = x.device().index;
   DeviceGuard guard(device);
@@ -84,6 +92,9 @@ void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const T
 void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& weight,
                                   const Tensor& save_mean, const Tensor& save_invstd, float eps,
                                   const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+  if (!uses_cudnn(x))
+    return bn_kernels::backward_training(x, grad_out, weight, save_mean, save_invstd, grad_x, grad_weight,
+                                         grad_bias);
   check_layout(x, {&grad_out, &weight, &save_mean, &save_invstd, &grad_x, &grad_weight, &grad_bias});
   int device = x.device().index;
   DeviceGuard guard(device);
@@ -99,6 +110,8 @@ void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const
 void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& weight,
                                    const Tensor& mean, const Tensor& var, float eps, const Tensor& grad_x,
                                    const Tensor& grad_weight, const Tensor& grad_bias) {
+  if (!uses_cudnn(x))
+    return bn_kernels::backward_inference(x, grad_out, weight, mean, var, eps, grad_x, grad_weight, grad_bias);
   check_layout(x, {&grad_out, &weight, &mean, &var, &grad_x, &grad_weight, &grad_bias});
   int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
   if (c == 0) return;

@@ -2,7 +2,9 @@
 // cuDNN's spatial batch norm for training (forward and backward) and inference forward,
 // and a plain kernel for the backward of eval mode (cuDNN's backward assumes batch
 // statistics). A fused ReLU is the op's business (ops/norm.cpp). x, out and gradients are
-// contiguous NCHW f32; the [C] tensors contiguous f32; all on one CUDA device.
+// f32 or bf16 (one dtype), contiguous NCHW or channels-last NHWC (one layout); the [C]
+// tensors contiguous f32; all on one CUDA device. f32 NCHW runs on cuDNN; bf16 and NHWC on
+// the kernels of batchnorm_kernels.cu (same contracts).
 #pragma once
 
 #include "core/tensor.h"

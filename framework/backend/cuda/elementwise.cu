@@ -1,31 +1,14 @@
 // Elementwise kernels (see elementwise.h). Three shapes of binary op, fastest first: both
 // inputs read in the same order as the output (one flat loop), a scalar second operand,
-// and the general broadcast, which turns each output index into two input offsets.
+// and the general broadcast, which turns each output index into two input offsets. Each
+// is instantiated for f32 and bf16 (computing in f32 either way).
 #include "backend/cuda/elementwise.h"
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/strided.h"
 
 namespace dpt::cuda {
 namespace {
-
-constexpr int kMaxDims = 8;
-
-// Sizes and element strides of up to kMaxDims dimensions, passed to kernels by value.
-struct Dims {
-  int nd = 0;
-  int64_t size[kMaxDims] = {};
-  int64_t stride[kMaxDims] = {};
-};
-
-// Offset of the element at row-major position `index` of `d.size`, using `stride`.
-__device__ inline int64_t offset_of(int64_t index, const Dims& d, const int64_t* stride) {
-  int64_t offset = 0;
-  for (int k = d.nd - 1; k >= 0; --k) {
-    offset += (index % d.size[k]) * stride[k];
-    index /= d.size[k];
-  }
-  return offset;
-}
 
 template <BinaryOp op>
 __device__ __forceinline__ float apply(float x, float y) {
@@ -35,23 +18,24 @@ __device__ __forceinline__ float apply(float x, float y) {
   return x / y;
 }
 
-template <BinaryOp op>
-__global__ void binary_flat(const float* a, const float* b, float* out, int64_t n) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = apply<op>(a[i], b[i]);
+template <BinaryOp op, class T>
+__global__ void binary_flat(const T* a, const T* b, T* out, int64_t n) {
+  for (int64_t i = thread_index(); i < n; i += thread_count())
+    out[i] = from_float<T>(apply<op>(to_float(a[i]), to_float(b[i])));
 }
 
-template <BinaryOp op>
-__global__ void binary_scalar(const float* a, const float* b, float* out, int64_t n) {
-  const float s = b[0];
-  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = apply<op>(a[i], s);
+template <BinaryOp op, class T>
+__global__ void binary_scalar(const T* a, const T* b, T* out, int64_t n) {
+  const float s = to_float(b[0]);
+  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = from_float<T>(apply<op>(to_float(a[i]), s));
 }
 
 // out contiguous; a and b read through their broadcast strides (0 where the size is 1).
-template <BinaryOp op>
-__global__ void binary_broadcast(const float* a, const float* b, float* out, int64_t n, Dims dims,
-                                 Dims b_dims) {
+template <BinaryOp op, class T>
+__global__ void binary_broadcast(const T* a, const T* b, T* out, int64_t n, Dims dims, Dims b_dims) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
-    out[i] = apply<op>(a[offset_of(i, dims, dims.stride)], b[offset_of(i, dims, b_dims.stride)]);
+    out[i] = from_float<T>(
+        apply<op>(to_float(a[offset_of(i, dims, dims.stride)]), to_float(b[offset_of(i, dims, b_dims.stride)])));
 }
 
 // dims.stride holds a's broadcast strides, b_dims.stride b's (b_dims.size is unused).
@@ -61,20 +45,20 @@ void broadcast_strides(const Tensor& t, const Shape& shape, int64_t* stride) {
     stride[d] = d < lead || t.shape()[d - lead] == 1 ? 0 : t.strides()[d - lead];
 }
 
-template <BinaryOp op>
+template <BinaryOp op, class T>
 void binary_launch(const Tensor& a, const Tensor& b, const Tensor& out) {
   int64_t n = out.numel();
   if (n == 0) return;
   KernelScope scope(out.device().index);
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
-  float* po = out.data<float>();
+  const T* pa = elements<T>(a);
+  const T* pb = elements<T>(b);
+  T* po = elements<T>(out);
   bool same_dense =
       a.shape() == b.shape() && a.strides() == b.strides() && out.strides() == a.strides() && a.is_dense();
   if (same_dense || (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous())) {
-    binary_flat<op><<<grid_for(n), kBlock, 0, scope.stream()>>>(pa, pb, po, n);
+    binary_flat<op, T><<<grid_for(n), kBlock, 0, scope.stream()>>>(pa, pb, po, n);
   } else if (b.numel() == 1 && a.is_contiguous()) {
-    binary_scalar<op><<<grid_for(n), kBlock, 0, scope.stream()>>>(pa, pb, po, n);
+    binary_scalar<op, T><<<grid_for(n), kBlock, 0, scope.stream()>>>(pa, pb, po, n);
   } else {
     const Shape& shape = out.shape();
     DPT_CHECK(shape.size() <= kMaxDims)
@@ -85,31 +69,34 @@ void binary_launch(const Tensor& a, const Tensor& b, const Tensor& out) {
     for (size_t d = 0; d < shape.size(); ++d) dims.size[d] = b_dims.size[d] = shape[d];
     broadcast_strides(a, shape, dims.stride);
     broadcast_strides(b, shape, b_dims.stride);
-    binary_broadcast<op><<<grid_for(n), kBlock, 0, scope.stream()>>>(pa, pb, po, n, dims, b_dims);
+    binary_broadcast<op, T><<<grid_for(n), kBlock, 0, scope.stream()>>>(pa, pb, po, n, dims, b_dims);
   }
   DPT_CUDA_LAUNCH_CHECK();
 }
 
-__global__ void affine_kernel(const float* a, float* out, int64_t n, float scale, float shift) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = a[i] * scale + shift;
+template <class T>
+__global__ void affine_kernel(const T* a, T* out, int64_t n, float scale, float shift) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = from_float<T>(to_float(a[i]) * scale + shift);
 }
 
-__global__ void add_inplace_kernel(float* dst, const float* src, int64_t n) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) dst[i] += src[i];
+template <class T>
+__global__ void add_inplace_kernel(T* dst, const T* src, int64_t n) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i]));
 }
 
 // One block per output element: its threads sum the `reduced` input elements that
 // broadcast onto it, in double. `kept` walks the output's dimensions, `reduced` the
 // summed ones; both carry the input's (contiguous) strides.
-__global__ void sum_to_shape_kernel(const float* in, float* out, int64_t out_n, int64_t reduced_n, Dims kept,
+template <class T>
+__global__ void sum_to_shape_kernel(const T* in, T* out, int64_t out_n, int64_t reduced_n, Dims kept,
                                     Dims reduced) {
   for (int64_t o = blockIdx.x; o < out_n; o += gridDim.x) {
     int64_t base = offset_of(o, kept, kept.stride);
     double s = 0;
     for (int64_t r = threadIdx.x; r < reduced_n; r += blockDim.x)
-      s += in[base + offset_of(r, reduced, reduced.stride)];
+      s += to_float(in[base + offset_of(r, reduced, reduced.stride)]);
     s = block_sum(s);
-    if (threadIdx.x == 0) out[o] = static_cast<float>(s);
+    if (threadIdx.x == 0) out[o] = from_float<T>(static_cast<float>(s));
   }
 }
 
@@ -121,16 +108,19 @@ __global__ void gather_kernel(const T* in, T* out, int64_t n, Dims dims) {
 }  // namespace
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  switch (op) {
-    case BinaryOp::add:
-      return binary_launch<BinaryOp::add>(a, b, out);
-    case BinaryOp::sub:
-      return binary_launch<BinaryOp::sub>(a, b, out);
-    case BinaryOp::mul:
-      return binary_launch<BinaryOp::mul>(a, b, out);
-    case BinaryOp::div:
-      return binary_launch<BinaryOp::div>(a, b, out);
-  }
+  dispatch_float(out.dtype(), "elementwise", [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+      case BinaryOp::add:
+        return binary_launch<BinaryOp::add, T>(a, b, out);
+      case BinaryOp::sub:
+        return binary_launch<BinaryOp::sub, T>(a, b, out);
+      case BinaryOp::mul:
+        return binary_launch<BinaryOp::mul, T>(a, b, out);
+      case BinaryOp::div:
+        return binary_launch<BinaryOp::div, T>(a, b, out);
+    }
+  });
 }
 
 void affine(const Tensor& a, float scale, float shift, const Tensor& out) {
@@ -140,8 +130,10 @@ void affine(const Tensor& a, float scale, float shift, const Tensor& out) {
   if (n == 0) return;
   Tensor src = contiguous(a);
   KernelScope scope(out.device().index);
-  affine_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(src.data<float>(), out.data<float>(), n, scale,
-                                                            shift);
+  dispatch_float(out.dtype(), "affine", [&](auto tag) {
+    using T = decltype(tag);
+    affine_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(src), elements<T>(out), n, scale, shift);
+  });
   DPT_CUDA_LAUNCH_CHECK();
 }
 
@@ -152,7 +144,10 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
   int64_t n = dst.numel();
   if (n == 0) return;
   KernelScope scope(dst.device().index);
-  add_inplace_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(dst.data<float>(), src.data<float>(), n);
+  dispatch_float(dst.dtype(), "add_inplace", [&](auto tag) {
+    using T = decltype(tag);
+    add_inplace_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(dst), elements<T>(src), n);
+  });
   DPT_CUDA_LAUNCH_CHECK();
 }
 
@@ -177,7 +172,7 @@ Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
     walk.stride[walk.nd++] = in_strides[d];
     if (target == 1) reduced_n *= full[d];
   }
-  Tensor out = Tensor::empty(shape, DType::f32, t.device());
+  Tensor out = Tensor::empty(shape, t.dtype(), t.device());
   int64_t out_n = out.numel();
   if (out_n == 0) return out;
   if (reduced_n == 0) {  // an empty input sums to zeros
@@ -186,25 +181,21 @@ Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
   }
   KernelScope scope(t.device().index);
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(out_n, 65535));
-  sum_to_shape_kernel<<<blocks, kBlock, 0, scope.stream()>>>(src.data<float>(), out.data<float>(), out_n,
-                                                             reduced_n, kept, reduced);
+  dispatch_float(t.dtype(), "sum_to_shape", [&](auto tag) {
+    using T = decltype(tag);
+    sum_to_shape_kernel<<<blocks, kBlock, 0, scope.stream()>>>(elements<T>(src), elements<T>(out), out_n,
+                                                               reduced_n, kept, reduced);
+  });
   DPT_CUDA_LAUNCH_CHECK();
   return out;
 }
 
 Tensor contiguous(const Tensor& t) {
   if (t.is_contiguous()) return t;
-  DPT_CHECK(t.dim() <= kMaxDims) << "contiguous on cuda: at most " << kMaxDims << " dimensions, got "
-                                 << shape_str(t.shape());
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
   int64_t n = t.numel();
   if (n == 0) return out;
-  Dims dims;
-  dims.nd = static_cast<int>(t.dim());
-  for (int d = 0; d < dims.nd; ++d) {
-    dims.size[d] = t.shape()[d];
-    dims.stride[d] = t.strides()[d];
-  }
+  Dims dims = dims_of(t.shape(), t.strides(), "contiguous");
   KernelScope scope(t.device().index);
   switch (dtype_size(t.dtype())) {
     case 2:

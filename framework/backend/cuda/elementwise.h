@@ -1,7 +1,8 @@
 // Elementwise CUDA kernels, the twins of backend/cpu/elementwise.h: binary arithmetic with
 // numpy-style broadcasting, affine maps, in-place accumulation, the sum that undoes a
-// broadcast, and strided-to-contiguous copies. Every tensor is f32 on one CUDA device;
-// work is queued on that device's compute stream, not waited for.
+// broadcast, and strided-to-contiguous copies. The tensors of one call are all f32 or all
+// bf16 (computed in f32) on one CUDA device; work is queued on that device's compute
+// stream, not waited for.
 #pragma once
 
 #include <cstdint>

@@ -1,18 +1,61 @@
 // What the kernel files (.cu) share: the block size, grid sizes for grid-stride loops with
-// 64-bit indices, the scope every launch runs in (device made current, its compute stream)
-// and block-wide sums. Included by .cu files only.
+// 64-bit indices, the scope every launch runs in (device made current, its compute stream),
+// block-wide sums, and the element types a kernel may be instantiated for (f32, bf16) with
+// their conversions and the host-side dispatch on a tensor's dtype. Included by .cu files only.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/device.h"
+#include "core/tensor.h"
 
 namespace dpt::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Loads widen to f32 and stores round to nearest even: kernels compute in f32 whatever
+// they read and write.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(bf16 v) { return __bfloat162float(v); }
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+template <class T>
+constexpr DType dtype_of_element() {
+  return std::is_same_v<T, bf16> ? DType::bf16 : DType::f32;
+}
+
+// The element pointer of a tensor of kernel type T (float or bf16); Error if the dtype differs.
+template <class T>
+T* elements(const Tensor& t) {
+  DPT_CHECK(t.dtype() == dtype_of_element<T>())
+      << "cuda kernel for " << dtype_name(dtype_of_element<T>()) << " given a " << dtype_name(t.dtype())
+      << " tensor";
+  return static_cast<T*>(t.raw_data());
+}
+
+// Calls f(T{}) with T = float for f32 and bf16 for bf16 tensors; Error naming `op` otherwise.
+template <class F>
+void dispatch_float(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::f32) return f(float{});
+  if (dtype == DType::bf16) return f(bf16{});
+  DPT_FAIL() << op << " on cuda: expected f32 or bf16, got " << dtype_name(dtype);
+}
 
 constexpr int kBlock = 256;  // threads per block, a multiple of the warp size
 constexpr int kWarp = 32;

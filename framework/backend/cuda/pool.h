@@ -1,5 +1,7 @@
 // 2-D max and average pooling on CUDA with cuDNN, the twin of backend/cpu/pool.h, and
-// global average pooling as a plain kernel. Contiguous NCHW f32 tensors on one device.
+// global average pooling as a plain kernel. f32 or bf16, contiguous NCHW or channels-last
+// NHWC; the tensors of one call share the input's dtype and layout (global pooling's [N, C]
+// output and gradient are contiguous). f32 NCHW pooling runs on cuDNN, the rest on own kernels.
 #pragma once
 
 #include <cstdint>

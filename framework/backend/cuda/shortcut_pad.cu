@@ -1,58 +1,94 @@
 // shortcut_pad kernels (see shortcut_pad.h): one thread per element written, so every
-// output element is set, zeros included, with no separate memset.
+// output element is set, zeros included, with no separate memset. f32 or bf16, NCHW or
+// NHWC: each thread decodes its element's (n, c, y, x) in the layout and reads the one
+// element it copies.
 #include "backend/cuda/shortcut_pad.h"
 
+#include <type_traits>
+
 #include "backend/cuda/launch.h"
+#include "backend/cuda/layout.h"
+#include "backend/cuda/strided.h"
 
 namespace dpt::cuda {
 namespace {
 
-// out [n, oc, oh, ow]; x [n, c, h, w].
-__global__ void subsample_kernel(const float* x, float* out, int64_t total, int64_t c, int64_t h, int64_t w,
-                                 int64_t oc, int64_t oh, int64_t ow, int64_t stride) {
+struct Sizes {
+  int64_t c, h, w;     // x
+  int64_t oc, oh, ow;  // out
+  int64_t stride;
+};
+
+// out[n, ch, yo, xo] = x[n, ch, yo * stride, xo * stride] for ch < c, else 0.
+template <class T, bool nhwc>
+__global__ void subsample_kernel(const T* x, T* out, int64_t total, Sizes s) {
   for (int64_t i = thread_index(); i < total; i += thread_count()) {
-    int64_t xo = i % ow, yo = (i / ow) % oh, ch = (i / (ow * oh)) % oc, img = i / (ow * oh * oc);
-    out[i] = ch < c ? x[((img * c + ch) * h + yo * stride) * w + xo * stride] : 0.0f;
+    Index4 o = index4_of<nhwc>(i, s.oc, s.oh, s.ow);
+    out[i] = o.c < s.c ? x[offset4<nhwc>({o.n, o.c, o.y * s.stride, o.x * s.stride}, s.c, s.h, s.w)]
+                       : from_float<T>(0.0f);
   }
 }
 
-// grad_x [n, c, h, w]; grad_out [n, oc, oh, ow].
-__global__ void scatter_kernel(const float* grad_out, float* grad_x, int64_t total, int64_t c, int64_t h,
-                               int64_t w, int64_t oc, int64_t oh, int64_t ow, int64_t stride) {
+// grad_x[n, ch, y, x] = grad_out[n, ch, y / stride, x / stride] where both divide, else 0.
+template <class T, bool nhwc>
+__global__ void scatter_kernel(const T* grad_out, T* grad_x, int64_t total, Sizes s) {
   for (int64_t i = thread_index(); i < total; i += thread_count()) {
-    int64_t x = i % w, y = (i / w) % h, ch = (i / (w * h)) % c, img = i / (w * h * c);
-    grad_x[i] = y % stride == 0 && x % stride == 0
-                    ? grad_out[((img * oc + ch) * oh + y / stride) * ow + x / stride]
-                    : 0.0f;
+    Index4 e = index4_of<nhwc>(i, s.c, s.h, s.w);
+    grad_x[i] = e.y % s.stride == 0 && e.x % s.stride == 0
+                    ? grad_out[offset4<nhwc>({e.n, e.c, e.y / s.stride, e.x / s.stride}, s.oc, s.oh, s.ow)]
+                    : from_float<T>(0.0f);
   }
 }
 
-void check(const Tensor& full, const Tensor& sub) {
-  DPT_CHECK(full.is_contiguous() && sub.is_contiguous() && full.dim() == 4 && sub.dim() == 4)
-      << "shortcut_pad on cuda: needs contiguous 4-D tensors";
+// Both tensors 4-D, of one dtype and layout; returns whether that layout is NHWC.
+bool check(const Tensor& full, const Tensor& sub) {
+  DPT_CHECK(full.dim() == 4 && sub.dim() == 4 && full.dtype() == sub.dtype())
+      << "shortcut_pad on cuda: needs 4-D tensors of one dtype";
+  // The layout of whichever tensor tells (one may be both, e.g. a 1x1 map).
+  bool nhwc = layout_nhwc(full, "shortcut_pad") || layout_nhwc(sub, "shortcut_pad");
+  DPT_CHECK(has_layout(full, nhwc) && has_layout(sub, nhwc)) << "shortcut_pad on cuda: needs tensors of one layout";
+  return nhwc;
+}
+
+Sizes sizes_of(const Tensor& x, const Tensor& out, int64_t stride) {
+  return {x.size(1), x.size(2), x.size(3), out.size(1), out.size(2), out.size(3), stride};
 }
 
 }  // namespace
 
 void shortcut_pad_forward(const Tensor& x, int64_t stride, const Tensor& out) {
-  check(x, out);
+  bool nhwc = check(x, out);
   int64_t total = out.numel();
   if (total == 0) return;
   KernelScope scope(out.device().index);
-  subsample_kernel<<<grid_for(total), kBlock, 0, scope.stream()>>>(
-      x.data<float>(), out.data<float>(), total, x.size(1), x.size(2), x.size(3), out.size(1), out.size(2),
-      out.size(3), stride);
+  Sizes s = sizes_of(x, out, stride);
+  dispatch_float(x.dtype(), "shortcut_pad", [&](auto tag) {
+    using T = decltype(tag);
+    if (nhwc)
+      subsample_kernel<T, true><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out),
+                                                                                total, s);
+    else
+      subsample_kernel<T, false><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out),
+                                                                                 total, s);
+  });
   DPT_CUDA_LAUNCH_CHECK();
 }
 
 void shortcut_pad_backward(const Tensor& grad_out, int64_t stride, const Tensor& grad_x) {
-  check(grad_x, grad_out);
+  bool nhwc = check(grad_x, grad_out);
   int64_t total = grad_x.numel();
   if (total == 0) return;
   KernelScope scope(grad_x.device().index);
-  scatter_kernel<<<grid_for(total), kBlock, 0, scope.stream()>>>(
-      grad_out.data<float>(), grad_x.data<float>(), total, grad_x.size(1), grad_x.size(2), grad_x.size(3),
-      grad_out.size(1), grad_out.size(2), grad_out.size(3), stride);
+  Sizes s = sizes_of(grad_x, grad_out, stride);
+  dispatch_float(grad_x.dtype(), "shortcut_pad", [&](auto tag) {
+    using T = decltype(tag);
+    if (nhwc)
+      scatter_kernel<T, true><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(grad_out),
+                                                                              elements<T>(grad_x), total, s);
+    else
+      scatter_kernel<T, false><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(grad_out),
+                                                                               elements<T>(grad_x), total, s);
+  });
   DPT_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,0 +1,42 @@
+// How a model's layers compute on CUDA (the `precision` and `channels_last` config keys):
+// convolutions and matmuls in bf16 on tensor cores, activations NHWC. Parameters stay f32
+// (the master weights the optimizer updates, with f32 gradients); Conv2d and Linear cast
+// their input and use a bf16 copy of their weight, which the WeightCache below makes once
+// and remakes only after the weight has been written (an optimizer step, a checkpoint
+// load), not on every use. Batch norm, ReLU, pooling and the residual add follow their
+// input's dtype and layout; the loss casts bf16 logits to f32.
+//
+// bf16 needs no loss scaling, unlike f16: it keeps f32's 8-bit exponent, so gradients as
+// small as ~1e-38 stay representable (f16 flushes below ~6e-8, which is why f16 training
+// multiplies the loss first); what bf16 gives up is mantissa (8 bits), and the f32 master
+// weights and f32 gradient accumulation hold that precision where it matters.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace dpt::nn {
+
+struct Compute {
+  DType dtype = DType::f32;    // f32, or bf16 (CUDA only)
+  bool channels_last = false;  // NHWC activations and OHWI conv weights
+  bool active() const { return dtype != DType::f32 || channels_last; }
+};
+
+class WeightCache {
+ public:
+  // Requires: `weight` a parameter on the device the layer runs on. Ensures: its values in
+  // compute.dtype (and OHWI when 4-D and channels_last), recorded on the tape as a cast of
+  // `weight` so the gradient reaches weight.grad as f32; remade (in place when the shape
+  // allows) only when weight's storage was replaced or written since the last call.
+  Tensor get(const Tensor& weight, const Compute& compute);
+
+ private:
+  Tensor converted_;
+  std::weak_ptr<Storage> storage_;  // the weight's storage the copy was made from
+  uint64_t version_ = 0;            // and its version then
+};
+
+}  // namespace dpt::nn

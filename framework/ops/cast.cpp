@@ -1,0 +1,91 @@
+// cast and cast_reuse (see cast.h): one conversion kernel each way (backend/cuda/cast.cu on
+// CUDA; on the CPU, where everything is f32, a layout copy).
+#include "ops/cast.h"
+
+#include "autograd/node.h"
+#include "ops/device_check.h"
+
+#ifdef DPT_WITH_CUDA
+#include "backend/cuda/cast.h"
+#endif
+
+namespace dpt {
+namespace {
+
+bool is_channels_last_only(const Tensor& t) {
+  return t.dim() == 4 && t.is_channels_last() && !t.is_contiguous();
+}
+
+void check_dtype(DType dtype, Device device) {
+  DPT_CHECK(dtype == DType::f32 || dtype == DType::bf16)
+      << "cast: expected f32 or bf16, got " << dtype_name(dtype);
+  DPT_CHECK(dtype == DType::f32 || device.is_cuda())
+      << "cast: bf16 tensors live on CUDA devices only (the CPU kernels are f32)";
+}
+
+// dst = src converted: dtype and layout at once.
+void convert(const Tensor& src, const Tensor& dst) {
+#ifdef DPT_WITH_CUDA
+  if (dst.device().is_cuda()) return cuda::cast_copy(src, dst);
+#endif
+  dst.copy_from(src);  // CPU: f32 to f32, layout only (check_dtype turned bf16 away)
+}
+
+// The gradient g brought to `like`'s dtype and layout (g itself when it already is).
+Tensor gradient_as(const Tensor& g, const TensorLayout& like) {
+  if (g.dtype() == like.dtype && like.matches(g)) return g;
+  Tensor out = like.empty(like.dtype);
+  convert(g, out);
+  return out;
+}
+
+void record_cast(const Tensor& x, const Tensor& out) {
+  autograd::record("cast", out, {x}, [like = TensorLayout(x), out_dtype = out.dtype()](const Tensor& g) {
+    check_grad("cast backward", g, like.device, out_dtype);
+    return std::vector<Tensor>{gradient_as(g, like)};
+  });
+}
+
+}  // namespace
+
+Tensor cast(const Tensor& x, DType dtype, MemoryFormat format) {
+  DPT_CHECK(x.defined()) << "cast: undefined input";
+  check_dtype(dtype, x.device());
+  check_dtype(x.dtype(), x.device());
+  DPT_CHECK(format != MemoryFormat::channels_last || x.dim() == 4)
+      << "cast: channels-last needs a 4-D tensor, got " << shape_str(x.shape());
+  bool layout_ok = format == MemoryFormat::preserve     ? x.is_dense()
+                   : format == MemoryFormat::contiguous ? x.is_contiguous()
+                                                        : x.is_channels_last();
+  if (dtype == x.dtype() && layout_ok) return x;
+  Tensor out;
+  if (format == MemoryFormat::channels_last || (format == MemoryFormat::preserve && is_channels_last_only(x)))
+    out = Tensor::empty_channels_last(x.shape(), dtype, x.device());
+  else if (format == MemoryFormat::preserve && x.is_dense())
+    out = Tensor::empty_strided(x.shape(), x.strides(), dtype, x.device());
+  else
+    out = Tensor::empty(x.shape(), dtype, x.device());
+  convert(x, out);
+  record_cast(x, out);
+  return out;
+}
+
+void cast_into(const Tensor& src, const Tensor& dst) {
+  DPT_CHECK(src.defined() && dst.defined() && src.shape() == dst.shape() && src.device() == dst.device() &&
+            dst.is_dense())
+      << "cast_into: needs a dense destination of the source's shape on its device";
+  check_dtype(src.dtype(), src.device());
+  check_dtype(dst.dtype(), dst.device());
+  convert(src, dst);
+}
+
+Tensor cast_reuse(const Tensor& x, const Tensor& converted) {
+  DPT_CHECK(x.defined() && converted.defined() && x.shape() == converted.shape() &&
+            x.device() == converted.device())
+      << "cast_reuse: the converted tensor must have x's shape and device";
+  Tensor out = converted.detach();  // a new handle: this forward's tape entry, the same bytes
+  record_cast(x, out);
+  return out;
+}
+
+}  // namespace dpt
