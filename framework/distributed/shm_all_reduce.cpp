@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "distributed/combine.h"
 #include "distributed/mpi_check.h"
 
 namespace dpt::dist {
@@ -27,23 +28,9 @@ size_t capacity_from_environment(size_t fallback) {
 }
 
 template <class T, class SlotOf>
-void reduce_slots(T* __restrict out, SlotOf slot_of, int size, int64_t n, ReduceOp op) {
+void reduce_slots(T* out, SlotOf slot_of, int size, int64_t n, ReduceOp op) {
   std::memcpy(out, slot_of(0), static_cast<size_t>(n) * sizeof(T));
-  for (int r = 1; r < size; ++r) {
-    const T* __restrict in = slot_of(r);
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg:  // the task divides afterwards, as for MPI
-        for (int64_t i = 0; i < n; ++i) out[i] += in[i];
-        break;
-      case ReduceOp::min:
-        for (int64_t i = 0; i < n; ++i) out[i] = std::min(out[i], in[i]);
-        break;
-      case ReduceOp::max:
-        for (int64_t i = 0; i < n; ++i) out[i] = std::max(out[i], in[i]);
-        break;
-    }
-  }
+  for (int r = 1; r < size; ++r) combine(out, slot_of(r), n, op);  // avg: the task divides afterwards
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "distributed/combine.h"
 #include "distributed/mpi_check.h"
 
 namespace dpt::dist {
@@ -26,22 +27,6 @@ constexpr size_t kPage = 4096;
 bool wanted_by_environment() {
   const char* text = std::getenv("DPT_SHM_BUFFERS");
   return !text || std::strcmp(text, "0") != 0;
-}
-
-template <class T>
-void combine(T* __restrict acc, const T* __restrict in, int64_t n, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg:
-      for (int64_t i = 0; i < n; ++i) acc[i] += in[i];
-      break;
-    case ReduceOp::min:
-      for (int64_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], in[i]);
-      break;
-    case ReduceOp::max:
-      for (int64_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], in[i]);
-      break;
-  }
 }
 
 // Elements [begin, end) of every rank's buffer (regions[r] + offset) become their reduction:
