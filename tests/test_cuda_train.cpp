@@ -161,7 +161,9 @@ TEST_F(CudaTrain, LossMeterSumsOnTheDeviceAsTheCpuDoes) {
     want += loss.item();
     on_cpu.add(loss);
     on_gpu.add(loss.to(gpu));
-    if (i == 49) EXPECT_NEAR(on_gpu.sum(), on_cpu.sum(), 1e-6 * on_cpu.sum());  // a mid-epoch read-back
+    if (i == 49) {  // a mid-epoch read-back
+      EXPECT_NEAR(on_gpu.sum(), on_cpu.sum(), 1e-6 * on_cpu.sum());
+    }
   }
   EXPECT_DOUBLE_EQ(on_cpu.sum(), want);
   EXPECT_NEAR(on_gpu.sum(), want, 1e-6 * want);
