@@ -96,6 +96,10 @@ GraphedStepResult GraphedTrainStep::run(const Tensor& images, const Tensor& labe
   optimizer_.step_prepare(lr);
   if (ema_) ema_->update_prepare();
   step_->run();
+  // A replay updates the parameters without the host code that marks them written (that ran
+  // once, at the capture): mark them here, so that copies made from them for eager use
+  // (nn/compute.h's bf16 / channels-last weight cache, in evaluation) are remade.
+  for (const Tensor& p : params_) p.storage()->bump_version();
   float host[2] = {0.0f, 0.0f};
   copy_bytes(host, Device::cpu(), result_.raw_data(), result_.device(), sizeof host);  // waits for the step
   return {host[0], host[1] == 0.0f};
