@@ -4,7 +4,9 @@
 // clear error and leaves the device usable; and K graphed training steps of mnist_cnn and
 // ResNet-20 — SGD with Nesterov and weight decay or AdamW, a learning rate changing every
 // step, EMA, and DDP's bucket all-reduce over NCCL at world size 1 — give the losses and
-// parameters of the same K steps run eagerly on the GPU. Skipped without a GPU.
+// parameters of the same K steps run eagerly on the GPU; in bf16 channels-last, from device
+// batches with evaluations between, each replay uses the current weights. Skipped without
+// a GPU.
 #include <gtest/gtest.h>
 
 #include "cuda_compare.h"
@@ -18,6 +20,7 @@ TEST(CudaGraph, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include <cmath>
 #include <set>
 
+#include "autograd/node.h"
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/graph.h"
@@ -27,6 +30,7 @@ TEST(CudaGraph, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include "error_of.h"
 #include "inputs.h"
 #include "models/registry.h"
+#include "ops/cast.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "optim/adamw.h"
@@ -248,6 +252,54 @@ TEST_F(CudaGraph, ResNet20SgdNesterovMatchesEager) {
 
 TEST_F(CudaGraph, ResNet20AdamWUnderDdpOverNcclMatchesEager) {
   expect_graphed_matches_eager({"{name: resnet20}", kCifar, 32, true, true, true, kResNetTolerance});
+}
+
+// train with cuda_graphs, precision: bf16 and channels_last: true: batches already on the
+// device (BatchUploader's), and eager evaluations between the warm-up and the capture (an
+// epoch no longer than the warm-up) and after replays. Every step's loss is the one an
+// eager model holding the weights before that step computes (a capture that skipped the
+// bf16 weight cast would replay stale weights), and the evaluation after the replays sees
+// the replays' updates (the weight cache remade).
+TEST_F(CudaGraph, Bf16ChannelsLastStepsFollowTheWeightsAndEvaluationSeesThem) {
+  auto build = [&] {
+    nn::ModulePtr m = models::build_model(YAML::Load("{name: resnet20}"), kCifar);
+    m->to(gpu);
+    m->set_compute({DType::bf16, true});
+    return m;
+  };
+  nn::ModulePtr net = build();
+  optim::Sgd sgd(optim::param_groups(*net, 0.0f, false), {0.9f, true});
+  optim::GraphedTrainStep step(*net, *net, sgd, nullptr, {16, 3, 32, 32},
+                               optim::GraphedTrainOptions{.warmup = 2, .classes = 10});
+  const Tensor probe = random_tensor({16, 3, 32, 32}, 50).to(gpu);
+  auto evaluate = [&](nn::Module& m) {
+    autograd::NoGrad no_grad;
+    m.eval();
+    Tensor logits = cast(m(probe), DType::f32).to(Device::cpu());
+    m.train();
+    return logits;
+  };
+  for (int k = 0; k < 6; ++k) {
+    if (k == 2) evaluate(*net);  // before the capture
+    Tensor x = random_tensor({16, 3, 32, 32}, 60 + k).to(gpu), labels = random_labels(16, 10, 70 + k).to(gpu);
+    nn::ModulePtr before = build();
+    before->load_state_dict(net->state_dict());
+    float want = 0.0f;
+    {
+      autograd::NoGrad no_grad;
+      want = cross_entropy((*before)(x), labels).item();
+    }
+    optim::GraphedStepResult r = step.run(x, labels, 0.05f);
+    EXPECT_NEAR(r.loss, want, 1e-4 + 1e-4 * std::abs(want)) << "step " << k << (k >= 2 ? " (graph)" : "");
+  }
+  ASSERT_TRUE(step.graphed());
+  nn::ModulePtr after = build();
+  after->load_state_dict(net->state_dict());
+  expect_tensors_close(evaluate(*net), evaluate(*after), "evaluation after the replays", {1e-5, 1e-5});
+  // A label outside the classes in a device batch: the same error as from the host.
+  Tensor bad = dpt::testing::labels_of({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 10}).to(gpu);
+  EXPECT_NE(error_of([&] { step.run(probe, bad, 0.05f); }).find("label 10 at row 15 is outside [0, 10)"),
+            std::string::npos);
 }
 
 TEST_F(CudaGraph, NonFiniteGradientsAreFlaggedAfterTheReplay) {

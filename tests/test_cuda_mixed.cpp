@@ -1,9 +1,10 @@
 // Mixed precision and channels-last on CUDA against the CPU's f32: every kernel that takes
 // bf16 or NHWC (cast, elementwise, ReLU, conv with and without bias and fused ReLU, batch
-// norm in training and eval, max/avg/global pooling, shortcut_pad, linear) run in three
-// modes — f32 NHWC, bf16 NCHW, bf16 NHWC — with outputs and input gradients compared to the
-// CPU twin; then a ResNet-20 and an mnist_cnn training step with precision bf16 (and
-// channels-last) against the same model in f32 on the CPU. Skipped without a GPU.
+// norm in training and eval, sync batch norm, max/avg/global pooling, shortcut_pad,
+// linear) run in three modes — f32 NHWC, bf16 NCHW, bf16 NHWC — with outputs and input
+// gradients compared to the CPU twin; then a ResNet-20 and an mnist_cnn training step with
+// precision bf16 (and channels-last) against the same model in f32 on the CPU. Skipped
+// without a GPU.
 //
 // Tolerances. Op by op, the CPU reads the inputs (and the upstream gradient) rounded to
 // bf16, exactly what the GPU reads, so what is left is each op's own rounding of its
@@ -38,6 +39,7 @@ TEST(CudaMixed, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include "ops/pool.h"
 #include "ops/shape.h"
 #include "ops/shortcut_pad.h"
+#include "ops/sync_batch_norm.h"
 #include "optim/sgd.h"
 
 using namespace dpt;
@@ -240,6 +242,30 @@ TEST_F(CudaMixed, BatchNormTrainingAndEval) {
         [](const Inputs& t) { return batch_norm2d(t[0], t[1], t[2], Tensor(), Tensor(), true); },
         {random_leaf({64, 16, 32, 32}, 34, -1.0f, 3.0f), random_leaf({16}, 35), random_leaf({16}, 36)},
         {Role::activation, Role::as_is, Role::as_is});
+}
+
+// sync_bn: true with precision: bf16 or channels_last: true hands sync_batch_norm2d the
+// convolutions' bf16 / NHWC activations; it returns its output in their dtype and layout,
+// with the statistics in f32 as on the CPU (one rank: the cross-rank sum changes nothing).
+TEST_F(CudaMixed, SyncBatchNormTakesBf16AndNhwc) {
+  for (const Mode& m : kModes) {
+    Tensor x = kink_free_input({8, 6, 5, 5}, 40).set_requires_grad(true);
+    Tensor w = random_leaf({6}, 41, 0.5f, 1.5f), b = random_leaf({6}, 42);
+    Tensor rm_cpu = random_tensor({6}, 43), rv_cpu = random_tensor({6}, 44, 0.5f, 1.5f);
+    Tensor rm_gpu = rm_cpu.to(gpu), rv_gpu = rv_cpu.to(gpu);
+    int gpu_sums = 0;
+    auto sync_bn = [&](const Inputs& t) {
+      const bool on_gpu = t[0].device().is_cuda();
+      SumAcrossRanks one_rank = [&gpu_sums, on_gpu](const Tensor&) { gpu_sums += on_gpu ? 1 : 0; };
+      return sync_batch_norm2d(t[0], t[1], t[2], on_gpu ? rm_gpu : rm_cpu, on_gpu ? rv_gpu : rv_cpu,
+                               {.momentum = 0.2f}, one_rank);
+    };
+    expect_mode_matches_cpu("sync_batch_norm2d", m, sync_bn, {x, w, b},
+                            {Role::activation, Role::as_is, Role::as_is});
+    EXPECT_EQ(gpu_sums, 3) << m.str() << ": two sums forward, one backward";
+    expect_tensors_close(rm_gpu, rm_cpu, "running_mean", {1e-5, 1e-4});
+    expect_tensors_close(rv_gpu, rv_cpu, "running_var", {1e-5, 1e-4});
+  }
 }
 
 TEST_F(CudaMixed, PoolingAndShortcutPad) {

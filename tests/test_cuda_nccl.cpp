@@ -21,7 +21,7 @@ namespace {
 
 #ifdef DPT_WITH_CUDA
 
-class Nccl : public ::testing::Test {
+class CudaNccl : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::cuda_unavailable_reason();
@@ -36,7 +36,7 @@ Tensor iota_on_gpu(int64_t n, float start) {
   return Tensor::from_vector(v, {n}).to(Device::cuda(0));
 }
 
-TEST_F(Nccl, AllReduceEveryOpIsTheIdentityOnOneRank) {
+TEST_F(CudaNccl, AllReduceEveryOpIsTheIdentityOnOneRank) {
   for (dist::ReduceOp op : {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::min, dist::ReduceOp::max}) {
     Tensor t = iota_on_gpu(1000003, -7.0f);
     std::vector<float> expected = t.to(Device::cpu()).to_vector();
@@ -45,7 +45,7 @@ TEST_F(Nccl, AllReduceEveryOpIsTheIdentityOnOneRank) {
   }
 }
 
-TEST_F(Nccl, WaitOrdersLaterCopiesAfterTheCollective) {
+TEST_F(CudaNccl, WaitOrdersLaterCopiesAfterTheCollective) {
   // Many collectives in flight, then one wait: the copy to the host queued after it on the
   // compute stream must see every result.
   std::vector<Tensor> ts;
@@ -60,7 +60,7 @@ TEST_F(Nccl, WaitOrdersLaterCopiesAfterTheCollective) {
   for (auto& w : works) EXPECT_TRUE(w->is_completed());
 }
 
-TEST_F(Nccl, BroadcastGatherScatterAndZeroElements) {
+TEST_F(CudaNccl, BroadcastGatherScatterAndZeroElements) {
   Tensor t = iota_on_gpu(5, 1.0f);
   dist::world()->broadcast(t, 0)->wait();
   EXPECT_EQ(t.to(Device::cpu()).to_vector(), iota_on_gpu(5, 1.0f).to(Device::cpu()).to_vector());
@@ -78,7 +78,7 @@ TEST_F(Nccl, BroadcastGatherScatterAndZeroElements) {
   EXPECT_EQ(empty.numel(), 0);
 }
 
-TEST_F(Nccl, SplitMakesAnNcclSubGroup) {
+TEST_F(CudaNccl, SplitMakesAnNcclSubGroup) {
   Tensor t = iota_on_gpu(10, 2.0f);
   dist::world()->all_reduce(t)->wait();  // the world's NCCL twin exists from here on
   dist::GroupPtr sub = dist::split(dist::world(), 0, 0);
@@ -88,7 +88,7 @@ TEST_F(Nccl, SplitMakesAnNcclSubGroup) {
   EXPECT_EQ(s.to(Device::cpu()).to_vector(), iota_on_gpu(10, 4.0f).to(Device::cpu()).to_vector());
 }
 
-TEST_F(Nccl, BadArgumentsAreErrorsNamingTheGroup) {
+TEST_F(CudaNccl, BadArgumentsAreErrorsNamingTheGroup) {
   Tensor ints = Tensor::zeros({4}, DType::i64, Device::cuda(0));
   try {
     dist::world()->all_reduce(ints, dist::ReduceOp::avg);
@@ -104,7 +104,7 @@ TEST_F(Nccl, BadArgumentsAreErrorsNamingTheGroup) {
 
 #else
 
-TEST(Nccl, GpuTests) { GTEST_SKIP() << "no CUDA device: this build of dpt has no CUDA backend"; }
+TEST(CudaNccl, GpuTests) { GTEST_SKIP() << "no CUDA device: this build of dpt has no CUDA backend"; }
 
 #endif
 

@@ -1,8 +1,8 @@
 // The pieces train.cpp uses on a GPU, each against a CPU reference: batches uploaded
 // ahead through pinned staging (values, sizes that change, a dropped upload), the finite
-// check of many gradients with one flag, evaluation totals kept on the device, the loss
-// summed on the device, and checkpoints written from device tensors (the same bytes as
-// from the CPU) and loaded back onto the device. Skipped without a GPU.
+// check of many gradients with one flag, evaluation totals kept on the device (f32 and bf16
+// logits), the loss summed on the device, and checkpoints written from device tensors (the
+// same bytes as from the CPU) and loaded back onto the device. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include "cuda_compare.h"
@@ -16,6 +16,7 @@ TEST(CudaTrain, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 
 #include "backend/cuda/batch_upload.h"
@@ -24,6 +25,7 @@ TEST(CudaTrain, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include "io/checkpoint.h"
 #include "io/loss_meter.h"
 #include "models/registry.h"
+#include "ops/cast.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
 #include "optim/ema.h"
@@ -153,6 +155,24 @@ TEST_F(CudaTrain, EvalTotalsMatchTheCpuLossAndCount) {
   EXPECT_EQ(got[2], static_cast<float>(rows));
 }
 
+// precision: bf16 hands evaluation bf16 logits: the totals are those of the same values
+// in f32 on the CPU (widening is exact, so the same rows are correct).
+TEST_F(CudaTrain, EvalTotalsTakeBf16Logits) {
+  const int64_t n = 500;
+  Tensor logits = random_tensor({n, 10}, 7, -3.0f, 3.0f);
+  for (float& v : std::span<float>(logits.data<float>(), n * 10)) v = bf16_to_float(float_to_bf16(v));
+  Tensor labels = random_labels(n, 10, 8);
+  Tensor lg = cast(logits.to(gpu), DType::bf16), lb = labels.to(gpu);
+  ASSERT_EQ(lg.dtype(), DType::bf16);
+  Tensor totals = Tensor::zeros({3}, DType::f32, gpu);
+  cuda::eval_totals_add(totals, cross_entropy(lg, lb), lg, lb);
+  std::vector<float> got = totals.to_vector();
+  const double loss_sum = cross_entropy(logits, labels).item() * static_cast<double>(n);
+  EXPECT_NEAR(got[0], loss_sum, 1e-5 * loss_sum);
+  EXPECT_EQ(got[1], static_cast<float>(count_correct(logits, labels)));
+  EXPECT_EQ(got[2], static_cast<float>(n));
+}
+
 TEST_F(CudaTrain, LossMeterSumsOnTheDeviceAsTheCpuDoes) {
   io::LossMeter on_gpu, on_cpu;
   double want = 0;
@@ -161,7 +181,9 @@ TEST_F(CudaTrain, LossMeterSumsOnTheDeviceAsTheCpuDoes) {
     want += loss.item();
     on_cpu.add(loss);
     on_gpu.add(loss.to(gpu));
-    if (i == 49) EXPECT_NEAR(on_gpu.sum(), on_cpu.sum(), 1e-6 * on_cpu.sum());  // a mid-epoch read-back
+    if (i == 49) {  // a mid-epoch read-back
+      EXPECT_NEAR(on_gpu.sum(), on_cpu.sum(), 1e-6 * on_cpu.sum());
+    }
   }
   EXPECT_DOUBLE_EQ(on_cpu.sum(), want);
   EXPECT_NEAR(on_gpu.sum(), want, 1e-6 * want);

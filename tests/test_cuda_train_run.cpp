@@ -1,7 +1,8 @@
 // train with device: cuda end to end (skipped without a GPU): a 2-epoch run on
 // synthetic data follows the same run on the CPU (losses per epoch, accuracy, final
-// weights saved from the device), and a CUDA run stopped by SIGTERM mid-epoch and resumed
-// on the device ends where an uninterrupted one does.
+// weights saved from the device), a CUDA run stopped by SIGTERM mid-epoch and resumed on
+// the device ends where an uninterrupted one does, and a run in bf16 channels-last with
+// CUDA graphs ends where the same run without graphs does.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -58,6 +59,23 @@ TEST_F(CudaTrainRun, StoppedAndResumedEndsWhereAnUninterruptedRunDoes) {
   // Not bit for bit: cuDNN may pick algorithms whose sums are ordered by the hardware.
   expect_curves_close(metric("cut", "train_loss"), metric("whole", "train_loss"), 1e-3, "train_loss");
   expect_weights_close("cut", "whole", 1e-3, 1e-5);
+}
+
+// The GPU-only keys together — precision: bf16, channels_last: true, cuda_graphs: true —
+// with EMA, augmentation and 3-step epochs, as long as the graph's warm-up, so that an
+// evaluation (eager, bf16 logits) falls between the warm-up and the capture: the run ends
+// where the same run without graphs does.
+TEST_F(CudaTrainRun, Bf16ChannelsLastGraphedRunFollowsTheEagerOne) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: " << device_unavailable_reason(DeviceType::cuda);
+  const std::string keys = "device: cuda\nprecision: bf16\nchannels_last: true\nmax_steps_per_epoch: 3\n";
+  TrainResult eager = train(config("eager", keys));
+  ASSERT_EQ(eager.exit_code, 0) << eager.err;
+  TrainResult graphed = train(config("graphed", keys + "cuda_graphs: true\n"));
+  ASSERT_EQ(graphed.exit_code, 0) << graphed.err;
+  // The same bf16 kernels on both sides; only cuDNN's summation orders may differ.
+  expect_curves_close(metric("graphed", "train_loss"), metric("eager", "train_loss"), 1e-2, "train_loss");
+  expect_curves_close(metric("graphed", "test_loss"), metric("eager", "test_loss"), 1e-2, "test_loss");
+  expect_weights_close("graphed", "eager", 1e-2, 1e-3);
 }
 
 }  // namespace

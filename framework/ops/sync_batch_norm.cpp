@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "ops/cast.h"
 #include "ops/device_check.h"
 
 #ifdef DPT_WITH_CUDA
@@ -92,13 +93,25 @@ Tensor sync_batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight, const Te
 
 Tensor sync_batch_norm2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                          const Tensor& running_var, const BatchNormOptions& options, const SumAcrossRanks& sum) {
-  [[maybe_unused]] const Device device = op_device("sync_batch_norm2d", {&x_in, &weight, &bias});
+  [[maybe_unused]] const Device device = op_device_mixed("sync_batch_norm2d", {&x_in});
+  op_device("sync_batch_norm2d", {&weight, &bias});
+  DPT_CHECK(weight.device() == device)
+      << "sync_batch_norm2d: inputs on different devices (" << device.str() << " and " << weight.device().str()
+      << "); move them to one device first";
   DPT_CHECK(x_in.dim() == 4 && weight.numel() == x_in.size(1) && bias.numel() == x_in.size(1))
       << "sync_batch_norm2d: expected x [N, C, H, W] with weight and bias [C], got " << shape_str(x_in.shape())
       << ", " << shape_str(weight.shape());
 #ifdef DPT_WITH_CUDA
-  if (device.is_cuda())
+  if (device.is_cuda() && x_in.dtype() == DType::f32 && x_in.is_contiguous())
     return sync_batch_norm2d_cuda(x_in, weight, bias, running_mean, running_var, options, sum);
+  if (device.is_cuda()) {
+    // bf16 or channels-last activations (precision, channels_last: nn/compute.h): the
+    // statistics are f32 NCHW sums either way, so the input is cast to that and the output
+    // back to the input's dtype and layout; the casts carry the gradient back the same way.
+    Tensor y = sync_batch_norm2d_cuda(cast(x_in, DType::f32, MemoryFormat::contiguous), weight, bias, running_mean,
+                                      running_var, options, sum);
+    return cast(y, x_in.dtype(), x_in.is_channels_last() ? MemoryFormat::channels_last : MemoryFormat::contiguous);
+  }
 #endif
   Tensor x = x_in.contiguous();
   int64_t c = x.size(1), hw = x.size(2) * x.size(3);

@@ -20,7 +20,9 @@ using SumAcrossRanks = std::function<void(const Tensor&)>;
 // backward sums the two per-channel gradient reductions across ranks as well, so with
 // DDP averaging the parameter gradients, N ranks at batch B/N match one rank at batch B.
 // Requires: the same C on every rank, and every rank calling it in the same order. Runs
-// on the CPU or on CUDA (x, weight, bias and the running stats on one device).
+// on the CPU or on CUDA (x, weight, bias and the running stats on one device); on CUDA x
+// may also be bf16 and/or channels-last (mixed precision), and the output then is too,
+// with the statistics still computed in f32.
 Tensor sync_batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                          const Tensor& running_var, const BatchNormOptions& options, const SumAcrossRanks& sum);
 

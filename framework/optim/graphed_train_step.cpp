@@ -6,7 +6,9 @@
 #include "ops/loss.h"
 
 #ifdef DPT_WITH_CUDA
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/graph.h"
+#include "backend/cuda/loss.h"
 #include "backend/cuda/optim.h"
 #include "backend/cuda/upload.h"
 #endif
@@ -79,23 +81,37 @@ GraphedStepResult GraphedTrainStep::run(const Tensor& images, const Tensor& labe
   DPT_CHECK(labels.dtype() == DType::i64 && labels.shape() == labels_.shape())
       << "cuda_graphs: expected i64 labels " << shape_str(labels_.shape()) << ", got "
       << dtype_name(labels.dtype()) << " " << shape_str(labels.shape());
-  // The label check the loss does eagerly, here on the host: inside the graph it cannot read
-  // back (ops/loss.cpp skips it there).
-  Tensor host_labels = labels.device().is_cuda() ? labels.to(Device::cpu()) : labels.contiguous();
-  const int64_t* l = host_labels.data<int64_t>();
-  for (int64_t i = 0; i < host_labels.numel(); ++i)
-    DPT_CHECK(l[i] >= 0 && l[i] < options_.classes) << "cross_entropy: label " << l[i] << " at row " << i
-                                                    << " is outside [0, " << options_.classes << ")";
+  // The label check the loss does eagerly, here before the replay: inside the graph it
+  // cannot read back (ops/loss.cpp skips it there).
+  if (labels.device().is_cuda()) {
+    // A batch already on the device (train's BatchUploader): checked there, with the eager
+    // loss's small read-back, and copied into the static buffers on the device, queued.
+    int64_t label = 0;
+    const int64_t row = cuda::first_bad_label(cuda::contiguous(labels), options_.classes, &label);
+    DPT_CHECK(row < 0) << "cross_entropy: label " << label << " at row " << row << " is outside [0, "
+                       << options_.classes << ")";
+    labels_.copy_from(labels);
+  } else {
+    Tensor host_labels = labels.contiguous();
+    const int64_t* l = host_labels.data<int64_t>();
+    for (int64_t i = 0; i < host_labels.numel(); ++i)
+      DPT_CHECK(l[i] >= 0 && l[i] < options_.classes) << "cross_entropy: label " << l[i] << " at row " << i
+                                                      << " is outside [0, " << options_.classes << ")";
+    labels_upload_->copy(labels_.raw_data(), l, host_labels.numel() * sizeof(int64_t));
+  }
   if (images.device().is_cuda()) {
     images_.copy_from(images);  // on the device: queued, no wait
   } else {
     Tensor src = images.contiguous();
     images_upload_->copy(images_.raw_data(), src.raw_data(), src.numel() * sizeof(float));
   }
-  labels_upload_->copy(labels_.raw_data(), l, host_labels.numel() * sizeof(int64_t));
   optimizer_.step_prepare(lr);
   if (ema_) ema_->update_prepare();
   step_->run();
+  // A replay updates the parameters without the host code that marks them written (that ran
+  // once, at the capture): mark them here, so that copies made from them for eager use
+  // (nn/compute.h's bf16 / channels-last weight cache, in evaluation) are remade.
+  for (const Tensor& p : params_) p.storage()->bump_version();
   float host[2] = {0.0f, 0.0f};
   copy_bytes(host, Device::cpu(), result_.raw_data(), result_.device(), sizeof host);  // waits for the step
   return {host[0], host[1] == 0.0f};

@@ -1,5 +1,6 @@
 // See eval_totals.h. Correct rows are counted with atomicAdd of 1.0f: every partial count
 // is an integer below 2^24, exact in f32, so the result does not depend on the order.
+#include "backend/cuda/cast.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/eval_totals.h"
 #include "backend/cuda/launch.h"
@@ -32,9 +33,13 @@ void eval_totals_add(const Tensor& totals, const Tensor& loss, const Tensor& log
             totals.dtype() == DType::f32 && loss.numel() == 1 && loss.dtype() == DType::f32 &&
             loss.device() == device)
       << "eval_totals_add on cuda: expected f32 totals [3] and a one-element f32 loss on one CUDA device";
-  DPT_CHECK(logits_in.dim() == 2 && logits_in.dtype() == DType::f32 && logits_in.device() == device)
-      << "eval_totals_add on cuda: expected f32 logits [N, C] on " << device.str();
-  const Tensor logits = contiguous(logits_in);
+  DPT_CHECK(logits_in.dim() == 2 && (logits_in.dtype() == DType::f32 || logits_in.dtype() == DType::bf16) &&
+            logits_in.device() == device)
+      << "eval_totals_add on cuda: expected f32 or bf16 logits [N, C] on " << device.str();
+  // bf16 logits (precision: bf16) are widened first, exactly, so the maxima are theirs.
+  Tensor logits = logits_in.dtype() == DType::f32 ? contiguous(logits_in)
+                                                  : Tensor::empty(logits_in.shape(), DType::f32, device);
+  if (logits_in.dtype() == DType::bf16) cast_copy(logits_in, logits);
   DPT_CHECK(labels.numel() == logits.size(0) && labels.is_contiguous() && labels.dtype() == DType::i64 &&
             labels.device() == device)
       << "eval_totals_add on cuda: expected contiguous i64 labels [" << logits.size(0) << "] on "

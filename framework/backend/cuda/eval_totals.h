@@ -7,8 +7,8 @@
 
 namespace dpt::cuda {
 
-// Requires: totals contiguous f32 [3]; loss f32 [1] (a batch mean); logits f32 [rows, C]
-// (any strides); labels contiguous i64 [rows] in [0, C); all on one CUDA device; the rows of
+// Requires: totals contiguous f32 [3]; loss f32 [1] (a batch mean); logits f32 or bf16
+// [rows, C] (any strides); labels contiguous i64 [rows] in [0, C); all on one CUDA device; the rows of
 // every call so far below 2^24 (counts stay exact in f32).
 // Ensures: totals += (loss rows, rows whose largest logit — the first on ties — is at the
 // label, rows). Nothing waits for the GPU.
