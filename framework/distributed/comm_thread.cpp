@@ -432,8 +432,9 @@ bool CommThread::complete_prefix() {
   in_flight_.erase(in_flight_.begin(), in_flight_.begin() + static_cast<std::ptrdiff_t>(k));
   requests_.erase(requests_.begin(), requests_.begin() + static_cast<std::ptrdiff_t>(k));
   local_.erase(local_.begin(), local_.begin() + static_cast<std::ptrdiff_t>(k));
-  std::lock_guard<std::mutex> lock(mutex_);
-  in_flight_count_ -= k;
+  // No lock: nobody waits for the count to fall (has_work() reading it one round late
+  // only costs that round), and this saves a lock per collective (~5% of a small one).
+  in_flight_count_.fetch_sub(k, std::memory_order_relaxed);
   return true;
 }
 

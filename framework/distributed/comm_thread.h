@@ -190,7 +190,8 @@ class CommThread {
   std::mutex mutex_;  // the fields below up to policy_, and the thread's sleeps
   std::condition_variable cv_, drained_cv_;
   std::deque<std::shared_ptr<CommTask>> queue_;
-  size_t in_flight_count_ = 0;  // taken from queue_ (or started by post) and not complete
+  // Taken from queue_ (or started by post) and not complete; raised under mutex_.
+  std::atomic<size_t> in_flight_count_{0};
   bool stopping_ = false, stopped_ = false, exited_ = false, poked_ = false;
   bool polling_waiter_ = false;  // a caller polls in wait(): the thread leaves the token alone
   bool blocked_ = false;         // the thread sleeps until notified (not a back-off sleep)
