@@ -32,6 +32,7 @@
 
 using namespace dpt;
 using dpt::testing::error_of;
+using dpt::io::read_file;
 using dpt::testing::TempDir;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
@@ -93,11 +94,6 @@ io::CheckpointInfo info_at(int64_t step) {
   info.threads = 1;
   info.config_yaml = "model: {name: mlp}\n";
   return info;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
@@ -192,9 +188,9 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
   TempDir dir("dpt_checkpoint");
   Trainer a("sgd", 1);
   const std::string json = io::checkpoint_save(dir.path(), a.objects(), info_at(3), 0);
-  const std::string good = slurp(json);
+  const std::string good = read_file(json);
   const std::string model = dir.file("step-3.safetensors");
-  const std::string model_bytes = slurp(model);
+  const std::string model_bytes = read_file(model);
   auto load_error = [&](Trainer& t) { return error_of([&] { io::checkpoint_load(json, t.objects()); }); };
   auto with_json = [&](const std::function<void(io::JsonValue&)>& edit) {
     io::JsonValue v = io::json_parse(good, json);
@@ -255,7 +251,7 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
 TEST(Checkpoint, JsonParserRejectsEveryTruncationAndSurvivesCorruption) {
   TempDir dir("dpt_checkpoint");
   Trainer a("adamw", 1);
-  const std::string good = slurp(io::checkpoint_save(dir.path(), a.objects(), info_at(3), 0));
+  const std::string good = read_file(io::checkpoint_save(dir.path(), a.objects(), info_at(3), 0));
   io::CheckpointRecord r = io::checkpoint_parse_json(good, "c.json");
   EXPECT_EQ(r.model_file, "step-3.safetensors");
   EXPECT_EQ(r.optimizer_file, "step-3.optimizer.safetensors");
@@ -307,7 +303,7 @@ TEST(Checkpoint, MetricsKeepOnlyTheEpochsTheCheckpointHad) {
   spit(path,
        "{\"epoch\": 1, \"a\": 1}\n{\"epoch\": 2, \"a\": 2}\n{\"epoch\": 3, \"a\": 3}\n{\"epoch\": 4, \"a\"");
   io::metrics_keep_epochs(path, 2);
-  EXPECT_EQ(slurp(path), "{\"epoch\": 1, \"a\": 1}\n{\"epoch\": 2, \"a\": 2}\n");
+  EXPECT_EQ(read_file(path), "{\"epoch\": 1, \"a\": 1}\n{\"epoch\": 2, \"a\": 2}\n");
   io::metrics_keep_epochs(dir.file("none.jsonl"), 2);
   EXPECT_FALSE(fs::exists(dir.file("none.jsonl")));
 }

@@ -32,7 +32,7 @@ TEST_F(CudaTrainRun, FollowsTheCpuRunsLossCurve) {
   TrainResult gpu = train(config("gpu", "device: cuda\n"));
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   EXPECT_THAT(gpu.out, HasSubstr("device: cuda: rank 0 -> cuda:0"));
-  EXPECT_THAT(dpt::testing::read_all(dir_.file("gpu") + "/summary.json"), HasSubstr("\"device\": \"cuda:0\""));
+  EXPECT_THAT(dpt::io::read_file(dir_.file("gpu") + "/summary.json"), HasSubstr("\"device\": \"cuda:0\""));
   // 24 SGD steps through batch norm: f32 summation orders differ (cuDNN, oneDNN), little else.
   expect_curves_close(metric("gpu", "train_loss"), metric("cpu", "train_loss"), 2e-3, "train_loss");
   expect_curves_close(metric("gpu", "test_loss"), metric("cpu", "test_loss"), 5e-3, "test_loss");

@@ -49,10 +49,6 @@ std::string parse_error(const std::string& bytes) {
   return error_of([&] { parse(bytes); });
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 }  // namespace
 
@@ -126,7 +122,7 @@ TEST(Safetensors, WritesTheFormatAndReadsItBack) {
   safetensors_write(path, {{"w", w}, {"idx", idx}, {"s", scalar}}, {{"format", "pt"}});
 
   // The layout, checked byte by byte: length prefix, JSON header padded to 8, raw data.
-  std::string bytes = slurp(path);
+  std::string bytes = read_file(path);
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   ASSERT_EQ((8 + n) % 8, 0u);
@@ -201,7 +197,7 @@ TEST(Safetensors, DamagedFilesAreClearErrors) {
 TEST(Safetensors, EveryTruncationAndRandomCorruptionIsAnErrorOrAValidFile) {
   TempDir dir("dpt_safetensors");
   safetensors_write(dir.file("m.safetensors"), {{"w", f32({1, 2, 3, 4}, {2, 2})}, {"b", f32({5, 6}, {2})}});
-  const std::string good = slurp(dir.file("m.safetensors"));
+  const std::string good = read_file(dir.file("m.safetensors"));
   for (size_t n = 0; n < good.size(); ++n) EXPECT_THROW(parse(good.substr(0, n)), Error) << "prefix of " << n;
   std::mt19937 rng(7);
   for (int trial = 0; trial < 2000; ++trial) {
@@ -251,17 +247,17 @@ TEST(AtomicFile, AFailedWriteLeavesTheOldContentAndNoTemporary) {
   TempDir dir("dpt_atomic");
   const std::string path = dir.file("ckpt.bin");
   write_file_atomic(path, {"old ", "content"});
-  EXPECT_EQ(slurp(path), "old content");
+  EXPECT_EQ(read_file(path), "old content");
   // The temporary file is a link to /dev/full: every write to it fails with ENOSPC, as on
   // a full disk.
   ASSERT_EQ(::symlink("/dev/full", (path + ".tmp").c_str()), 0);
   std::string message = error_of([&] { write_file_atomic(path, {std::string(1 << 20, 'x')}); });
   EXPECT_THAT(message, HasSubstr(path + ".tmp: cannot write: No space left on device"));
   EXPECT_THAT(message, HasSubstr(path + " is unchanged"));
-  EXPECT_EQ(slurp(path), "old content");
+  EXPECT_EQ(read_file(path), "old content");
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path + ".tmp")));
   write_file_atomic(path, {"new"});
-  EXPECT_EQ(slurp(path), "new");
+  EXPECT_EQ(read_file(path), "new");
   EXPECT_THAT(error_of([&] { write_file_atomic(dir.file("no/such/dir/f"), {"x"}); }),
               HasSubstr("cannot create: No such file or directory"));
 }

@@ -14,9 +14,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "core/threading.h"
+#include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
@@ -25,6 +25,7 @@
 namespace fs = std::filesystem;
 using namespace dpt;
 using ::testing::HasSubstr;
+using dpt::io::read_file;
 
 namespace {
 
@@ -33,13 +34,6 @@ struct Result {
   std::string out, err;
   double seconds;
 };
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // 2 ranks x 16 steps of 16 per epoch, 3 epochs: step S is in epoch (S - 1) / 16 + 1.
 // Dropout, augmentation, momentum, a cosine schedule and an EMA all carry state across
@@ -72,7 +66,7 @@ class TrainCheckpoint : public ::testing::Test {
     auto start = std::chrono::steady_clock::now();
     int status = std::system((command + " >" + out + " 2>" + err).c_str());
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(out), read_all(err), seconds};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err), seconds};
   }
 
   // `train c.yaml` with its output in dir_/name, on `np` ranks (1: no mpirun).
@@ -94,7 +88,7 @@ class TrainCheckpoint : public ::testing::Test {
     if (!made.count(np)) {
       Result r = train("reference" + std::to_string(np), np);
       EXPECT_EQ(r.exit_code, 0) << r.err;
-      made[np] = read_all(dir_ / ("reference" + std::to_string(np)) / "model.safetensors");
+      made[np] = read_file(dir_ / ("reference" + std::to_string(np)) / "model.safetensors");
     }
     return made[np];
   }
@@ -124,8 +118,8 @@ TEST_F(TrainCheckpoint, KilledRankEndsTheRunAndResumeAutoFinishesItBitForBit) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("resumed from " + path("killed/checkpoints/step-16.json").string() +
                                      ": step 16, epoch 2, step 0 of the epoch"));
-  EXPECT_EQ(lines(read_all(path("killed/metrics.jsonl"))), 3);
-  EXPECT_TRUE(read_all(path("killed/model.safetensors")) == reference(2)) << "final parameters differ";
+  EXPECT_EQ(lines(read_file(path("killed/metrics.jsonl"))), 3);
+  EXPECT_TRUE(read_file(path("killed/model.safetensors")) == reference(2)) << "final parameters differ";
   EXPECT_EQ(io::checkpoint_steps(path("killed/checkpoints").string()), (std::vector<int64_t>{32, 48}));
 }
 
@@ -137,7 +131,7 @@ TEST_F(TrainCheckpoint, SigtermOnOneRankCheckpointsMidEpochAndResumesBitForBit) 
   Result resumed = train("stopped", 2, "--resume auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("step 20, epoch 2, step 4 of the epoch"));
-  EXPECT_TRUE(read_all(path("stopped/model.safetensors")) == reference(2)) << "final parameters differ";
+  EXPECT_TRUE(read_file(path("stopped/model.safetensors")) == reference(2)) << "final parameters differ";
 }
 
 TEST_F(TrainCheckpoint, TwoRankCheckpointResumesOnOneRank) {
@@ -151,8 +145,8 @@ TEST_F(TrainCheckpoint, TwoRankCheckpointResumesOnOneRank) {
   // Epoch 2 goes on from sample 20 x 16 ... of its order: 8 of 32 one-rank steps were done.
   EXPECT_THAT(resumed.out, HasSubstr("checkpoint " + path("shrink/checkpoints/step-44.json").string()));
   EXPECT_THAT(resumed.out, HasSubstr("epoch 3: "));
-  EXPECT_EQ(lines(read_all(path("shrink/metrics.jsonl"))), 3);
-  EXPECT_THAT(read_all(path("shrink/summary.json")), HasSubstr("\"world_size\": 1"));
+  EXPECT_EQ(lines(read_file(path("shrink/metrics.jsonl"))), 3);
+  EXPECT_THAT(read_file(path("shrink/summary.json")), HasSubstr("\"world_size\": 1"));
 }
 
 TEST_F(TrainCheckpoint, DeterministicRunsRepeatExactlyOnThreeRanks) {
@@ -160,7 +154,7 @@ TEST_F(TrainCheckpoint, DeterministicRunsRepeatExactlyOnThreeRanks) {
   Result a = train("three_a", 3, "--set epochs=1"), b = train("three_b", 3, "--set epochs=1");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(b.exit_code, 0) << b.err;
-  EXPECT_TRUE(read_all(path("three_a/model.safetensors")) == read_all(path("three_b/model.safetensors")));
+  EXPECT_TRUE(read_file(path("three_a/model.safetensors")) == read_file(path("three_b/model.safetensors")));
 }
 
 TEST_F(TrainCheckpoint, DeterministicResumeTakesTheCheckpointsThreadCount) {
@@ -180,7 +174,7 @@ TEST_F(TrainCheckpoint, DeterministicResumeTakesTheCheckpointsThreadCount) {
   if (threads_available() > 1) {
     EXPECT_THAT(resumed.out, HasSubstr("deterministic: 1 threads per rank, as in the checkpoint's run"));
   }
-  EXPECT_TRUE(read_all(path("cnn/model.safetensors")) == read_all(path("cnn_whole/model.safetensors")));
+  EXPECT_TRUE(read_file(path("cnn/model.safetensors")) == read_file(path("cnn_whole/model.safetensors")));
 }
 
 TEST_F(TrainCheckpoint, FullDiskKeepsThePreviousCheckpointAndSaysWhy) {
@@ -221,7 +215,7 @@ TEST_F(TrainCheckpoint, FullDiskKeepsThePreviousCheckpointAndSaysWhy) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   Result whole = train("whole", 1, "--set model.hidden=[512]");
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
-  EXPECT_TRUE(read_all(path("roomy/model.safetensors")) == read_all(path("whole/model.safetensors")));
+  EXPECT_TRUE(read_file(path("roomy/model.safetensors")) == read_file(path("whole/model.safetensors")));
 }
 
 TEST_F(TrainCheckpoint, NonFiniteGradientsStopEveryRankAndKeepTheLastGoodCheckpoint) {
@@ -245,7 +239,7 @@ TEST_F(TrainCheckpoint, NonFiniteGradientsStopEveryRankAndKeepTheLastGoodCheckpo
   ASSERT_EQ(skipped.exit_code, 0) << skipped.err;
   EXPECT_THAT(skipped.err, HasSubstr("warning: step 20 (epoch 2, step 4 of 16): non-finite gradients"));
   EXPECT_THAT(skipped.err, HasSubstr("step skipped"));
-  EXPECT_THAT(read_all(path("skip/summary.json")), HasSubstr("\"skipped_steps\": 1"));
+  EXPECT_THAT(read_file(path("skip/summary.json")), HasSubstr("\"skipped_steps\": 1"));
   io::SafetensorsFile final_model = io::safetensors_read(path("skip/model.safetensors").string());
   for (const auto& e : final_model.view.tensors)
     for (float v : final_model.tensor(e).to_vector()) ASSERT_TRUE(std::isfinite(v)) << e.name;
@@ -256,7 +250,7 @@ TEST_F(TrainCheckpoint, BadCheckpointsAreOneLineAndExitCode2) {
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const fs::path json = path("bad/checkpoints/step-32.json"),
                  model = path("bad/checkpoints/step-32.safetensors");
-  const std::string json_text = read_all(json), model_bytes = read_all(model);
+  const std::string json_text = read_file(json), model_bytes = read_file(model);
   auto expect_error = [&](const std::string& args, const std::string& needle) {
     Result r = train("bad", 1, "--resume " + json.string() + " " + args);
     EXPECT_EQ(r.exit_code, 2) << r.err;

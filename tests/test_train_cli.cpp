@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
+#include "io/atomic_file.h"
 #include "mpi_job.h"
 
 #ifdef DPT_WITH_CUDA
@@ -21,6 +21,7 @@
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using dpt::io::read_file;
 
 namespace {
 
@@ -28,13 +29,6 @@ struct Result {
   int exit_code;
   std::string out, err;
 };
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class TrainCli : public ::testing::Test {
  protected:
@@ -59,7 +53,7 @@ class TrainCli : public ::testing::Test {
   Result run(const std::string& command) {
     std::string cmd = command + " >" + (dir_ / "out").string() + " 2>" + (dir_ / "err").string();
     int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(dir_ / "out"), read_all(dir_ / "err")};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(dir_ / "out"), read_file(dir_ / "err")};
   }
 
   // Expects exit code 2 and exactly one line on stderr containing `needle`.
@@ -87,12 +81,12 @@ class TrainCli : public ::testing::Test {
 TEST_F(TrainCli, ShortRunWritesMetricsAndSummary) {
   Result r = train(write("ok.yaml", synthetic_config()).string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::string metrics = read_all(dir_ / "run" / "metrics.jsonl");
+  std::string metrics = read_file(dir_ / "run" / "metrics.jsonl");
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 2);
   for (const char* key : {"\"epoch\": 2", "\"train_loss\"", "\"test_loss\"", "\"test_acc\"", "\"images_per_sec\"",
                           "\"epoch_time_s\""})
     EXPECT_THAT(metrics, HasSubstr(key));
-  std::string summary = read_all(dir_ / "run" / "summary.json");
+  std::string summary = read_file(dir_ / "run" / "summary.json");
   for (const char* key : {"\"final_test_acc\"", "\"best_test_acc\"", "\"total_time_s\"", "\"images_per_sec\"",
                           "\"world_size\": 1", "\"model\": \"mlp\"", "\"params\": 2212"})
     EXPECT_THAT(summary, HasSubstr(key));
@@ -101,7 +95,7 @@ TEST_F(TrainCli, ShortRunWritesMetricsAndSummary) {
 TEST_F(TrainCli, SetOverridesAKey) {
   Result r = train(write("ok.yaml", synthetic_config()).string() + " --set epochs=1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::string metrics = read_all(dir_ / "run" / "metrics.jsonl");
+  std::string metrics = read_file(dir_ / "run" / "metrics.jsonl");
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 1);
 }
 

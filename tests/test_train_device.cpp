@@ -130,7 +130,7 @@ TEST_F(TrainDevice, ExplicitCpuTrains) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("device: cpu\n"));
   EXPECT_EQ(metric("cpu", "train_loss").size(), 2u);
-  EXPECT_THAT(dpt::testing::read_all(dir_.file("cpu") + "/summary.json"), HasSubstr("\"device\": \"cpu\""));
+  EXPECT_THAT(dpt::io::read_file(dir_.file("cpu") + "/summary.json"), HasSubstr("\"device\": \"cpu\""));
 }
 
 TEST_F(TrainDevice, AutoSaysWhatItPicked) {

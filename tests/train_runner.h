@@ -9,12 +9,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/storage.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "temp_dir.h"
 
@@ -26,13 +26,6 @@ struct TrainResult {
   int exit_code;
   std::string out, err;
 };
-
-inline std::string read_all(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class TrainRunner : public ::testing::Test {
  protected:
@@ -48,8 +41,8 @@ class TrainRunner : public ::testing::Test {
     const std::string cmd =
         train_.string() + " " + path + " " + args + " >" + dir_.file("out") + " 2>" + dir_.file("err");
     int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_all(dir_.file("out")),
-            read_all(dir_.file("err"))};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, io::read_file(dir_.file("out")),
+            io::read_file(dir_.file("err"))};
   }
 
   // A small ResNet with batch norm, dropout-free, on synthetic 3x16x16 data: conv, BN,
