@@ -295,7 +295,6 @@ void MpiProcessGroup::shutdown() {
   MPI_Finalized(&finalized);
   if (finalized) return;  // MPI has freed every communicator already
   shm_.reset();  // local: the other ranks keep their mappings until they let go
-  buffers_.clear();  // the buffers themselves live as long as their tensors
   MPI_CHECK(MPI_Comm_free(&creation_));
   MPI_CHECK(MPI_Comm_free(&comm_));
 }
@@ -417,7 +416,7 @@ WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   const bool small = shm_ && bytes <= shm_->capacity();
   // In a collective_buffer the in-place path needs two meetings of the ranks (arrived,
   // reduced) and the small-message one a copy and one meeting: below ~4 KB the copy is cheaper.
-  std::shared_ptr<ShmBuffer> buffer = small && bytes <= kCopyBelowBytes ? nullptr : shared_buffer_of(t);
+  std::shared_ptr<ShmBuffer> buffer = small && bytes <= kCopyBelowBytes ? nullptr : shared_buffer_of(t.raw_data(), bytes);
   if (buffer) {
     task->shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
     task->scratch = {buffer->control_begin(), buffer->control_end()};
@@ -443,12 +442,11 @@ Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device dev
   return Tensor::wrap(std::make_shared<Storage>(data, bytes, Device::cpu(), std::move(buffer)), {numel}, dtype);
 }
 
-std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const Tensor& t) {
-  const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const void* data, size_t bytes) {
   if (bytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(buffers_mutex_);
   for (const auto& weak : buffers_)
-    if (auto buffer = weak.lock(); buffer && buffer->contains(t.raw_data(), bytes)) return buffer;
+    if (auto buffer = weak.lock(); buffer && buffer->contains(data, bytes)) return buffer;
   return nullptr;
 }
 

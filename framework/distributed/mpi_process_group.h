@@ -106,8 +106,8 @@ class MpiProcessGroup final : public ProcessGroup {
   void check_tensor(const char* op, const Tensor& t, const char* what) const;
   void check_peer(const char* op, const char* what, int peer) const;
   void check_tag(const char* op, int tag) const;
-  // The live collective_buffer holding t's bytes, or null.
-  std::shared_ptr<ShmBuffer> shared_buffer_of(const Tensor& t);
+  // The live collective_buffer holding [data, data + bytes), or null.
+  std::shared_ptr<ShmBuffer> shared_buffer_of(const void* data, size_t bytes);
 
   MPI_Comm comm_ = MPI_COMM_NULL;      // the collectives' (called by the poll token's holder)
   MPI_Comm creation_ = MPI_COMM_NULL;  // sub-group creation only
