@@ -4,17 +4,28 @@
 # as a table to a file it names at the end, followed by a training-throughput table (dpt
 # beside PyTorch eager where PyTorch with CUDA is importable).
 #   tools/gpu_check.sh            # build in build-gpu/ (DPT_GPU_BUILD overrides)
-# Needs nvcc (CUDA 13), CMake and Ninja. cuDNN and NCCL may be installed system-wide or as
-# Python wheels (nvidia/cudnn, nvidia/nccl under site-packages; CUDNN_ROOT and NCCL_ROOT
-# override). OpenMPI, yaml-cpp, GoogleTest and oneDNN come from the system or from the
-# folder tools/gpu_carry.sh fills on a Debian machine (.carry/). Without a usable GPU it
-# still builds every CUDA target, then exits 1 with "no CUDA device". Exit 0 only when
-# every CUDA test ran and passed.
+# Needs nvcc (CUDA 13), CMake and Ninja. nvcc, cuBLAS, cuDNN and NCCL may be installed
+# system-wide or come from CUDA 13's Python wheels (nvidia/cu13, nvidia/cudnn, nvidia/nccl
+# under site-packages; CUBLAS_ROOT, CUDNN_ROOT and NCCL_ROOT override). OpenMPI, yaml-cpp,
+# GoogleTest and oneDNN come from the system or from the folder tools/gpu_carry.sh fills on
+# a Debian machine (.carry/). Without a usable GPU it still builds every CUDA target, then
+# exits 1 with "no CUDA device". Exit 0 only when every CUDA test ran and passed. Where $OUT
+# names a folder (the device machine's return folder), the table and logs are copied there.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${DPT_GPU_BUILD:-$root/build-gpu}"
 python="${PYTHON:-python3}"
 say() { echo "gpu_check: $*"; }
+# On the lent device machine, whatever lands in $OUT comes back: the table and the logs.
+save_outputs() {
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+    local file
+    for file in gpu_check.md gpu_check.ctest.log gpu_check.bench.log configure.log build.log; do
+      [ -f "$build/$file" ] && cp "$build/$file" "$OUT/" || true
+    done
+  fi
+}
+trap save_outputs EXIT
 cmake_args=()
 
 # --- Carried Debian packages: headers, CMake configs and libraries under .carry/usr.
@@ -28,27 +39,44 @@ if [ -d "$carry" ]; then
   say "using carried packages in $carry"
 fi
 
-# --- cuDNN and NCCL: system-wide if their headers are where CMake looks, else the wheels.
-cuda_include="$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/../include"
+# --- nvcc: on the PATH, in /usr/local/cuda, or from CUDA 13's Python wheels (nvidia/cu13/bin).
 wheel_dir() {  # the folder of Python package $1 (e.g. nvidia.cudnn), or nothing
   "$python" -c "import $1 as m, os; print(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0])" \
     2>/dev/null || true
 }
-find_library_root() {  # $1 = CUDNN or NCCL, $2 = header, $3 = wheel package
-  local var="${1}_ROOT" header="$2" dir
-  if [ -n "${!var:-}" ]; then return; fi
+CUDACXX=""
+for nvcc in "$(command -v nvcc || true)" /usr/local/cuda/bin/nvcc "$(wheel_dir nvidia.cu13)/bin/nvcc"; do
+  [ -x "$nvcc" ] && "$nvcc" --version >/dev/null 2>&1 && CUDACXX="$nvcc" && break
+done
+[ -n "$CUDACXX" ] || { say "no working nvcc on the PATH, in /usr/local/cuda/bin or in Python's nvidia/cu13/bin"; exit 2; }
+export CUDACXX PATH="$(dirname "$CUDACXX"):$PATH"
+say "nvcc: $CUDACXX ($("$CUDACXX" --version | grep -o 'release [0-9.]*'))"
+
+# --- cuBLAS, cuDNN and NCCL: beside nvcc or system-wide if their headers are there, else
+# from CUDA 13's Python wheels (cuBLAS in nvidia/cu13, cuDNN in nvidia/cudnn, NCCL in
+# nvidia/nccl); CUBLAS_ROOT, CUDNN_ROOT and NCCL_ROOT override. CMakeLists.txt reads them.
+cuda_include="$(dirname "$CUDACXX")/../include"
+find_library_root() {  # $1 = CUBLAS, CUDNN or NCCL, $2 = header, $3... = wheel packages to try
+  local name="$1" var="${1}_ROOT" header="$2" dir package
+  shift 2
+  if [ -n "${!var:-}" ]; then say "$var=${!var}"; return; fi
   for dir in "$cuda_include" /usr/include /usr/include/x86_64-linux-gnu; do
     [ -f "$dir/$header" ] && return
   done
-  dir="$(wheel_dir "$3")"
-  if [ -n "$dir" ] && [ -f "$dir/include/$header" ]; then
-    export "$var=$dir"
-    say "$1 from the Python wheel in $dir"
-  fi
+  for package in "$@"; do
+    dir="$(wheel_dir "$package")"
+    if [ -n "$dir" ] && [ -f "$dir/include/$header" ]; then
+      export "$var=$dir"
+      say "$name from the Python wheel in $dir"
+      return
+    fi
+  done
+  say "$header is not beside nvcc, in /usr/include or in Python's nvidia/ wheels; configure will fail"
 }
-find_library_root CUDNN cudnn.h nvidia.cudnn
-find_library_root NCCL nccl.h nvidia.nccl
-for var in CUDNN_ROOT NCCL_ROOT; do  # cuDNN loads its engine libraries from here at run time
+find_library_root CUBLAS cublas_v2.h nvidia.cu13 nvidia.cublas
+find_library_root CUDNN cudnn.h nvidia.cudnn nvidia.cu13
+find_library_root NCCL nccl.h nvidia.nccl nvidia.cu13
+for var in CUBLAS_ROOT CUDNN_ROOT NCCL_ROOT; do  # cuDNN loads its engine libraries from here at run time
   [ -n "${!var:-}" ] && export LD_LIBRARY_PATH="${!var}/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
 
@@ -68,7 +96,9 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPT_CUDA=ON \
 grep -E '^-- (dpt|Found MPI_C|Found GTest)' "$build/configure.log" | sed 's/^-- /gpu_check: /' || true
 tests=()
 for source in "$root"/tests/test_cuda_*.cpp "$root"/tests/test_mpi_cuda_*.cpp; do tests+=("$(basename "$source" .cpp)"); done
-cmake --build "$build" -j "$(nproc)" --target dpt train bench_train "${tests[@]}"
+cmake --build "$build" -j "$(nproc)" --target dpt train bench_train "${tests[@]}" >"$build/build.log" 2>&1 ||
+  { grep -E -A3 'error|FAILED' "$build/build.log" | head -n 60; say "build failed (log: $build/build.log)"; exit 2; }
+say "built in $SECONDS s"
 
 # --- Is there a device this build can use? Asked through the library itself, so a
 # driver too old for the runtime counts as no device, as it would in the tests.
@@ -83,7 +113,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 table="$build/gpu_check.md"
 log="$build/gpu_check.ctest.log"
 set +e
-(cd "$build" && ctest -R '^Cuda' --timeout 300 --output-on-failure) >"$log" 2>&1
+(cd "$build" && ctest -R '^Cuda' --timeout 120 --output-on-failure) >"$log" 2>&1
 set -e
 {
   echo "# dpt CUDA tests on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) (sm_$arch)"
@@ -151,5 +181,6 @@ bench_log="$build/gpu_check.bench.log"
 
 passed=$(grep -c '| Passed |' "$table" || true)
 total=$(grep -c '^| Cuda' "$table" || true)
+cat "$table"
 say "$passed of $total CUDA tests passed; table: $table (ctest log: $log)"
 [ "$total" -gt 0 ] && [ "$passed" -eq "$total" ]
