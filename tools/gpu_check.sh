@@ -20,7 +20,7 @@ say() { echo "gpu_check: $*"; }
 save_outputs() {
   if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
     local file
-    for file in gpu_check.md gpu_check.ctest.log gpu_check.bench.log configure.log build.log; do
+    for file in gpu_check.md gpu_check.ctest.log gpu_check.bench.log gpu_check.sanitizer.log configure.log build.log; do
       [ -f "$build/$file" ] && cp "$build/$file" "$OUT/" || true
     done
   fi
@@ -178,6 +178,28 @@ bench_log="$build/gpu_check.bench.log"
     done
   done
 } >>"$table"
+
+# --- Failed tests once more under compute-sanitizer's memcheck, while the 8 minutes last
+# (at most three, each until 470 s), so that one run on a GPU machine also names the kernel
+# and the address of an out-of-bounds access. Its report: gpu_check.sanitizer.log.
+sanitizer="$(command -v compute-sanitizer || true)"
+[ -z "$sanitizer" ] && [ -x "$(dirname "$CUDACXX")/../compute-sanitizer/compute-sanitizer" ] &&
+  sanitizer="$(dirname "$CUDACXX")/../compute-sanitizer/compute-sanitizer"
+failed=($(sed -nE 's/^\| (Cuda[^ ]+) \| (Failed|Exception|Timeout) \|.*/\1/p' "$table" | grep -v '^CudaMpi' | head -n 3 || true))
+if [ -n "$sanitizer" ] && [ "${#failed[@]}" -gt 0 ]; then
+  sanitizer_log="$build/gpu_check.sanitizer.log"
+  : >"$sanitizer_log"
+  for name in "${failed[@]}"; do
+    left=$((470 - SECONDS))
+    [ "$left" -lt 20 ] && { echo "== $name: no time left" >>"$sanitizer_log"; continue; }
+    program="$(cd "$build" && ctest -R "^$name\$" --show-only=json-v1 |
+      "$python" -c 'import json, sys; print(json.load(sys.stdin)["tests"][0]["command"][0])')" || continue
+    echo "== $name ($program, memcheck, up to $left s)" >>"$sanitizer_log"
+    (cd "$build" && DPT_SOURCE_DIR="$root" timeout "$left" "$sanitizer" --tool memcheck --print-limit 20 \
+      "$program" --gtest_filter="$name") >>"$sanitizer_log" 2>&1 || true
+    say "$name again under compute-sanitizer: $(grep -o 'ERROR SUMMARY: [0-9]* errors' "$sanitizer_log" | tail -n 1)"
+  done
+fi
 
 passed=$(grep -c '| Passed |' "$table" || true)
 total=$(grep -c '^| Cuda' "$table" || true)
