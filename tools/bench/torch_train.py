@@ -62,13 +62,15 @@ MODELS = {
 }
 
 
-def sgd_step(model, x, y):
+def sgd_step(model, x, y, autocast=contextlib.nullcontext):
     """One training step on a fixed batch with bench_train.cpp's optimizer: SGD, lr 0.01,
-    momentum 0.9, Nesterov, weight decay 5e-4. Shared with torch_ddp.py."""
+    momentum 0.9, Nesterov, weight decay 5e-4. Shared with torch_ddp.py. autocast() wraps
+    the forward pass and the loss only, as PyTorch's AMP recipe has it."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
 
     def step():
-        loss = nn.functional.cross_entropy(model(x), y)
+        with autocast():
+            loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -111,13 +113,12 @@ def main():
     model = MODELS[a.model](c, h, w).to(device=device, memory_format=memory_format)
     x = torch.randn(a.batch, c, h, w).to(device=device, memory_format=memory_format)
     y = (torch.arange(a.batch) % 10).to(device)
-    step = sgd_step(model, x, y)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if a.precision == "bf16" else contextlib.nullcontext()
+    bf16 = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
+    step = sgd_step(model, x, y, bf16 if a.precision == "bf16" else contextlib.nullcontext)
 
     def run(n):
         for _ in range(n):
-            with autocast:
-                step()
+            step()
 
     run(a.warmup)
     if cuda:
