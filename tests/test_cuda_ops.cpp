@@ -128,6 +128,18 @@ TEST_F(CudaOps, CountCorrectTakesTheFirstMaximum) {
   EXPECT_EQ(count_correct(logits.to(Device::cuda(0)), labels.to(Device::cuda(0))),
             count_correct(logits, labels));
   EXPECT_EQ(count_correct(logits, labels), 4);
+  // NaN logits as std::max_element treats them: a NaN in column 0 is the prediction, any
+  // other NaN never is (and must not hide the other columns a warp lane reads with it).
+  const float nan = std::nanf("");
+  std::vector<float> v(4 * 40, 0.0f);
+  v[0 * 40 + 0] = nan;                                               // prediction 0
+  v[1 * 40 + 1] = nan, v[1 * 40 + 33] = 5.0f;                        // 33, in the NaN's lane
+  v[2 * 40 + 0] = 1.0f, v[2 * 40 + 5] = nan, v[2 * 40 + 7] = 0.5f;   // 0
+  v[3 * 40 + 2] = 3.0f, v[3 * 40 + 3] = nan, v[3 * 40 + 35] = 3.0f;  // 2, the first of a tie
+  Tensor nan_logits = Tensor::from_vector(v, {4, 40});
+  Tensor nan_labels = labels_of({0, 33, 0, 2});
+  EXPECT_EQ(count_correct(nan_logits, nan_labels), 4);
+  EXPECT_EQ(count_correct(nan_logits.to(Device::cuda(0)), nan_labels.to(Device::cuda(0))), 4);
   Tensor many = random_tensor({1000, 10}, 6);
   Tensor many_labels = random_labels(1000, 10, 7);
   EXPECT_EQ(count_correct(many.to(Device::cuda(0)), many_labels.to(Device::cuda(0))),
@@ -153,9 +165,10 @@ TEST_F(CudaOps, BadLabelsAndDevicesAreClearErrors) {
             }),
             "elementwise: inputs on different devices (cuda:0 and cpu); move them to one device first");
   Tensor x = random_tensor({2, 3, 4, 4}, 10).to(Device::cuda(0));
-  Tensor c = Tensor::full({3}, 1.0f).to(Device::cuda(0));
-  EXPECT_EQ(error_of([&] { sync_batch_norm2d(x, c, c, Tensor(), Tensor(), {}, [](const Tensor&) {}); }),
-            "sync_batch_norm2d: no kernel for cuda:0 tensors (sync_batch_norm2d runs on the CPU only)");
+  Tensor c_cpu = Tensor::full({3}, 1.0f);
+  EXPECT_EQ(
+      error_of([&] { sync_batch_norm2d(x, c_cpu, c_cpu, Tensor(), Tensor(), {}, [](const Tensor&) {}); }),
+      "sync_batch_norm2d: inputs on different devices (cuda:0 and cpu); move them to one device first");
   // A gradient from the wrong device is turned away before any kernel reads it.
   Tensor leaf = random_tensor({2, 3}, 11).to(Device::cuda(0)).set_requires_grad(true);
   Tensor y = relu(leaf);

@@ -134,8 +134,9 @@ __global__ void count_correct_kernel(const float* logits, const int64_t* labels,
     const float* xr = logits + r * cols;
     float best = -INFINITY;
     int64_t best_c = -1;  // none yet
+    // NaNs never win (std::max_element never moves to one), except in column 0 (below).
     for (int64_t c = lane; c < cols; c += kWarp)
-      if (best_c < 0 || xr[c] > best) {
+      if (!isnan(xr[c]) && (best_c < 0 || xr[c] > best)) {
         best = xr[c];
         best_c = c;
       }
@@ -148,6 +149,8 @@ __global__ void count_correct_kernel(const float* logits, const int64_t* labels,
         best_c = other_c;
       }
     }
+    // std::max_element starts at column 0 and nothing compares greater than a NaN there.
+    if (isnan(xr[0])) best_c = 0;
     if (lane == 0 && best_c == labels[r]) atomicAdd(correct, 1ull);
   }
 }
