@@ -148,16 +148,17 @@ class BatchSource {
 // Evaluation's totals (loss x samples, correct, samples) kept on the device, all-reduced
 // there (NCCL, through the world group's forwarding) and read back once.
 std::vector<float> device_eval_totals(nn::Module& model, BatchSource& source, Device device) {
+  // The all-reduced counts cover the whole test set (the ranks' shards partition it), and
+  // every rank decides alike, before any collective.
+  const int64_t samples = source.loader().dataset().size();
+  DPT_CHECK(samples < (int64_t{1} << 24))
+      << "evaluation: " << samples << " test samples; counts on the GPU are exact below 2^24";
   Tensor totals = Tensor::zeros({3}, DType::f32, device);
   data::Batch batch;
-  int64_t seen = 0;
   while (source.next(batch)) {
     Tensor logits = model(batch.images);
     cuda::eval_totals_add(totals, cross_entropy(logits, batch.labels), logits, batch.labels);
-    seen += batch.labels.numel();
   }
-  DPT_CHECK(seen < (int64_t{1} << 24))
-      << "evaluation: " << seen << " test samples on one rank; counts on the GPU are exact below 2^24";
   if (dist::info().world_size > 1) dist::world()->all_reduce(totals, dist::ReduceOp::sum)->wait();
   return totals.to_vector();
 }

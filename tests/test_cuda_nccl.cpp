@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "distributed/dist.h"
+#include "distributed/mpi_process_group.h"
 
 #ifdef DPT_WITH_CUDA
 #include "backend/cuda/device.h"
@@ -86,6 +87,24 @@ TEST_F(CudaNccl, SplitMakesAnNcclSubGroup) {
   Tensor s = iota_on_gpu(10, 4.0f);
   sub->all_reduce(s, dist::ReduceOp::max)->wait();
   EXPECT_EQ(s.to(Device::cpu()).to_vector(), iota_on_gpu(10, 4.0f).to(Device::cpu()).to_vector());
+}
+
+TEST_F(CudaNccl, AShutDownGroupRefusesCudaCollectives) {
+  // shutdown() (what dist::finalize() calls) destroys the NCCL twin with the MPI
+  // communicators, so a CUDA collective afterwards is an Error, as a CPU one is.
+  dist::GroupPtr sub = dist::split(dist::world(), 0, 0);
+  ASSERT_TRUE(sub);
+  Tensor t = iota_on_gpu(10, 1.0f);
+  sub->all_reduce(t)->wait();  // the sub-group's NCCL twin exists from here on
+  auto* mpi = dynamic_cast<dist::MpiProcessGroup*>(sub.get());
+  ASSERT_NE(mpi, nullptr);
+  mpi->shutdown();
+  try {
+    sub->all_reduce(t);
+    ADD_FAILURE() << "a CUDA all_reduce on a shut-down group was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("used after it was shut down"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(CudaNccl, BadArgumentsAreErrorsNamingTheGroup) {

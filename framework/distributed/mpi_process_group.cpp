@@ -291,6 +291,14 @@ void MpiProcessGroup::shutdown() {
               1);
   }
   control_->shutdown();
+  {
+    // The NCCL twin goes here, not with the object: dist::finalize() shuts every group down
+    // newest first on every rank, before MPI_Finalize, while the CUDA runtime is alive — a
+    // GroupPtr someone keeps past finalize() would otherwise destroy its communicator at
+    // static destruction, and keep serving CUDA collectives after shutdown.
+    std::lock_guard<std::mutex> nccl_lock(nccl_mutex_);
+    nccl_.reset();
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;  // MPI has freed every communicator already

@@ -118,11 +118,15 @@ NcclProcessGroup::NcclProcessGroup(ncclComm_t comm, int rank, std::vector<int> w
 }
 
 NcclProcessGroup::~NcclProcessGroup() {
-  // Let queued collectives finish before the communicator goes; never throw from here.
-  cuda::DeviceGuard guard(device_);
-  (void)cudaStreamSynchronize(stream_.get());
-  in_flight_.clear();
-  (void)ncclCommDestroy(comm_);
+  // Let queued collectives finish before the communicator goes; never throw from here
+  // (DeviceGuard throws when the CUDA runtime is already being torn down at exit).
+  try {
+    cuda::DeviceGuard guard(device_);
+    (void)cudaStreamSynchronize(stream_.get());
+    in_flight_.clear();
+    (void)ncclCommDestroy(comm_);
+  } catch (...) {
+  }
 }
 
 void NcclProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what) const {
