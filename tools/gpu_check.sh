@@ -109,7 +109,8 @@ if grep -q "no CUDA device" <<<"$probe"; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu_check: GPU: /' || true
 
-# --- Run the CUDA tests; one table row per test.
+# --- Run the CUDA tests; one table row per test. NCCL says why it fails, if it does.
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 table="$build/gpu_check.md"
 log="$build/gpu_check.ctest.log"
 set +e
