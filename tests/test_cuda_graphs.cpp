@@ -321,7 +321,9 @@ TEST_F(CudaGraph, NonFiniteGradientsAreFlaggedAfterTheReplay) {
     EXPECT_EQ(r.finite, k != 3) << "step " << k;
     // The NaN pixel need not reach the loss: the first conv's fused ReLU maps NaN to 0 (as
     // the CPU's ReLU loop does). It does reach that conv's weight gradient (NaN x 0).
-    if (k != 3) EXPECT_TRUE(std::isfinite(r.loss)) << "step " << k;
+    if (k != 3) {
+      EXPECT_TRUE(std::isfinite(r.loss)) << "step " << k;
+    }
   }
   // A batch the graph cannot take, and a label outside the classes: clear errors.
   EXPECT_NE(error_of([&] {
