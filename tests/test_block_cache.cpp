@@ -75,6 +75,34 @@ TEST(BlockCache, SharedBlocksAreReusedAndCounted) {
   EXPECT_EQ(cache.counters().reserved_bytes, 0u);
 }
 
+// What allocator_empty_cache asks before it synchronises the device and trims. It used to
+// compare reserved with allocated + pool bytes, which counts a graph's live blocks twice:
+// a free shared block of the same size as the pool's live ones went unnoticed.
+TEST(BlockCache, SharedCachedSeesOnlyTheSharedPoolsFreeBlocks) {
+  BlockCache cache;
+  FakeDevice device;
+  EXPECT_FALSE(cache.shared_cached());
+  void* eager = allocate(cache, device, 512);
+  EXPECT_FALSE(cache.shared_cached());  // live
+  auto pool = cache.pool_create();
+  cache.capture_begin(pool);
+  void* captured = allocate(cache, device, 512);  // live in the pool (a graph's output)
+  void* scratch = allocate(cache, device, 1024);
+  cache.release(scratch);  // free, but the pool's
+  cache.capture_end();
+  EXPECT_FALSE(cache.shared_cached());
+  cache.release(eager);
+  ASSERT_TRUE(cache.shared_cached());
+  std::vector<void*> freed;
+  cache.trim([&](void* p, size_t) { freed.push_back(p); });
+  EXPECT_EQ(freed, std::vector<void*>{eager});
+  EXPECT_FALSE(cache.shared_cached());
+  cache.release(captured);  // back to its live pool, not to the shared one
+  EXPECT_FALSE(cache.shared_cached());
+  cache.pool_release(pool);  // the pool's free blocks join the shared pool
+  EXPECT_TRUE(cache.shared_cached());
+}
+
 TEST(BlockCache, CaptureAllocatesFromItsPoolAndReusesItsOwnFrees) {
   BlockCache cache;
   FakeDevice device;

@@ -83,6 +83,9 @@ class BlockCache {
     });
   }
 
+  // True when the shared pool holds free blocks, i.e. trim() has something to give back.
+  bool shared_cached() const { return !pools_.at(kShared).free.empty(); }
+
   // A new, empty private pool.
   PoolId pool_create();
   // Until capture_end(), requests are served from `pool` and shared blocks freed join it.

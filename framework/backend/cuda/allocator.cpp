@@ -92,8 +92,7 @@ class Allocator {
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int device = 0; device < static_cast<int>(devices_.size()); ++device) {
-      const BlockCache::Counters& c = devices_[device].blocks.counters();
-      if (c.reserved_bytes == c.allocated_bytes + c.pool_bytes) continue;
+      if (!devices_[device].blocks.shared_cached()) continue;
       DPT_CHECK(!devices_[device].blocks.capturing())
           << "allocator_empty_cache: cuda:" << device << " is capturing a CUDA graph (freeing memory would "
           << "synchronise the device, which a capture forbids)";

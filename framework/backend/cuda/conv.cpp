@@ -67,6 +67,11 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
                                 const ConvParams& p, DType dtype, bool tf32) {
   auto plan = std::make_unique<Plan>(xs, ws, ys, p, dtype, tf32);
   int max = 0, count = 0;
+  // bf16: each direction's heuristics query starts from the descriptor's own math type
+  // (tensor cores allowed), not from the one the previous direction's choice left on it:
+  // an FMA-only forward algorithm (a 3-channel stem) would otherwise limit the backward
+  // queries to FMA kernels.
+  const cudnnMathType_t search_math = CUDNN_TENSOR_OP_MATH;
 
   CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max));
   std::vector<cudnnConvolutionFwdAlgoPerf_t> forward(max);
@@ -79,6 +84,7 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
   CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, plan->x.get(), plan->w.get(), plan->conv.get(),
                                                       plan->y.get(), plan->forward, &plan->forward_bytes));
 
+  plan->use_math(search_math);
   CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max));
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(max);
   CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
@@ -91,6 +97,7 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
                                                            plan->conv.get(), plan->x.get(),
                                                            plan->backward_data, &plan->backward_data_bytes));
 
+  plan->use_math(search_math);
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max));
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(max);
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(

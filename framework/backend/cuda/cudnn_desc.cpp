@@ -29,9 +29,9 @@ TensorDescriptor::TensorDescriptor(const Shape& s, const char* op, DType dtype, 
   DPT_CHECK(shape_numel(s) <= INT_MAX)
       << op << " on cuda: " << shape_str(s) << " has more than 2^31 - 1 elements, beyond cuDNN's limit";
   int n = cudnn_int(s[0], op), c = cudnn_int(s[1], op), h = cudnn_int(s[2], op), w = cudnn_int(s[3], op);
+  cudnnDataType_t type = cudnn_type(dtype, op);  // before the create: a throw after it leaks the descriptor
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                         cudnn_type(dtype, op), n, c, h, w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, type, n, c, h, w));
 }
 
 TensorDescriptor::~TensorDescriptor() { (void)cudnnDestroyTensorDescriptor(desc_); }
@@ -39,9 +39,9 @@ TensorDescriptor::~TensorDescriptor() { (void)cudnnDestroyTensorDescriptor(desc_
 FilterDescriptor::FilterDescriptor(const Shape& s, const char* op, DType dtype, bool nhwc) {
   DPT_CHECK(s.size() == 4) << op << " on cuda: expected a 4-D weight, got " << shape_str(s);
   int k = cudnn_int(s[0], op), c = cudnn_int(s[1], op), h = cudnn_int(s[2], op), w = cudnn_int(s[3], op);
+  cudnnDataType_t type = cudnn_type(dtype, op);
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&desc_));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, cudnn_type(dtype, op), nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                         k, c, h, w));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, type, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, k, c, h, w));
 }
 
 FilterDescriptor::~FilterDescriptor() { (void)cudnnDestroyFilterDescriptor(desc_); }
