@@ -77,12 +77,12 @@ class MpiJob {
     return -1;
   }
 
-  // Waits until stdout contains `text`; false after `limit` or when the job ended first.
+  // Waits until stdout contains `text`; false after `limit` or when the job ended without it.
   bool wait_for_output(const std::string& text, std::chrono::milliseconds limit) {
     const auto until = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < until) {
+      if (exited()) return read(out_).find(text) != std::string::npos;  // all it ever wrote is there
       if (read(out_).find(text) != std::string::npos) return true;
-      if (exited()) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;

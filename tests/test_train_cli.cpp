@@ -64,10 +64,10 @@ class TrainCli : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
 
-  std::string synthetic_config(const std::string& extra = "") {
+  std::string synthetic_config(const std::string& extra = "", int epochs = 2) {
     return "model: {name: mlp, hidden: [32]}\n"
            "dataset: {name: synthetic, shape: [1, 8, 8], classes: 4, size: 512}\n"
-           "epochs: 2\nbatch_size: 32\nthreads: 1\n"
+           "epochs: " + std::to_string(epochs) + "\nbatch_size: 32\nthreads: 1\n"
            "optimizer: {name: sgd, lr: 0.1, momentum: 0.9}\n"
            "output: {dir: " + (dir_ / "run").string() + "}\n" + extra;
   }
@@ -210,8 +210,9 @@ TEST_F(TrainCli, DebugCollectivesStopsRanksThatDisagreeAtTheCall) {
 
 TEST_F(TrainCli, AHungRankIsNamedWhenTheTimeoutEndsTheRun) {
   // Rank 1 stops (SIGSTOP) mid-training: rank 0's next collective times out after
-  // distributed.timeout_s and names it; rank 1's listener cannot answer either.
-  std::string config = write("ok.yaml", synthetic_config()).string();
+  // distributed.timeout_s and names it; rank 1's listener cannot answer either. (Many
+  // epochs, so the job cannot end by itself before the stop.)
+  std::string config = write("ok.yaml", synthetic_config("", 10000)).string();
   dpt::testing::MpiJob job(two_ranks(train_, config, "--set distributed.timeout_s=2", "--set distributed.timeout_s=2"),
                            dir_);
   ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30)));
@@ -231,7 +232,9 @@ TEST_F(TrainCli, AHungRankIsNamedWhenTheTimeoutEndsTheRun) {
 }
 
 TEST_F(TrainCli, ASignalOnOneRankEndsEveryRank) {
-  std::string config = write("ok.yaml", synthetic_config()).string();
+  // Far more epochs than the test lets run: with two, the job could end by itself between
+  // "epoch 1:" and the signal (an epoch here takes milliseconds).
+  std::string config = write("ok.yaml", synthetic_config("", 10000)).string();
   for (int signal : {SIGSEGV, SIGKILL}) {
     dpt::testing::MpiJob job(two_ranks(train_, config, "", ""), dir_);
     ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30)));
