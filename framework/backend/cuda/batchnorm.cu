@@ -106,7 +106,8 @@ void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const
   if (!uses_cudnn(x))
     return bn_kernels::backward_training(x, grad_out, relu_out, weight, save_mean, save_invstd, grad_x,
                                          grad_weight, grad_bias);
-  check_layout(x, {&grad_out, &relu_out, &weight, &save_mean, &save_invstd, &grad_x, &grad_weight, &grad_bias});
+  check_layout(x,
+               {&grad_out, &relu_out, &weight, &save_mean, &save_invstd, &grad_x, &grad_weight, &grad_bias});
   Tensor g = relu_masked(grad_out, relu_out);
   int device = x.device().index;
   DeviceGuard guard(device);
@@ -132,8 +133,8 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
   KernelScope scope(x.device().index);
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(c, 65535));
   backward_inference_kernel<<<blocks, kBlock, 0, scope.stream()>>>(
-      x.data<float>(), g.data<float>(), weight.data<float>(), mean.data<float>(), var.data<float>(),
-      eps, grad_x.data<float>(), grad_weight.data<float>(), grad_bias.data<float>(), n, c, hw);
+      x.data<float>(), g.data<float>(), weight.data<float>(), mean.data<float>(), var.data<float>(), eps,
+      grad_x.data<float>(), grad_weight.data<float>(), grad_bias.data<float>(), n, c, hw);
   DPT_CUDA_LAUNCH_CHECK();
 }
 

@@ -155,9 +155,10 @@ __global__ void eval_coefficients(const float* weight, const float* bias, const 
   }
 }
 
-// With g the (masked) gradient: grad_bias = sum g, grad_weight = invstd sum g (x - mean); then dx = a (g - b - (x - mean) d)
-// with a = weight invstd and, in training (batch statistics), b = sum g / M and
-// d = invstd^2 sum g (x - mean) / M; in eval b = d = 0. invstd is given, or 1/sqrt(var + eps).
+// With g the gradient (masked by a fused ReLU): grad_bias = sum g, grad_weight = invstd sum
+// g (x - mean); then dx = a (g - b - (x - mean) d) with a = weight invstd and, in training
+// (batch statistics), b = sum g / M and d = invstd^2 sum g (x - mean) / M; in eval b = d = 0.
+// invstd is given, or 1/sqrt(var + eps).
 __global__ void finalize_grads(const double* partial, Geometry geo, const float* weight, const float* invstd,
                                const float* var, float eps, bool training, float* grad_weight,
                                float* grad_bias, float* coef) {
@@ -195,8 +196,8 @@ __global__ void grad_x_kernel(const T* x, const T* g, const T* relu_out, const f
                               T* grad_x, int64_t n, int64_t c, int64_t hw) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     int64_t ch = channel_of<nhwc>(i, c, hw);
-    float v = coef[3 * ch] *
-              (masked_grad(g, relu_out, i) - coef[3 * ch + 1] - (to_float(x[i]) - mean[ch]) * coef[3 * ch + 2]);
+    float v = coef[3 * ch] * (masked_grad(g, relu_out, i) - coef[3 * ch + 1] -
+                              (to_float(x[i]) - mean[ch]) * coef[3 * ch + 2]);
     grad_x[i] = from_float<T>(v);
   }
 }
@@ -218,7 +219,8 @@ void launch_partials(const T* x, const T* g, const T* relu_out, const float* mea
   if (geo.nhwc) {
     dim3 grid(static_cast<unsigned>(geo.chunks),
               static_cast<unsigned>((geo.c + kChannelTile - 1) / kChannelTile));
-    partials_nhwc<kind, T><<<grid, dim3(kChannelTile, kRowsPerStep), 0, stream>>>(x, g, relu_out, mean, partial, geo);
+    partials_nhwc<kind, T>
+        <<<grid, dim3(kChannelTile, kRowsPerStep), 0, stream>>>(x, g, relu_out, mean, partial, geo);
   } else {
     dim3 grid(static_cast<unsigned>(geo.chunks), static_cast<unsigned>(geo.c));
     partials_nchw<kind, T><<<grid, kBlock, 0, stream>>>(x, g, relu_out, mean, partial, geo);
