@@ -3,8 +3,10 @@
 // norm in training and eval, sync batch norm, max/avg/global pooling, shortcut_pad,
 // linear) run in three modes — f32 NHWC, bf16 NCHW, bf16 NHWC — with outputs and input
 // gradients compared to the CPU twin; then a ResNet-20 and an mnist_cnn training step with
-// precision bf16 (and channels-last) against the same model in f32 on the CPU. Skipped
-// without a GPU.
+// precision bf16 (and channels-last) against the same model in f32 on the CPU. Batch norm
+// with a fused ReLU is also checked against relu(batch_norm) on the GPU (bit for bit) and
+// by the kernels a captured forward and backward holds (the fused ReLU adds none on the
+// bf16 / NHWC kernels). Skipped without a GPU.
 //
 // Tolerances. Op by op, the CPU reads the inputs (and the upstream gradient) rounded to
 // bf16, exactly what the GPU reads, so what is left is each op's own rounding of its
@@ -27,6 +29,7 @@ TEST(CudaMixed, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include <cmath>
 
 #include "autograd/node.h"
+#include "backend/cuda/graph.h"
 #include "inputs.h"
 #include "models/registry.h"
 #include "ops/activation.h"
@@ -242,6 +245,163 @@ TEST_F(CudaMixed, BatchNormTrainingAndEval) {
         [](const Inputs& t) { return batch_norm2d(t[0], t[1], t[2], Tensor(), Tensor(), true); },
         {random_leaf({64, 16, 32, 32}, 34, -1.0f, 3.0f), random_leaf({16}, 35), random_leaf({16}, 36)},
         {Role::activation, Role::as_is, Role::as_is});
+}
+
+namespace {
+
+// Batch norm + ReLU inputs whose normalised values straddle 0, so the ReLU's mask matters,
+// with no output near the kink: x from kink_free_input (per channel |x - mean| spans 0.57 to
+// 1.36 standard deviations in 8 levels) and bias = k weight with k cycling through
+// {0.75, -0.75, -3, 3} over the channels: the kink at xhat = -k falls between two levels
+// (0.68 and 0.80) or outside them all, so a channel has 3/8, 5/8, all or none of its
+// outputs masked, and no |output| below 0.02 before the ReLU. Eval takes running mean 0 and
+// variance 0.775 (the batch's), so the same levels.
+// Shape [16, 40, 12, 12]: 2304 values per channel (three chunks in the two-stage sums) and
+// 40 channels (a partial 32-channel tile in NHWC).
+struct FusedReluCase {
+  Tensor x, weight, bias, running_mean, running_var;
+};
+
+FusedReluCase fused_relu_case() {
+  const int64_t c = 40;
+  FusedReluCase k;
+  k.x = kink_free_input({16, c, 12, 12}, 70).set_requires_grad(true);
+  k.weight = random_tensor({c}, 71, 0.5f, 1.5f);
+  std::vector<float> w = k.weight.to_vector(), b(c);
+  const float shift[4] = {0.75f, -0.75f, -3.0f, 3.0f};
+  for (int64_t i = 0; i < c; ++i) b[i] = shift[i % 4] * w[i];
+  k.weight.set_requires_grad(true);
+  k.bias = Tensor::from_vector(b, {c}).set_requires_grad(true);
+  k.running_mean = Tensor::zeros({c});
+  k.running_var = Tensor::full({c}, 0.775f);
+  return k;
+}
+
+// Bit for bit, a NaN matching a NaN.
+void expect_same_values(const Tensor& got, const Tensor& want, const std::string& what) {
+  std::vector<float> a = got.to_vector(), b = want.to_vector();
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) {
+      ADD_FAILURE() << what << " differs at " << i << ": " << a[i] << " vs " << b[i];
+      return;
+    }
+}
+
+}  // namespace
+
+TEST_F(CudaMixed, BatchNormFusedReluMatchesCpu) {
+  FusedReluCase k = fused_relu_case();
+  {  // The inputs do what fused_relu_case says: the mask is partial, full or empty by channel.
+    std::vector<float> out =
+        batch_norm2d(k.x.detach(), k.weight.detach(), k.bias.detach(), Tensor(), Tensor(), true, {}, true)
+            .to_vector();
+    const int64_t c = 40, hw = 144, n = 16;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      int64_t zeros = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < hw; ++j) zeros += out[(i * c + ch) * hw + j] == 0.0f ? 1 : 0;
+      const int64_t all = n * hw;
+      const int64_t want[4][2] = {{all / 5, all / 2}, {all / 2, all * 3 / 4}, {all, all}, {0, 0}};
+      EXPECT_GE(zeros, want[ch % 4][0]) << "channel " << ch;
+      EXPECT_LE(zeros, want[ch % 4][1]) << "channel " << ch;
+    }
+  }
+  Tensor rm_gpu = k.running_mean.to(gpu), rv_gpu = k.running_var.to(gpu);
+  std::vector<Role> roles = {Role::activation, Role::as_is, Role::as_is};
+  for (const Mode& m : kModes)
+    for (bool training : {true, false})
+      expect_mode_matches_cpu(
+          std::string("batch_norm2d + fused relu, ") + (training ? "training" : "eval"), m,
+          [&, training](const Inputs& t) {
+            bool on_gpu = t[0].device().is_cuda();
+            Tensor rm = training ? Tensor() : on_gpu ? rm_gpu : k.running_mean;
+            Tensor rv = training ? Tensor() : on_gpu ? rv_gpu : k.running_var;
+            return batch_norm2d(t[0], t[1], t[2], rm, rv, training, {}, true);
+          },
+          {k.x, k.weight, k.bias}, roles);
+}
+
+// Where the ReLU runs is the backend's choice, not a change of result: fused or after the
+// op, the GPU gives the same bits (output, running statistics, three gradients), in every
+// mode, the cuDNN one (f32 NCHW) included; a NaN input becomes 0 as relu_forward makes it.
+TEST_F(CudaMixed, BatchNormFusedReluIsReluOfBatchNormBitForBit) {
+  FusedReluCase k = fused_relu_case();
+  Tensor upstream = random_tensor(k.x.shape(), 72);
+  std::vector<Mode> modes = kModes;
+  modes.push_back({DType::f32, false});
+  for (const Mode& m : modes)
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(m.str() + (training ? " training" : " eval"));
+      Tensor x = k.x.detach().clone();
+      // Eval only: in training one NaN makes its channel's batch statistics NaN.
+      if (!training) x.data<float>()[5] = std::nanf("");
+      struct Run {
+        Tensor out, x, weight, bias, running_mean, running_var;
+      };
+      auto run = [&](bool fused) {
+        Run r;
+        r.x = x.to(gpu);
+        r.weight = k.weight.detach().to(gpu);
+        r.bias = k.bias.detach().to(gpu);
+        r.running_mean = k.running_mean.to(gpu);
+        r.running_var = k.running_var.to(gpu);
+        for (Tensor* leaf : {&r.x, &r.weight, &r.bias}) leaf->set_requires_grad(true);
+        Tensor y = batch_norm2d(to_mode(r.x, Role::activation, m), r.weight, r.bias, r.running_mean,
+                                r.running_var, training, {.momentum = 0.2f}, fused);
+        r.out = fused ? y : relu(y);
+        MemoryFormat format = m.nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+        r.out.backward(cast(upstream.to(gpu), m.dtype, format));
+        return r;
+      };
+      Run fused = run(true), apart = run(false);
+      expect_same_values(fused.out, apart.out, "output");
+      if (!training) {
+        EXPECT_EQ(fused.out.to_vector()[5], 0.0f) << "relu(NaN)";
+      }
+      expect_same_values(fused.running_mean, apart.running_mean, "running_mean");
+      expect_same_values(fused.running_var, apart.running_var, "running_var");
+      expect_same_values(fused.x.grad(), apart.x.grad(), "gradient of x");
+      expect_same_values(fused.weight.grad(), apart.weight.grad(), "gradient of weight");
+      expect_same_values(fused.bias.grad(), apart.bias.grad(), "gradient of bias");
+    }
+}
+
+// The saving, counted: a captured forward + backward of batch_norm2d holds as many kernels
+// with the fused ReLU as without it on the bf16 / NHWC kernels, while relu(batch_norm2d)
+// holds more (its forward and backward passes); the cuDNN path still runs the ReLU apart.
+TEST_F(CudaMixed, BatchNormFusedReluAddsNoKernelToACapturedStep) {
+  cuda::allocator_set_poison(false);  // its memsets are graph nodes too; count the work alone
+  FusedReluCase k = fused_relu_case();
+  Tensor upstream = random_tensor(k.x.shape(), 73);
+  std::vector<Mode> modes = kModes;
+  modes.push_back({DType::f32, false});
+  enum class Relu { none, fused, apart };
+  for (const Mode& m : modes) {
+    SCOPED_TRACE(m.str());
+    MemoryFormat format = m.nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+    Tensor up = cast(upstream.to(gpu), m.dtype, format);
+    auto nodes = [&](Relu relu_at) {
+      Tensor x = k.x.detach().to(gpu), w = k.weight.detach().to(gpu), b = k.bias.detach().to(gpu);
+      for (Tensor* leaf : {&x, &w, &b}) leaf->set_requires_grad(true);
+      auto step = [&] {
+        Tensor y = batch_norm2d(to_mode(x, Role::activation, m), w, b, Tensor(), Tensor(), true, {},
+                                relu_at == Relu::fused);
+        (relu_at == Relu::apart ? relu(y) : y).backward(up);
+      };
+      step();  // eager first: library handles are made outside the capture
+      cuda::Graph graph(0);
+      graph.capture(step);
+      return graph.node_count();
+    };
+    size_t none = nodes(Relu::none), fused = nodes(Relu::fused), apart = nodes(Relu::apart);
+    EXPECT_GT(apart, none) << "a ReLU op adds its forward and backward kernels";
+    if (m.dtype == DType::f32 && !m.nhwc) {
+      EXPECT_GT(fused, none) << "cuDNN's batch norm runs the ReLU as separate kernels";
+    } else {
+      EXPECT_EQ(fused, none) << "the fused ReLU runs inside the batch-norm kernels";
+    }
+  }
 }
 
 // sync_bn: true with precision: bf16 or channels_last: true hands sync_batch_norm2d the

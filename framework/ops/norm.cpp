@@ -9,7 +9,6 @@
 #include "ops/device_check.h"
 
 #ifdef DPT_WITH_CUDA
-#include "backend/cuda/activation.h"
 #include "backend/cuda/batchnorm.h"
 #endif
 
@@ -31,8 +30,8 @@ void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x, bo
 #ifdef DPT_WITH_CUDA
 // x contiguous NCHW or channels-last, f32 or bf16; the output and x's gradient follow it.
 // Training keeps the saved batch mean and 1/sqrt(var + eps) for the backward; eval keeps
-// snapshots of the running statistics. A fused ReLU runs after the normalisation, and its
-// mask (the output) is kept.
+// snapshots of the running statistics. A fused ReLU is the backend's (inside its kernels
+// where it can); the backward hands it the output, whose > 0 is the ReLU's mask.
 Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                          const Tensor& running_mean, const Tensor& running_var, bool training,
                          const BatchNormOptions& options, bool fuse_relu) {
@@ -45,13 +44,12 @@ Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tens
     mean = Tensor::empty(channels, DType::f32, device);
     stat = Tensor::empty(channels, DType::f32, device);
     cuda::batch_norm_forward_training(x, weight, bias, running_mean, running_var, options.momentum,
-                                      options.eps, out, mean, stat);
+                                      options.eps, fuse_relu, out, mean, stat);
   } else {
     mean = running_mean.clone();
     stat = running_var.clone();
-    cuda::batch_norm_forward_inference(x, weight, bias, mean, stat, options.eps, out);
+    cuda::batch_norm_forward_inference(x, weight, bias, mean, stat, options.eps, fuse_relu, out);
   }
-  if (fuse_relu) cuda::relu_forward(out, out);
 
   bool need_x = x_in.requires_grad(), need_w = weight_in.requires_grad(), need_b = bias_in.requires_grad();
   autograd::record(
@@ -60,16 +58,14 @@ Tensor batch_norm2d_cuda(const Tensor& x_in, const Tensor& weight_in, const Tens
        training, eps = options.eps, device, need_x, need_w, need_b](const Tensor& grad_out) {
         check_grad("batch_norm2d backward", grad_out, device, x.dtype());
         Tensor g = layout_like_on_device(grad_out, x);
-        // Fused ReLU: the gradient flows only where the output was > 0.
-        if (out.defined()) g = cuda::relu_backward(out, g);
         // The kernels compute all three at once; the unwanted ones are dropped.
         Tensor grad_x = Tensor::empty_like(x);
         Tensor grad_w = Tensor::empty(weight.shape(), DType::f32, device);
         Tensor grad_b = Tensor::empty(weight.shape(), DType::f32, device);
         if (training)
-          cuda::batch_norm_backward_training(x, g, weight, mean, stat, eps, grad_x, grad_w, grad_b);
+          cuda::batch_norm_backward_training(x, g, out, weight, mean, stat, eps, grad_x, grad_w, grad_b);
         else
-          cuda::batch_norm_backward_inference(x, g, weight, mean, stat, eps, grad_x, grad_w, grad_b);
+          cuda::batch_norm_backward_inference(x, g, out, weight, mean, stat, eps, grad_x, grad_w, grad_b);
         return std::vector<Tensor>{need_x ? grad_x : Tensor(), need_w ? grad_w : Tensor(),
                                    need_b ? grad_b : Tensor()};
       });

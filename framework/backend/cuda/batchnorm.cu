@@ -1,6 +1,8 @@
-// cuDNN spatial batch norm, and the eval-mode backward kernel (see batchnorm.h).
+// cuDNN spatial batch norm, and the eval-mode backward kernel (see batchnorm.h). cuDNN's
+// calls take no ReLU, so on this path it runs as the separate relu kernels.
 #include "backend/cuda/batchnorm.h"
 
+#include "backend/cuda/activation.h"
 #include "backend/cuda/batchnorm_kernels.h"
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/launch.h"
@@ -52,15 +54,20 @@ float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nu
 // cuDNN takes f32 NCHW here; bf16 and channels-last go to batchnorm_kernels.cu.
 bool uses_cudnn(const Tensor& x) { return x.dtype() == DType::f32 && x.is_contiguous(); }
 
+// The gradient the normalisation sees: grad_out masked by a fused ReLU's output, if any.
+Tensor relu_masked(const Tensor& grad_out, const Tensor& relu_out) {
+  return relu_out.defined() ? relu_backward(relu_out, grad_out) : grad_out;
+}
+
 }  // namespace
 
 void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                  const Tensor& running_mean, const Tensor& running_var, float momentum,
-                                 float eps, const Tensor& out, const Tensor& save_mean,
+                                 float eps, bool relu, const Tensor& out, const Tensor& save_mean,
                                  const Tensor& save_invstd) {
   if (!uses_cudnn(x))
-    return bn_kernels::forward_training(x, weight, bias, running_mean, running_var, momentum, eps, out, save_mean,
-                                        save_invstd);
+    return bn_kernels::forward_training(x, weight, bias, running_mean, running_var, momentum, eps, relu, out,
+                                        save_mean, save_invstd);
   check_layout(x, {&weight, &bias, &running_mean, &running_var, &out, &save_mean, &save_invstd});
   DPT_CHECK(running_mean.defined() == running_var.defined())
       << "batch_norm2d on cuda: running_mean and running_var come together";
@@ -73,11 +80,13 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Te
       d.x.get(), out.data<float>(), d.channel.get(), weight.data<float>(), bias.data<float>(), momentum,
       data_or_null(running_mean), data_or_null(running_var), eps, save_mean.data<float>(),
       save_invstd.data<float>()));
+  if (relu) relu_forward(out, out);
 }
 
 void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                  const Tensor& mean, const Tensor& var, float eps, const Tensor& out) {
-  if (!uses_cudnn(x)) return bn_kernels::forward_inference(x, weight, bias, mean, var, eps, out);
+                                  const Tensor& mean, const Tensor& var, float eps, bool relu,
+                                  const Tensor& out) {
+  if (!uses_cudnn(x)) return bn_kernels::forward_inference(x, weight, bias, mean, var, eps, relu, out);
   check_layout(x, {&weight, &bias, &mean, &var, &out});
   int device = x.device().index;
   DeviceGuard guard(device);
@@ -87,39 +96,45 @@ void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const T
       device_context(device).cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x.get(), x.data<float>(),
       d.x.get(), out.data<float>(), d.channel.get(), weight.data<float>(), bias.data<float>(),
       mean.data<float>(), var.data<float>(), eps));
+  if (relu) relu_forward(out, out);
 }
 
-void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& weight,
-                                  const Tensor& save_mean, const Tensor& save_invstd, float eps,
-                                  const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out,
+                                  const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
+                                  float eps, const Tensor& grad_x, const Tensor& grad_weight,
+                                  const Tensor& grad_bias) {
   if (!uses_cudnn(x))
-    return bn_kernels::backward_training(x, grad_out, weight, save_mean, save_invstd, grad_x, grad_weight,
-                                         grad_bias);
-  check_layout(x, {&grad_out, &weight, &save_mean, &save_invstd, &grad_x, &grad_weight, &grad_bias});
+    return bn_kernels::backward_training(x, grad_out, relu_out, weight, save_mean, save_invstd, grad_x,
+                                         grad_weight, grad_bias);
+  check_layout(x,
+               {&grad_out, &relu_out, &weight, &save_mean, &save_invstd, &grad_x, &grad_weight, &grad_bias});
+  Tensor g = relu_masked(grad_out, relu_out);
   int device = x.device().index;
   DeviceGuard guard(device);
   Descriptors d(x.shape());
   const float one = 1.0f, zero = 0.0f;
   CUDNN_CHECK(cudnnBatchNormalizationBackward(
       device_context(device).cudnn(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, d.x.get(),
-      x.data<float>(), d.x.get(), grad_out.data<float>(), d.x.get(), grad_x.data<float>(), d.channel.get(),
+      x.data<float>(), d.x.get(), g.data<float>(), d.x.get(), grad_x.data<float>(), d.channel.get(),
       weight.data<float>(), grad_weight.data<float>(), grad_bias.data<float>(), eps, save_mean.data<float>(),
       save_invstd.data<float>()));
 }
 
-void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& weight,
-                                   const Tensor& mean, const Tensor& var, float eps, const Tensor& grad_x,
-                                   const Tensor& grad_weight, const Tensor& grad_bias) {
+void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out,
+                                   const Tensor& weight, const Tensor& mean, const Tensor& var, float eps,
+                                   const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   if (!uses_cudnn(x))
-    return bn_kernels::backward_inference(x, grad_out, weight, mean, var, eps, grad_x, grad_weight, grad_bias);
-  check_layout(x, {&grad_out, &weight, &mean, &var, &grad_x, &grad_weight, &grad_bias});
+    return bn_kernels::backward_inference(x, grad_out, relu_out, weight, mean, var, eps, grad_x, grad_weight,
+                                          grad_bias);
+  check_layout(x, {&grad_out, &relu_out, &weight, &mean, &var, &grad_x, &grad_weight, &grad_bias});
   int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
   if (c == 0) return;
+  Tensor g = relu_masked(grad_out, relu_out);
   KernelScope scope(x.device().index);
   unsigned blocks = static_cast<unsigned>(std::min<int64_t>(c, 65535));
   backward_inference_kernel<<<blocks, kBlock, 0, scope.stream()>>>(
-      x.data<float>(), grad_out.data<float>(), weight.data<float>(), mean.data<float>(), var.data<float>(),
-      eps, grad_x.data<float>(), grad_weight.data<float>(), grad_bias.data<float>(), n, c, hw);
+      x.data<float>(), g.data<float>(), weight.data<float>(), mean.data<float>(), var.data<float>(), eps,
+      grad_x.data<float>(), grad_weight.data<float>(), grad_bias.data<float>(), n, c, hw);
   DPT_CUDA_LAUNCH_CHECK();
 }
 

@@ -4,7 +4,10 @@
 // so results do not depend on scheduling, and turns them into per-channel coefficients
 // that one elementwise pass applies. NCHW blocks walk one channel's rows; NHWC blocks take
 // 32 neighbouring channels (threadIdx.x) of 8 rows at a time (threadIdx.y), so each warp
-// reads consecutive addresses in both layouts.
+// reads consecutive addresses in both layouts. A ReLU fused after the normalisation costs no
+// pass of its own: the forward's elementwise pass clamps, and the backward masks grad_out
+// by the saved output wherever it reads it (both sums and grad_x), so no masked copy of
+// the gradient is made.
 #include <type_traits>
 
 #include "backend/cuda/allocator.h"
@@ -47,15 +50,23 @@ enum class Sums {
   grads,  // (g, g (x - mean[c]))
 };
 
+// grad_out[k], or 0 where a fused ReLU's output relu_out[k] was not > 0 (relu_backward's
+// mask; relu_out is null when no ReLU was fused).
+template <class T>
+__device__ __forceinline__ float masked_grad(const T* g, const T* relu_out, int64_t k) {
+  float gv = to_float(g[k]);
+  return relu_out == nullptr || to_float(relu_out[k]) > 0.0f ? gv : 0.0f;
+}
+
 template <Sums kind, class T>
-__device__ __forceinline__ void accumulate(int64_t k, int64_t c, const T* x, const T* g, const float* mean,
-                                           double& a, double& b) {
+__device__ __forceinline__ void accumulate(int64_t k, int64_t c, const T* x, const T* g, const T* relu_out,
+                                           const float* mean, double& a, double& b) {
   float v = to_float(x[k]);
   if constexpr (kind == Sums::stats) {
     a += v;
     b += static_cast<double>(v) * v;
   } else {
-    float gv = to_float(g[k]);
+    float gv = masked_grad(g, relu_out, k);
     a += gv;
     b += static_cast<double>(gv) * (v - mean[c]);
   }
@@ -63,12 +74,13 @@ __device__ __forceinline__ void accumulate(int64_t k, int64_t c, const T* x, con
 
 // partial[(chunk * C + c) * 2 + {0, 1}] = the two sums over one chunk of channel c.
 template <Sums kind, class T>
-__global__ void partials_nchw(const T* x, const T* g, const float* mean, double* partial, Geometry geo) {
+__global__ void partials_nchw(const T* x, const T* g, const T* relu_out, const float* mean, double* partial,
+                              Geometry geo) {
   const int64_t c = blockIdx.y, chunk = blockIdx.x;
   const int64_t begin = chunk * geo.per_chunk, end = min(geo.m, begin + geo.per_chunk);
   double a = 0, b = 0;
   for (int64_t m = begin + threadIdx.x; m < end; m += blockDim.x)
-    accumulate<kind>(((m / geo.hw) * geo.c + c) * geo.hw + m % geo.hw, c, x, g, mean, a, b);
+    accumulate<kind>(((m / geo.hw) * geo.c + c) * geo.hw + m % geo.hw, c, x, g, relu_out, mean, a, b);
   a = block_sum(a);
   b = block_sum(b);
   if (threadIdx.x == 0) {
@@ -78,14 +90,15 @@ __global__ void partials_nchw(const T* x, const T* g, const float* mean, double*
 }
 
 template <Sums kind, class T>
-__global__ void partials_nhwc(const T* x, const T* g, const float* mean, double* partial, Geometry geo) {
+__global__ void partials_nhwc(const T* x, const T* g, const T* relu_out, const float* mean, double* partial,
+                              Geometry geo) {
   __shared__ double sums[2][kRowsPerStep][kChannelTile + 1];
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kChannelTile + threadIdx.x, chunk = blockIdx.x;
   const int64_t begin = chunk * geo.per_chunk, end = min(geo.m, begin + geo.per_chunk);
   double a = 0, b = 0;
   if (c < geo.c)
     for (int64_t m = begin + threadIdx.y; m < end; m += kRowsPerStep)
-      accumulate<kind>(m * geo.c + c, c, x, g, mean, a, b);
+      accumulate<kind>(m * geo.c + c, c, x, g, relu_out, mean, a, b);
   sums[0][threadIdx.y][threadIdx.x] = a;
   sums[1][threadIdx.y][threadIdx.x] = b;
   __syncthreads();
@@ -142,9 +155,10 @@ __global__ void eval_coefficients(const float* weight, const float* bias, const 
   }
 }
 
-// grad_bias = sum g, grad_weight = invstd sum g (x - mean); then dx = a (g - b - (x - mean) d)
-// with a = weight invstd and, in training (batch statistics), b = sum g / M and
-// d = invstd^2 sum g (x - mean) / M; in eval b = d = 0. invstd is given, or 1/sqrt(var + eps).
+// With g the gradient (masked by a fused ReLU): grad_bias = sum g, grad_weight = invstd sum
+// g (x - mean); then dx = a (g - b - (x - mean) d) with a = weight invstd and, in training
+// (batch statistics), b = sum g / M and d = invstd^2 sum g (x - mean) / M; in eval b = d = 0.
+// invstd is given, or 1/sqrt(var + eps).
 __global__ void finalize_grads(const double* partial, Geometry geo, const float* weight, const float* invstd,
                                const float* var, float eps, bool training, float* grad_weight,
                                float* grad_bias, float* coef) {
@@ -165,22 +179,25 @@ __device__ __forceinline__ int64_t channel_of(int64_t i, int64_t c, int64_t hw) 
   return nhwc ? i % c : (i / hw) % c;
 }
 
+// With relu, max(0, y) as relu_forward computes it (a NaN becomes 0).
 template <class T, bool nhwc>
-__global__ void normalize_kernel(const T* x, T* out, const float* scale, const float* shift, int64_t n,
-                                 int64_t c, int64_t hw) {
+__global__ void normalize_kernel(const T* x, T* out, const float* scale, const float* shift, bool relu,
+                                 int64_t n, int64_t c, int64_t hw) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     int64_t ch = channel_of<nhwc>(i, c, hw);
-    out[i] = from_float<T>(to_float(x[i]) * scale[ch] + shift[ch]);
+    float y = to_float(x[i]) * scale[ch] + shift[ch];
+    if (relu) y = y > 0.0f ? y : 0.0f;
+    out[i] = from_float<T>(y);
   }
 }
 
 template <class T, bool nhwc>
-__global__ void grad_x_kernel(const T* x, const T* g, const float* mean, const float* coef, T* grad_x,
-                              int64_t n, int64_t c, int64_t hw) {
+__global__ void grad_x_kernel(const T* x, const T* g, const T* relu_out, const float* mean, const float* coef,
+                              T* grad_x, int64_t n, int64_t c, int64_t hw) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     int64_t ch = channel_of<nhwc>(i, c, hw);
-    float v =
-        coef[3 * ch] * (to_float(g[i]) - coef[3 * ch + 1] - (to_float(x[i]) - mean[ch]) * coef[3 * ch + 2]);
+    float v = coef[3 * ch] * (masked_grad(g, relu_out, i) - coef[3 * ch + 1] -
+                              (to_float(x[i]) - mean[ch]) * coef[3 * ch + 2]);
     grad_x[i] = from_float<T>(v);
   }
 }
@@ -197,15 +214,16 @@ void dispatch(const Geometry& geo, const Tensor& x, F&& f) {
 }
 
 template <Sums kind, class T>
-void launch_partials(const T* x, const T* g, const float* mean, double* partial, const Geometry& geo,
-                     cudaStream_t stream) {
+void launch_partials(const T* x, const T* g, const T* relu_out, const float* mean, double* partial,
+                     const Geometry& geo, cudaStream_t stream) {
   if (geo.nhwc) {
     dim3 grid(static_cast<unsigned>(geo.chunks),
               static_cast<unsigned>((geo.c + kChannelTile - 1) / kChannelTile));
-    partials_nhwc<kind, T><<<grid, dim3(kChannelTile, kRowsPerStep), 0, stream>>>(x, g, mean, partial, geo);
+    partials_nhwc<kind, T>
+        <<<grid, dim3(kChannelTile, kRowsPerStep), 0, stream>>>(x, g, relu_out, mean, partial, geo);
   } else {
     dim3 grid(static_cast<unsigned>(geo.chunks), static_cast<unsigned>(geo.c));
-    partials_nchw<kind, T><<<grid, kBlock, 0, stream>>>(x, g, mean, partial, geo);
+    partials_nchw<kind, T><<<grid, kBlock, 0, stream>>>(x, g, relu_out, mean, partial, geo);
   }
   DPT_CUDA_LAUNCH_CHECK();
 }
@@ -224,24 +242,29 @@ void check(const Geometry& geo, const Tensor& x, std::initializer_list<const Ten
 }
 
 float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+template <class T>
+T* elements_or_null(const Tensor& t) {
+  return t.defined() ? elements<T>(t) : nullptr;
+}
 
-// The elementwise pass of a forward, from per-channel scale and shift.
-void normalize(const Geometry& geo, const Tensor& x, const float* scale, const float* shift,
+// The elementwise pass of a forward, from per-channel scale and shift, with the fused ReLU.
+void normalize(const Geometry& geo, const Tensor& x, const float* scale, const float* shift, bool relu,
                const Tensor& out, cudaStream_t stream) {
   int64_t n = x.numel();
   dispatch(geo, x, [&](auto tag, auto nhwc) {
     using T = decltype(tag);
     normalize_kernel<T, decltype(nhwc)::value><<<grid_for(n), kBlock, 0, stream>>>(
-        elements<T>(x), elements<T>(out), scale, shift, n, geo.c, geo.hw);
+        elements<T>(x), elements<T>(out), scale, shift, relu, n, geo.c, geo.hw);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
 
-void backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& mean,
-              const Tensor& invstd, const Tensor& var, float eps, bool training, const Tensor& grad_x,
-              const Tensor& grad_weight, const Tensor& grad_bias) {
+void backward(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, const Tensor& weight,
+              const Tensor& mean, const Tensor& invstd, const Tensor& var, float eps, bool training,
+              const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   Geometry geo = geometry_of(x);
   check(geo, x, {&grad_out, &grad_x}, {&weight, &mean, &invstd, &var, &grad_weight, &grad_bias});
+  if (relu_out.defined()) check(geo, x, {&relu_out}, {});
   if (x.numel() == 0) return;
   int device = x.device().index;
   KernelScope scope(device);
@@ -249,8 +272,8 @@ void backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, con
   DeviceBuffer coef(sizeof(float) * 3 * geo.c, device);
   dispatch(geo, x, [&](auto tag, auto) {
     using T = decltype(tag);
-    launch_partials<Sums::grads, T>(elements<T>(x), elements<T>(grad_out), mean.data<float>(),
-                                    partial.as<double>(), geo, scope.stream());
+    launch_partials<Sums::grads, T>(elements<T>(x), elements<T>(grad_out), elements_or_null<T>(relu_out),
+                                    mean.data<float>(), partial.as<double>(), geo, scope.stream());
   });
   finalize_grads<<<grid_for(geo.c), kBlock, 0, scope.stream()>>>(
       partial.as<double>(), geo, weight.data<float>(), data_or_null(invstd), data_or_null(var), eps, training,
@@ -260,8 +283,8 @@ void backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, con
   dispatch(geo, x, [&](auto tag, auto nhwc) {
     using T = decltype(tag);
     grad_x_kernel<T, decltype(nhwc)::value><<<grid_for(n), kBlock, 0, scope.stream()>>>(
-        elements<T>(x), elements<T>(grad_out), mean.data<float>(), coef.as<float>(), elements<T>(grad_x), n,
-        geo.c, geo.hw);
+        elements<T>(x), elements<T>(grad_out), elements_or_null<T>(relu_out), mean.data<float>(),
+        coef.as<float>(), elements<T>(grad_x), n, geo.c, geo.hw);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
@@ -269,7 +292,7 @@ void backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, con
 }  // namespace
 
 void forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                      const Tensor& running_var, float momentum, float eps, const Tensor& out,
+                      const Tensor& running_var, float momentum, float eps, bool relu, const Tensor& out,
                       const Tensor& save_mean, const Tensor& save_invstd) {
   Geometry geo = geometry_of(x);
   check(geo, x, {&out}, {&weight, &bias, &running_mean, &running_var, &save_mean, &save_invstd});
@@ -280,7 +303,7 @@ void forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
   DeviceBuffer coef(sizeof(float) * 2 * geo.c, device);  // scale, then shift
   dispatch(geo, x, [&](auto tag, auto) {
     using T = decltype(tag);
-    launch_partials<Sums::stats, T>(elements<T>(x), nullptr, nullptr, partial.as<double>(), geo,
+    launch_partials<Sums::stats, T>(elements<T>(x), nullptr, nullptr, nullptr, partial.as<double>(), geo,
                                     scope.stream());
   });
   finalize_stats<<<grid_for(geo.c), kBlock, 0, scope.stream()>>>(
@@ -288,11 +311,11 @@ void forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
       data_or_null(running_var), momentum, eps, save_mean.data<float>(), save_invstd.data<float>(),
       coef.as<float>(), coef.as<float>() + geo.c);
   DPT_CUDA_LAUNCH_CHECK();
-  normalize(geo, x, coef.as<float>(), coef.as<float>() + geo.c, out, scope.stream());
+  normalize(geo, x, coef.as<float>(), coef.as<float>() + geo.c, relu, out, scope.stream());
 }
 
 void forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                       const Tensor& var, float eps, const Tensor& out) {
+                       const Tensor& var, float eps, bool relu, const Tensor& out) {
   Geometry geo = geometry_of(x);
   check(geo, x, {&out}, {&weight, &bias, &mean, &var});
   if (x.numel() == 0) return;
@@ -303,19 +326,20 @@ void forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias
       weight.data<float>(), bias.data<float>(), mean.data<float>(), var.data<float>(), eps, coef.as<float>(),
       coef.as<float>() + geo.c, geo.c);
   DPT_CUDA_LAUNCH_CHECK();
-  normalize(geo, x, coef.as<float>(), coef.as<float>() + geo.c, out, scope.stream());
+  normalize(geo, x, coef.as<float>(), coef.as<float>() + geo.c, relu, out, scope.stream());
 }
 
-void backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& save_mean,
-                       const Tensor& save_invstd, const Tensor& grad_x, const Tensor& grad_weight,
-                       const Tensor& grad_bias) {
-  backward(x, grad_out, weight, save_mean, save_invstd, Tensor(), 0.0f, true, grad_x, grad_weight, grad_bias);
+void backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, const Tensor& weight,
+                       const Tensor& save_mean, const Tensor& save_invstd, const Tensor& grad_x,
+                       const Tensor& grad_weight, const Tensor& grad_bias) {
+  backward(x, grad_out, relu_out, weight, save_mean, save_invstd, Tensor(), 0.0f, true, grad_x, grad_weight,
+           grad_bias);
 }
 
-void backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& mean,
-                        const Tensor& var, float eps, const Tensor& grad_x, const Tensor& grad_weight,
-                        const Tensor& grad_bias) {
-  backward(x, grad_out, weight, mean, Tensor(), var, eps, false, grad_x, grad_weight, grad_bias);
+void backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, const Tensor& weight,
+                        const Tensor& mean, const Tensor& var, float eps, const Tensor& grad_x,
+                        const Tensor& grad_weight, const Tensor& grad_bias) {
+  backward(x, grad_out, relu_out, weight, mean, Tensor(), var, eps, false, grad_x, grad_weight, grad_bias);
 }
 
 }  // namespace dpt::cuda::bn_kernels
