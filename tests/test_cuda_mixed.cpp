@@ -172,11 +172,25 @@ TEST_F(CudaMixed, ElementwiseAndRelu) {
     expect_mode_matches_cpu("relu(x) + x", m, [](const Inputs& t) { return add(relu(t[0]), t[0]); },
                             {dpt::testing::away_from_zero({2, 6, 5, 5}, 6).set_requires_grad(true)},
                             {Role::activation});
+    // The fused end of a BasicBlock: sums away from 0, where bf16 rounding of the inputs
+    // cannot move one across the kink; then with branch and shortcut from one tensor.
+    auto [a, b] = dpt::testing::add_relu_away_from_zero({2, 6, 5, 5}, 8);
+    expect_mode_matches_cpu("add_relu", m, [](const Inputs& t) { return add_relu(t[0], t[1]); }, {a, b}, two);
+    expect_mode_matches_cpu("add_relu(relu(x), x)", m, [](const Inputs& t) { return add_relu(relu(t[0]), t[0]); },
+                            {dpt::testing::away_from_zero({2, 6, 5, 5}, 10).set_requires_grad(true)},
+                            {Role::activation});
+    Tensor fused = add_relu(to_mode(a.detach().to(gpu).set_requires_grad(true), Role::activation, m),
+                            to_mode(b.detach().to(gpu), Role::activation, m));
+    EXPECT_EQ(fused.grad_fn()->name, "add_relu") << "one layout and dtype: the fused kernel ran";
   }
   // Past one grid of 4096 x 256 threads.
   Tensor big = dpt::testing::away_from_zero({(1 << 22) + 5}, 7).set_requires_grad(true);
   expect_mode_matches_cpu("relu, 2^22 + 5 elements", {DType::bf16, false},
                           [](const Inputs& t) { return relu(t[0]); }, {big}, {Role::activation});
+  auto [big_a, big_b] = dpt::testing::add_relu_away_from_zero({(1 << 22) + 5}, 11);
+  expect_mode_matches_cpu("add_relu, 2^22 + 5 elements", {DType::bf16, false},
+                          [](const Inputs& t) { return add_relu(t[0], t[1]); }, {big_a, big_b},
+                          {Role::activation, Role::activation});
 }
 
 TEST_F(CudaMixed, Conv2dWithAndWithoutBiasAndRelu) {

@@ -17,6 +17,8 @@
 #include "ops/shape.h"
 
 using namespace dpt;
+using dpt::testing::add_relu_away_from_zero;
+using dpt::testing::add_relu_inputs;
 using dpt::testing::away_from_zero;
 using dpt::testing::error_of;
 using dpt::testing::expect_gradients_match;
@@ -24,23 +26,6 @@ using dpt::testing::labels_of;
 using dpt::testing::random_tensor;
 
 namespace {
-
-// a and b for add_relu: random values, and spread among them sums of exactly +0 and -0, sums
-// one float step either side of 0, NaN from either input and from inf - inf, and infinities.
-std::pair<Tensor, Tensor> add_relu_inputs(const Shape& shape, uint64_t seed) {
-  Tensor a = random_tensor(shape, seed, -2.0f, 2.0f), b = random_tensor(shape, seed + 1, -2.0f, 2.0f);
-  const float nan = std::nanf(""), inf = INFINITY;
-  const std::vector<std::pair<float, float>> edges = {
-      {0.5f, -0.5f}, {0.0f, -0.0f}, {-0.0f, -0.0f}, {1.0f, -std::nextafter(1.0f, 0.0f)},
-      {1.0f, -std::nextafter(1.0f, 2.0f)}, {nan, 1.0f}, {1.0f, nan}, {-1.0f, -nan}, {inf, -inf},
-      {inf, 1.0f}, {-inf, 1.0f}};
-  int64_t n = a.numel(), step = std::max<int64_t>(1, n / static_cast<int64_t>(edges.size()));
-  for (size_t k = 0; k < edges.size() && static_cast<int64_t>(k) * step < n; ++k) {
-    a.data<float>()[k * step] = edges[k].first;
-    b.data<float>()[k * step] = edges[k].second;
-  }
-  return {a.set_requires_grad(true), b.set_requires_grad(true)};
-}
 
 bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
@@ -61,7 +46,7 @@ TEST(Relu, ForwardAndGradient) {
 TEST(AddRelu, MatchesReluOfAddAtZeroNaNAndInfinity) {
   for (int64_t n : {int64_t{29}, int64_t{70001}}) {
     SCOPED_TRACE(n);
-    auto [a, b] = add_relu_inputs({n}, 20);
+    auto [a, b] = add_relu_inputs({n}, 20, true);
     Tensor ra = a.detach().clone().set_requires_grad(true), rb = b.detach().clone().set_requires_grad(true);
     Tensor out = add_relu(a, b), ref = relu(add(ra, rb));
     ASSERT_TRUE(out.grad_fn() && out.grad_fn()->name == "add_relu");
@@ -88,15 +73,10 @@ TEST(AddRelu, MatchesReluOfAddAtZeroNaNAndInfinity) {
 }
 
 TEST(AddRelu, GradientCheckAwayFromTheKink) {
-  // a = s - b with every sum s at least 0.05 from 0: no finite difference crosses the kink.
-  Tensor s = away_from_zero({2, 3, 4, 5}, 22), b = random_tensor({2, 3, 4, 5}, 23);
-  Tensor a = Tensor::empty(s.shape());
-  for (int64_t i = 0; i < s.numel(); ++i) a.data<float>()[i] = s.data<float>()[i] - b.data<float>()[i];
-  a.set_requires_grad(true);
-  b.set_requires_grad(true);
+  auto [a, b] = add_relu_away_from_zero({2, 3, 4, 5}, 22);
   expect_gradients_match([](const std::vector<Tensor>& v) { return add_relu(v[0], v[1]); }, {a, b});
   // One input a constant (the other gets the whole gradient), as for a block's input.
-  expect_gradients_match([&](const std::vector<Tensor>& v) { return add_relu(v[0], b.detach()); }, {a});
+  expect_gradients_match([b = b.detach()](const std::vector<Tensor>& v) { return add_relu(v[0], b); }, {a});
 }
 
 // Both inputs receive one gradient tensor; where they lead to one leaf (x + x, or a residual
@@ -115,7 +95,7 @@ TEST(AddRelu, GradientsOfSharedInputsAddUp) {
 }
 
 TEST(AddRelu, LayoutsEmptyTensorsAndErrors) {
-  auto [a, b] = add_relu_inputs({2, 3, 4, 5}, 26);
+  auto [a, b] = add_relu_inputs({2, 3, 4, 5}, 26, true);
   Tensor ref = relu(add(a, b));
   Tensor g = random_tensor({2, 3, 4, 5}, 27);
   ref.backward(g);
