@@ -43,10 +43,15 @@ inline Tensor away_from_zero(const Shape& shape, uint64_t seed) {
 inline std::pair<Tensor, Tensor> add_relu_inputs(const Shape& shape, uint64_t seed, bool infinite_sums) {
   Tensor a = random_tensor(shape, seed, -2.0f, 2.0f), b = random_tensor(shape, seed + 1, -2.0f, 2.0f);
   const float nan = std::nanf(""), inf = INFINITY;
-  std::vector<std::pair<float, float>> edges = {
-      {0.5f, -0.5f},  {0.0f, -0.0f},     {-0.0f, -0.0f}, {1.0f, -std::nextafter(1.0f, 0.0f)},
-      {1.0f, -std::nextafter(1.0f, 2.0f)}, {nan, 1.0f}, {1.0f, nan},     {-1.0f, -nan},
-      {inf, -inf}};
+  std::vector<std::pair<float, float>> edges = {{0.5f, -0.5f},
+                                                {0.0f, -0.0f},
+                                                {-0.0f, -0.0f},
+                                                {1.0f, -std::nextafter(1.0f, 0.0f)},
+                                                {1.0f, -std::nextafter(1.0f, 2.0f)},
+                                                {nan, 1.0f},
+                                                {1.0f, nan},
+                                                {-1.0f, -nan},
+                                                {inf, -inf}};
   if (infinite_sums) edges.insert(edges.end(), {{inf, 1.0f}, {-inf, 1.0f}});
   int64_t n = a.numel(), step = std::max<int64_t>(1, n / static_cast<int64_t>(edges.size()));
   for (size_t k = 0; k < edges.size() && static_cast<int64_t>(k) * step < n; ++k) {

@@ -175,10 +175,11 @@ TEST_F(CudaMixed, ElementwiseAndRelu) {
     // The fused end of a BasicBlock: sums away from 0, where bf16 rounding of the inputs
     // cannot move one across the kink; then with branch and shortcut from one tensor.
     auto [a, b] = dpt::testing::add_relu_away_from_zero({2, 6, 5, 5}, 8);
-    expect_mode_matches_cpu("add_relu", m, [](const Inputs& t) { return add_relu(t[0], t[1]); }, {a, b}, two);
-    expect_mode_matches_cpu("add_relu(relu(x), x)", m, [](const Inputs& t) { return add_relu(relu(t[0]), t[0]); },
-                            {dpt::testing::away_from_zero({2, 6, 5, 5}, 10).set_requires_grad(true)},
-                            {Role::activation});
+    expect_mode_matches_cpu(
+        "add_relu", m, [](const Inputs& t) { return add_relu(t[0], t[1]); }, {a, b}, two);
+    expect_mode_matches_cpu(
+        "add_relu(relu(x), x)", m, [](const Inputs& t) { return add_relu(relu(t[0]), t[0]); },
+        {dpt::testing::away_from_zero({2, 6, 5, 5}, 10).set_requires_grad(true)}, {Role::activation});
     Tensor fused = add_relu(to_mode(a.detach().to(gpu).set_requires_grad(true), Role::activation, m),
                             to_mode(b.detach().to(gpu), Role::activation, m));
     EXPECT_EQ(fused.grad_fn()->name, "add_relu") << "one layout and dtype: the fused kernel ran";

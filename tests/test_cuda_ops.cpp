@@ -106,11 +106,10 @@ TEST_F(CudaOps, AddReluAtZeroNaNPastTheGridAndMixedLayouts) {
   expect_cuda_matches_cpu("add_relu", fused, {a, b});
   auto [big_a, big_b] = dpt::testing::add_relu_inputs({(1 << 22) + 5}, 62, false);
   expect_cuda_matches_cpu("add_relu, 2^22 + 5 elements", fused, {big_a, big_b});
-  expect_cuda_matches_cpu("add_relu, NCHW + NHWC",
-                          [](const Inputs& t) {
-                            return add_relu(t[0], cast(t[1], DType::f32, MemoryFormat::channels_last));
-                          },
-                          {a, b});
+  expect_cuda_matches_cpu(
+      "add_relu, NCHW + NHWC",
+      [](const Inputs& t) { return add_relu(t[0], cast(t[1], DType::f32, MemoryFormat::channels_last)); },
+      {a, b});
   Tensor ga = a.detach().to(gpu), gb = b.detach().to(gpu);
   Tensor out = add_relu(ga, gb);
   EXPECT_FALSE(out.grad_fn()) << "no input requires grad: nothing recorded";
@@ -120,8 +119,11 @@ TEST_F(CudaOps, AddReluAtZeroNaNPastTheGridAndMixedLayouts) {
 
   EXPECT_EQ(error_of([&] { add_relu(ga, b); }),
             "add_relu: inputs on different devices (cuda:0 and cpu); move them to one device first");
-  EXPECT_EQ(error_of([&] { add_relu(ga, Tensor::empty({2, 6, 5, 4}, DType::f32, gpu)); }),
-            "add_relu: expected inputs of one shape (it does not broadcast), got [2, 6, 5, 5] and [2, 6, 5, 4]");
+  EXPECT_EQ(
+      error_of([&] {
+        add_relu(ga, Tensor::empty({2, 6, 5, 4}, DType::f32, gpu));
+      }),
+      "add_relu: expected inputs of one shape (it does not broadcast), got [2, 6, 5, 5] and [2, 6, 5, 4]");
   EXPECT_EQ(error_of([&] { cuda::add_relu_forward(ga, gb, Tensor::empty(ga.shape(), DType::bf16, gpu)); }),
             "add_relu on cuda: needs dense tensors of one shape, layout and dtype, got [2, 6, 5, 5] f32 and "
             "[2, 6, 5, 5] bf16");

@@ -114,8 +114,9 @@ TEST(AddRelu, LayoutsEmptyTensorsAndErrors) {
   EXPECT_EQ(mixed.grad_fn()->name, "relu");
   EXPECT_TRUE(same_bits(mixed.contiguous().to_vector(), ref.to_vector()));
   EXPECT_EQ(add_relu(Tensor::empty({0, 3}), Tensor::empty({0, 3})).numel(), 0);
-  EXPECT_NE(error_of([] { add_relu(Tensor::empty({2, 3}), Tensor::empty({3})); })
-                .find("add_relu: expected inputs of one shape (it does not broadcast), got [2, 3] and [3]"),
+  EXPECT_NE(error_of([] {
+              add_relu(Tensor::empty({2, 3}), Tensor::empty({3}));
+            }).find("add_relu: expected inputs of one shape (it does not broadcast), got [2, 3] and [3]"),
             std::string::npos);
   EXPECT_NE(error_of([] { add_relu(Tensor::empty({2}), Tensor::empty({2}, DType::i64)); }).find("add_relu"),
             std::string::npos);

@@ -291,7 +291,8 @@ TEST(ResNet, BasicBlockEndsInAddReluAndMatchesItsChildrenComposed) {
     ref.backward(g);
     std::vector<float> gx = x.grad().to_vector(), gr = rx.grad().to_vector();
     for (size_t i = 0; i < gx.size(); ++i) ASSERT_NEAR(gx[i], gr[i], 1e-4 + 1e-4 * std::fabs(gr[i])) << i;
-    std::vector<float> gw = conv1_grad.to_vector(), gwr = block.named_parameters().at(0).second.grad().to_vector();
+    std::vector<float> gw = conv1_grad.to_vector(),
+                       gwr = block.named_parameters().at(0).second.grad().to_vector();
     for (size_t i = 0; i < gw.size(); ++i) ASSERT_NEAR(gw[i], gwr[i], 1e-4 + 1e-4 * std::fabs(gwr[i])) << i;
   }
 }

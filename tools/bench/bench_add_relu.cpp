@@ -88,9 +88,10 @@ int main(int argc, char** argv) {
     fused_step.forward += 3 * fused.forward, fused_step.backward += 3 * fused.backward;
     composed_step.forward += 3 * composed.forward, composed_step.backward += 3 * composed.backward;
   }
-  std::printf("per resnet20 step (9 blocks): add_relu %.2f ms (fwd %.2f + bwd %.2f), relu(add) %.2f ms "
-              "(fwd %.2f + bwd %.2f)\n",
-              fused_step.forward + fused_step.backward, fused_step.forward, fused_step.backward,
-              composed_step.forward + composed_step.backward, composed_step.forward, composed_step.backward);
+  std::printf(
+      "per resnet20 step (9 blocks): add_relu %.2f ms (fwd %.2f + bwd %.2f), relu(add) %.2f ms "
+      "(fwd %.2f + bwd %.2f)\n",
+      fused_step.forward + fused_step.backward, fused_step.forward, fused_step.backward,
+      composed_step.forward + composed_step.backward, composed_step.forward, composed_step.backward);
   return 0;
 }
