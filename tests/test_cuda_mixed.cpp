@@ -27,6 +27,7 @@ TEST(CudaMixed, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include <cmath>
 
 #include "autograd/node.h"
+#include "graph_nodes.h"
 #include "inputs.h"
 #include "models/registry.h"
 #include "ops/activation.h"
@@ -331,6 +332,25 @@ TEST_F(CudaMixed, LinearAndLossOfBf16Logits) {
   expect_tensors_close(leaf.grad(), r.grad(), "cross_entropy gradient through bf16",
                        tolerance_for(DType::bf16));
   EXPECT_EQ(count_correct(cast(leaf, DType::bf16), labels.to(gpu)), count_correct(r, labels));
+}
+
+// In every compute mode each of resnet20's 9 blocks keeps branch and shortcut in one layout
+// and dtype (cuDNN's outputs, shortcut_pad's and add_relu's own), so each runs the fused
+// add_relu, none falls back to add + relu.
+TEST_F(CudaMixed, EveryBlockOfResnet20RunsTheFusedAddRelu) {
+  for (const Mode& m : {Mode{DType::f32, false}, kModes[0], kModes[1], kModes[2]}) {
+    for (const char* yaml : {"{name: resnet20}", "{name: resnet20, shortcut: B}"}) {
+      SCOPED_TRACE(std::string(yaml) + " in " + m.str());
+      auto model = models::build_model(YAML::Load(yaml), {3, 32, 32, 10, 0});
+      model->to(gpu);
+      model->set_compute({m.dtype, m.nhwc});
+      std::map<std::string, int> count =
+          dpt::testing::graph_node_counts((*model)(random_tensor({2, 3, 32, 32}, 62).to(gpu)));
+      EXPECT_EQ(count["add_relu"], 9);
+      EXPECT_EQ(count["add"], 0);
+      EXPECT_EQ(count["relu"], 0);
+    }
+  }
 }
 
 TEST_F(CudaMixed, Bf16WeightsAreCastOncePerOptimizerStep) {

@@ -7,12 +7,12 @@
 
 #include <cmath>
 #include <map>
-#include <set>
 
 #include "autograd/node.h"
 #include "backend/cpu/onednn.h"
 #include "error_of.h"
 #include "gradcheck.h"
+#include "graph_nodes.h"
 #include "models/blocks.h"
 #include "models/registry.h"
 #include "models/summary.h"
@@ -304,16 +304,7 @@ TEST(ResNet, EveryBlockOfResnet20RunsTheFusedAddRelu) {
   for (const char* yaml : {"{name: resnet20}", "{name: resnet20, shortcut: B}"}) {
     SCOPED_TRACE(yaml);
     Tensor logits = (*build(yaml))(normal({2, 3, 32, 32}, 15));
-    std::map<std::string, int> count;
-    std::set<const autograd::Node*> seen;
-    std::vector<const autograd::Node*> stack{logits.grad_fn().get()};
-    while (!stack.empty()) {
-      const autograd::Node* node = stack.back();
-      stack.pop_back();
-      if (!node || !seen.insert(node).second) continue;
-      ++count[node->name];
-      for (const auto& next : node->next) stack.push_back(next.get());
-    }
+    std::map<std::string, int> count = dpt::testing::graph_node_counts(logits);
     EXPECT_EQ(count["add_relu"], 9);
     EXPECT_EQ(count["add"], 0);
     EXPECT_EQ(count["relu"], 0);
