@@ -57,8 +57,8 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
   op_device_mixed("add_relu", {&a, &b});
   DPT_CHECK(a.shape() == b.shape()) << "add_relu: expected inputs of one shape (it does not broadcast), got "
                                     << shape_str(a.shape()) << " and " << shape_str(b.shape());
-  // One flat pass over the raw buffers needs one dense layout for both (as in a BasicBlock:
-  // NCHW, or channels-last on CUDA); anything else takes the two ops.
+  // One flat pass over the raw buffers needs one dense layout for both, as a BasicBlock has
+  // (channels-last on the CPU, NCHW or NHWC on CUDA); anything else takes the two ops.
   if (!(a.strides() == b.strides() && a.is_dense())) return relu(add(a, b));
   Tensor out = Tensor::empty_like(a);
   add_relu_forward_on(a, b, out);
