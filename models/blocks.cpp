@@ -1,5 +1,5 @@
 // Blocks and trunk of the ResNets. Where a BN is followed by a ReLU it runs as one fused
-// kernel (BatchNorm2d::forward_relu); the residual sum and its ReLU are two plain ops.
+// kernel (BatchNorm2d::forward_relu), and the residual sum with its ReLU as another (add_relu).
 #include "models/blocks.h"
 
 #include "nn/init.h"
@@ -67,7 +67,7 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, const BlockOptio
 
 Tensor BasicBlock::forward(const Tensor& x) {
   Tensor h = bn2_->forward(conv2_->forward(bn1_->forward_relu(conv1_->forward(x))));
-  return relu(add(h, shortcut_ ? shortcut_->forward(x) : x));
+  return add_relu(h, shortcut_ ? shortcut_->forward(x) : x);
 }
 
 PreActBlock::PreActBlock(int64_t in, int64_t out, int64_t stride, bool first_in_stage,

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gradcheck.h"
@@ -32,6 +34,40 @@ inline Tensor away_from_zero(const Shape& shape, uint64_t seed) {
   float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = p[i] >= 0 ? p[i] + 0.05f : p[i] - 0.05f;
   return t;
+}
+
+// a and b for add_relu, requiring grad: values in [-2, 2], and spread among them sums of
+// exactly +0 and -0, sums one float step either side of 0, and NaN sums (NaN in either input,
+// inf - inf); with `infinite_sums` also inf + 1 and -inf + 1 (comparisons within a tolerance
+// cannot take those: |inf - inf| is NaN).
+inline std::pair<Tensor, Tensor> add_relu_inputs(const Shape& shape, uint64_t seed, bool infinite_sums) {
+  Tensor a = random_tensor(shape, seed, -2.0f, 2.0f), b = random_tensor(shape, seed + 1, -2.0f, 2.0f);
+  const float nan = std::nanf(""), inf = INFINITY;
+  std::vector<std::pair<float, float>> edges = {{0.5f, -0.5f},
+                                                {0.0f, -0.0f},
+                                                {-0.0f, -0.0f},
+                                                {1.0f, -std::nextafter(1.0f, 0.0f)},
+                                                {1.0f, -std::nextafter(1.0f, 2.0f)},
+                                                {nan, 1.0f},
+                                                {1.0f, nan},
+                                                {-1.0f, -nan},
+                                                {inf, -inf}};
+  if (infinite_sums) edges.insert(edges.end(), {{inf, 1.0f}, {-inf, 1.0f}});
+  int64_t n = a.numel(), step = std::max<int64_t>(1, n / static_cast<int64_t>(edges.size()));
+  for (size_t k = 0; k < edges.size() && static_cast<int64_t>(k) * step < n; ++k) {
+    a.data<float>()[k * step] = edges[k].first;
+    b.data<float>()[k * step] = edges[k].second;
+  }
+  return {a.set_requires_grad(true), b.set_requires_grad(true)};
+}
+
+// a and b whose sums are at least 0.05 from 0 (a = s - b with s from away_from_zero), both
+// requiring grad: finite differences of add_relu that do not cross the kink.
+inline std::pair<Tensor, Tensor> add_relu_away_from_zero(const Shape& shape, uint64_t seed) {
+  Tensor s = away_from_zero(shape, seed), b = random_tensor(shape, seed + 1);
+  Tensor a = Tensor::empty(shape);
+  for (int64_t i = 0; i < s.numel(); ++i) a.data<float>()[i] = s.data<float>()[i] - b.data<float>()[i];
+  return {a.set_requires_grad(true), b.set_requires_grad(true)};
 }
 
 // Distinct values in random order, spaced `step` apart: no ties for max pooling, and

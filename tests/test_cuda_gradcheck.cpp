@@ -52,6 +52,11 @@ TEST_F(CudaGradCheck, ReluReductionsShapes) {
   check([](const Inputs& v) { return mul(flatten(v[0]), 2.0f); }, {random_leaf({2, 3, 4}, 3)});
 }
 
+TEST_F(CudaGradCheck, AddRelu) {
+  auto [a, b] = dpt::testing::add_relu_away_from_zero({2, 3, 4, 5}, 7);
+  check([](const Inputs& v) { return add_relu(v[0], v[1]); }, {a, b});
+}
+
 TEST_F(CudaGradCheck, ElementwiseWithBroadcasting) {
   Tensor a = random_leaf({2, 3, 4}, 4), b = random_leaf({3, 1}, 5), c = random_leaf({3, 1}, 6, 0.5f, 2.0f);
   check([](const Inputs& x) { return add(x[0], x[1]); }, {a, b});

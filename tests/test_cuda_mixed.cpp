@@ -30,6 +30,7 @@ TEST(CudaMixed, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 
 #include "autograd/node.h"
 #include "backend/cuda/graph.h"
+#include "graph_nodes.h"
 #include "inputs.h"
 #include "models/registry.h"
 #include "ops/activation.h"
@@ -175,11 +176,26 @@ TEST_F(CudaMixed, ElementwiseAndRelu) {
     expect_mode_matches_cpu("relu(x) + x", m, [](const Inputs& t) { return add(relu(t[0]), t[0]); },
                             {dpt::testing::away_from_zero({2, 6, 5, 5}, 6).set_requires_grad(true)},
                             {Role::activation});
+    // The fused end of a BasicBlock: sums away from 0, where bf16 rounding of the inputs
+    // cannot move one across the kink; then with branch and shortcut from one tensor.
+    auto [a, b] = dpt::testing::add_relu_away_from_zero({2, 6, 5, 5}, 8);
+    expect_mode_matches_cpu(
+        "add_relu", m, [](const Inputs& t) { return add_relu(t[0], t[1]); }, {a, b}, two);
+    expect_mode_matches_cpu(
+        "add_relu(relu(x), x)", m, [](const Inputs& t) { return add_relu(relu(t[0]), t[0]); },
+        {dpt::testing::away_from_zero({2, 6, 5, 5}, 10).set_requires_grad(true)}, {Role::activation});
+    Tensor fused = add_relu(to_mode(a.detach().to(gpu).set_requires_grad(true), Role::activation, m),
+                            to_mode(b.detach().to(gpu), Role::activation, m));
+    EXPECT_EQ(fused.grad_fn()->name, "add_relu") << "one layout and dtype: the fused kernel ran";
   }
   // Past one grid of 4096 x 256 threads.
   Tensor big = dpt::testing::away_from_zero({(1 << 22) + 5}, 7).set_requires_grad(true);
   expect_mode_matches_cpu("relu, 2^22 + 5 elements", {DType::bf16, false},
                           [](const Inputs& t) { return relu(t[0]); }, {big}, {Role::activation});
+  auto [big_a, big_b] = dpt::testing::add_relu_away_from_zero({(1 << 22) + 5}, 11);
+  expect_mode_matches_cpu("add_relu, 2^22 + 5 elements", {DType::bf16, false},
+                          [](const Inputs& t) { return add_relu(t[0], t[1]); }, {big_a, big_b},
+                          {Role::activation, Role::activation});
 }
 
 TEST_F(CudaMixed, Conv2dWithAndWithoutBiasAndRelu) {
@@ -476,6 +492,25 @@ TEST_F(CudaMixed, LinearAndLossOfBf16Logits) {
   expect_tensors_close(leaf.grad(), r.grad(), "cross_entropy gradient through bf16",
                        tolerance_for(DType::bf16));
   EXPECT_EQ(count_correct(cast(leaf, DType::bf16), labels.to(gpu)), count_correct(r, labels));
+}
+
+// In every compute mode each of resnet20's 9 blocks keeps branch and shortcut in one layout
+// and dtype (cuDNN's outputs, shortcut_pad's and add_relu's own), so each runs the fused
+// add_relu, none falls back to add + relu.
+TEST_F(CudaMixed, EveryBlockOfResnet20RunsTheFusedAddRelu) {
+  for (const Mode& m : {Mode{DType::f32, false}, kModes[0], kModes[1], kModes[2]}) {
+    for (const char* yaml : {"{name: resnet20}", "{name: resnet20, shortcut: B}"}) {
+      SCOPED_TRACE(std::string(yaml) + " in " + m.str());
+      auto model = models::build_model(YAML::Load(yaml), {3, 32, 32, 10, 0});
+      model->to(gpu);
+      model->set_compute({m.dtype, m.nhwc});
+      std::map<std::string, int> count =
+          dpt::testing::graph_node_counts((*model)(random_tensor({2, 3, 32, 32}, 62).to(gpu)));
+      EXPECT_EQ(count["add_relu"], 9);
+      EXPECT_EQ(count["add"], 0);
+      EXPECT_EQ(count["relu"], 0);
+    }
+  }
 }
 
 TEST_F(CudaMixed, Bf16WeightsAreCastOncePerOptimizerStep) {

@@ -20,11 +20,13 @@ TEST(CudaOps, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 
 #include <cmath>
 
+#include "backend/cuda/activation.h"
 #include "backend/cuda/tf32.h"
 #include "core/rng.h"
 #include "error_of.h"
 #include "inputs.h"
 #include "ops/activation.h"
+#include "ops/cast.h"
 #include "ops/conv.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
@@ -92,6 +94,43 @@ TEST_F(CudaOps, ReluAndGridStrideLoopsPastTheGrid) {
   expect_cuda_matches_cpu("relu, 2^22 + 5 elements", [](const Inputs& t) { return relu(t[0]); }, {big});
   expect_cuda_matches_cpu("sum, 2^22 + 5 elements", [](const Inputs& t) { return sum(t[0]); }, {big},
                           {1e-2, 1e-5});
+}
+
+// The fused residual sum + ReLU against its CPU twin at sums of +-0, one float step from 0
+// and NaN (which give 0, as relu's do), past one grid, and with mixed layouts (which take
+// add + relu); on the device, against relu(add(a, b)); then its errors. bf16 and NHWC:
+// test_cuda_mixed.cpp.
+TEST_F(CudaOps, AddReluAtZeroNaNPastTheGridAndMixedLayouts) {
+  auto fused = [](const Inputs& t) { return add_relu(t[0], t[1]); };
+  auto [a, b] = dpt::testing::add_relu_inputs({2, 6, 5, 5}, 60, false);
+  expect_cuda_matches_cpu("add_relu", fused, {a, b});
+  auto [big_a, big_b] = dpt::testing::add_relu_inputs({(1 << 22) + 5}, 62, false);
+  expect_cuda_matches_cpu("add_relu, 2^22 + 5 elements", fused, {big_a, big_b});
+  expect_cuda_matches_cpu(
+      "add_relu, NCHW + NHWC",
+      [](const Inputs& t) { return add_relu(t[0], cast(t[1], DType::f32, MemoryFormat::channels_last)); },
+      {a, b});
+  Tensor ga = a.detach().to(gpu), gb = b.detach().to(gpu);
+  Tensor out = add_relu(ga, gb);
+  EXPECT_FALSE(out.grad_fn()) << "no input requires grad: nothing recorded";
+  EXPECT_EQ(out.to_vector(), relu(add(ga, gb)).to_vector());
+  Tensor empty = Tensor::empty({0, 3}, DType::f32, gpu);
+  EXPECT_EQ(add_relu(empty, empty).numel(), 0);
+
+  EXPECT_EQ(error_of([&] { add_relu(ga, b); }),
+            "add_relu: inputs on different devices (cuda:0 and cpu); move them to one device first");
+  EXPECT_EQ(
+      error_of([&] {
+        add_relu(ga, Tensor::empty({2, 6, 5, 4}, DType::f32, gpu));
+      }),
+      "add_relu: expected inputs of one shape (it does not broadcast), got [2, 6, 5, 5] and [2, 6, 5, 4]");
+  EXPECT_EQ(error_of([&] { cuda::add_relu_forward(ga, gb, Tensor::empty(ga.shape(), DType::bf16, gpu)); }),
+            "add_relu on cuda: needs dense tensors of one shape, layout and dtype, got [2, 6, 5, 5] f32 and "
+            "[2, 6, 5, 5] bf16");
+  Tensor leaf = ga.detach().set_requires_grad(true);
+  Tensor y = add_relu(leaf, gb);
+  EXPECT_EQ(error_of([&] { y.backward(Tensor::zeros(ga.shape())); }),
+            "add_relu backward: expected an f32 gradient on cuda:0, got f32 on cpu");
 }
 
 TEST_F(CudaOps, SumMeanAndShapes) {

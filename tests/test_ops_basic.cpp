@@ -1,9 +1,12 @@
-// Gradient checks and plain references for the plain-loop ops: relu, reductions,
+// Gradient checks and plain references for the plain-loop ops: relu, add_relu, reductions,
 // reshape, dropout, log-softmax, NLL and cross-entropy with label smoothing.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
+#include "autograd/node.h"
+#include "error_of.h"
 #include "gradcheck.h"
 #include "inputs.h"
 #include "ops/activation.h"
@@ -14,12 +17,19 @@
 #include "ops/shape.h"
 
 using namespace dpt;
+using dpt::testing::add_relu_away_from_zero;
+using dpt::testing::add_relu_inputs;
 using dpt::testing::away_from_zero;
+using dpt::testing::error_of;
 using dpt::testing::expect_gradients_match;
 using dpt::testing::labels_of;
 using dpt::testing::random_tensor;
 
 namespace {
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
 
 }  // namespace
 
@@ -28,6 +38,88 @@ TEST(Relu, ForwardAndGradient) {
   std::vector<float> in = x.to_vector(), out = relu(x).to_vector();
   for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(out[i], std::max(in[i], 0.0f));
   expect_gradients_match([](const std::vector<Tensor>& v) { return relu(v[0]); }, {x});
+}
+
+// add_relu against two references: relu(add(a, b)) run with the existing ops, bit for bit,
+// and the rule written out here, max(a + b, 0) with NaN giving 0 and gradient (out > 0) ? g : 0.
+// 70001 elements run the kernel's OpenMP loop, 29 its serial one.
+TEST(AddRelu, MatchesReluOfAddAtZeroNaNAndInfinity) {
+  for (int64_t n : {int64_t{29}, int64_t{70001}}) {
+    SCOPED_TRACE(n);
+    auto [a, b] = add_relu_inputs({n}, 20, true);
+    Tensor ra = a.detach().clone().set_requires_grad(true), rb = b.detach().clone().set_requires_grad(true);
+    Tensor out = add_relu(a, b), ref = relu(add(ra, rb));
+    ASSERT_TRUE(out.grad_fn() && out.grad_fn()->name == "add_relu");
+    std::vector<float> va = a.to_vector(), vb = b.to_vector(), vo = out.to_vector();
+    EXPECT_TRUE(same_bits(vo, ref.to_vector()));
+    Tensor g = random_tensor({n}, 21);
+    out.backward(g);
+    ref.backward(g);
+    EXPECT_TRUE(same_bits(a.grad().to_vector(), ra.grad().to_vector()));
+    EXPECT_TRUE(same_bits(b.grad().to_vector(), rb.grad().to_vector()));
+    std::vector<float> vg = g.to_vector(), ga = a.grad().to_vector(), gb = b.grad().to_vector();
+    int positive = 0, nan_sums = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      float s = va[i] + vb[i];
+      nan_sums += std::isnan(s);
+      positive += s > 0.0f;
+      ASSERT_EQ(vo[i], s > 0.0f ? s : 0.0f) << "at " << i << ": " << va[i] << " + " << vb[i];
+      ASSERT_EQ(ga[i], s > 0.0f ? vg[i] : 0.0f) << "at " << i;
+      ASSERT_EQ(gb[i], ga[i]) << "at " << i;
+    }
+    EXPECT_EQ(nan_sums, 4);  // the edges made it in
+    EXPECT_GT(positive, n / 4);
+  }
+}
+
+TEST(AddRelu, GradientCheckAwayFromTheKink) {
+  auto [a, b] = add_relu_away_from_zero({2, 3, 4, 5}, 22);
+  expect_gradients_match([](const std::vector<Tensor>& v) { return add_relu(v[0], v[1]); }, {a, b});
+  // One input a constant (the other gets the whole gradient), as for a block's input.
+  expect_gradients_match([b = b.detach()](const std::vector<Tensor>& v) { return add_relu(v[0], b); }, {a});
+}
+
+// Both inputs receive one gradient tensor; where they lead to one leaf (x + x, or a residual
+// branch and its shortcut from the same x) the two must add up, not overwrite or double-count.
+TEST(AddRelu, GradientsOfSharedInputsAddUp) {
+  Tensor x = away_from_zero({6, 7}, 24).set_requires_grad(true);
+  Tensor g = random_tensor({6, 7}, 25);
+  add_relu(x, x).backward(g);
+  std::vector<float> vx = x.to_vector(), vg = g.to_vector(), gx = x.grad().to_vector();
+  for (size_t i = 0; i < vx.size(); ++i) EXPECT_FLOAT_EQ(gx[i], vx[i] > 0 ? 2 * vg[i] : 0.0f) << i;
+  x.set_grad(Tensor());
+  add_relu(mul(x, 3.0f), x).backward(g);  // h = 3x, out = relu(4x)
+  gx = x.grad().to_vector();
+  for (size_t i = 0; i < vx.size(); ++i) EXPECT_FLOAT_EQ(gx[i], vx[i] > 0 ? 4 * vg[i] : 0.0f) << i;
+  EXPECT_TRUE(same_bits(g.to_vector(), vg));  // the upstream gradient is left as it was
+}
+
+TEST(AddRelu, LayoutsEmptyTensorsAndErrors) {
+  auto [a, b] = add_relu_inputs({2, 3, 4, 5}, 26, true);
+  Tensor ref = relu(add(a, b));
+  Tensor g = random_tensor({2, 3, 4, 5}, 27);
+  ref.backward(g);
+  // Both channels-last: one fused pass; the output keeps the layout.
+  Tensor ca = a.detach().channels_last().set_requires_grad(true);
+  Tensor cb = b.detach().channels_last().set_requires_grad(true);
+  Tensor out = add_relu(ca, cb);
+  EXPECT_TRUE(out.is_channels_last() && !out.is_contiguous());
+  EXPECT_EQ(out.grad_fn()->name, "add_relu");
+  EXPECT_TRUE(same_bits(out.contiguous().to_vector(), ref.to_vector()));
+  out.backward(g);
+  EXPECT_TRUE(same_bits(ca.grad().contiguous().to_vector(), a.grad().to_vector()));
+  EXPECT_TRUE(same_bits(cb.grad().contiguous().to_vector(), b.grad().to_vector()));
+  // Mixed layouts take relu(add(a, b)).
+  Tensor mixed = add_relu(a, cb);
+  EXPECT_EQ(mixed.grad_fn()->name, "relu");
+  EXPECT_TRUE(same_bits(mixed.contiguous().to_vector(), ref.to_vector()));
+  EXPECT_EQ(add_relu(Tensor::empty({0, 3}), Tensor::empty({0, 3})).numel(), 0);
+  EXPECT_NE(error_of([] {
+              add_relu(Tensor::empty({2, 3}), Tensor::empty({3}));
+            }).find("add_relu: expected inputs of one shape (it does not broadcast), got [2, 3] and [3]"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { add_relu(Tensor::empty({2}), Tensor::empty({2}, DType::i64)); }).find("add_relu"),
+            std::string::npos);
 }
 
 TEST(Reduce, SumAndMean) {

@@ -6,14 +6,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "autograd/node.h"
+#include "backend/cpu/onednn.h"
 #include "error_of.h"
 #include "gradcheck.h"
+#include "graph_nodes.h"
 #include "models/blocks.h"
 #include "models/registry.h"
 #include "models/summary.h"
+#include "ops/activation.h"
 #include "ops/conv.h"
+#include "ops/elementwise.h"
 #include "ops/linear.h"
 #include "ops/loss.h"
 #include "ops/mac_count.h"
@@ -252,6 +257,58 @@ TEST(ShortcutPad, GradientMatchesFiniteDifferences) {
   Tensor wide = dpt::testing::random_tensor({2, 3, 4, 8}, 8);
   Tensor view = wide.as_strided({2, 3, 4, 4}, {96, 32, 8, 2}, 0);  // every other column
   EXPECT_EQ(shortcut_pad(view, 4, 2).to_vector(), shortcut_pad(view.contiguous(), 4, 2).to_vector());
+}
+
+// A BasicBlock ends in the fused add_relu, and gives what its children give composed by
+// hand with unfused ops: relu(add(bn2(conv2(relu(bn1(conv1(x))))), shortcut(x))), forward and
+// backward. Its input comes in the layout the CPU convolutions write (channels-last unless
+// DPT_CHANNELS_LAST=0), as inside a network, so branch and shortcut share one layout.
+TEST(ResNet, BasicBlockEndsInAddReluAndMatchesItsChildrenComposed) {
+  struct Case {
+    int64_t in, out, stride;
+    models::ShortcutKind shortcut;
+  };
+  for (const Case& c : {Case{8, 8, 1, models::ShortcutKind::pad}, Case{8, 16, 2, models::ShortcutKind::pad},
+                        Case{8, 16, 2, models::ShortcutKind::projection}}) {
+    SCOPED_TRACE(std::to_string(c.in) + " -> " + std::to_string(c.out));
+    Rng rng(12);
+    models::BasicBlock block(c.in, c.out, c.stride, {.shortcut = c.shortcut}, rng);
+    Tensor x0 = normal({4, c.in, 8, 8}, 13);
+    Tensor x = (cpu::onednn::channels_last_enabled() ? x0.channels_last() : x0).set_requires_grad(true);
+    Tensor rx = x.detach().clone_preserving_strides().set_requires_grad(true);
+    Tensor y = block.forward(x);
+    ASSERT_TRUE(y.grad_fn());
+    EXPECT_EQ(y.grad_fn()->name, "add_relu");
+    std::vector<nn::Module*> m = block.modules();  // block, conv1, bn1, conv2, bn2[, shortcut[, its parts]]
+    Tensor h = m[4]->forward(m[3]->forward(relu(m[2]->forward(m[1]->forward(rx)))));
+    Tensor ref = relu(add(h, m.size() > 5 ? m[5]->forward(rx) : rx));
+    std::vector<float> vy = y.to_vector(), vr = ref.to_vector();
+    for (size_t i = 0; i < vy.size(); ++i) ASSERT_NEAR(vy[i], vr[i], 1e-5 + 1e-5 * std::fabs(vr[i])) << i;
+    Tensor g = normal(y.shape(), 14);
+    y.backward(g);
+    Tensor conv1_grad = block.named_parameters().at(0).second.grad().clone();  // "conv1.weight"
+    for (auto& [name, p] : block.named_parameters()) p.set_grad(Tensor());
+    ref.backward(g);
+    std::vector<float> gx = x.grad().to_vector(), gr = rx.grad().to_vector();
+    for (size_t i = 0; i < gx.size(); ++i) ASSERT_NEAR(gx[i], gr[i], 1e-4 + 1e-4 * std::fabs(gr[i])) << i;
+    std::vector<float> gw = conv1_grad.to_vector(),
+                       gwr = block.named_parameters().at(0).second.grad().to_vector();
+    for (size_t i = 0; i < gw.size(); ++i) ASSERT_NEAR(gw[i], gwr[i], 1e-4 + 1e-4 * std::fabs(gwr[i])) << i;
+  }
+}
+
+// Every one of resnet20's 9 blocks takes the fused path in the network as built (no block
+// falls back to add + relu over a layout mismatch): the recorded graph has 9 add_relu nodes
+// and no add or relu node.
+TEST(ResNet, EveryBlockOfResnet20RunsTheFusedAddRelu) {
+  for (const char* yaml : {"{name: resnet20}", "{name: resnet20, shortcut: B}"}) {
+    SCOPED_TRACE(yaml);
+    Tensor logits = (*build(yaml))(normal({2, 3, 32, 32}, 15));
+    std::map<std::string, int> count = dpt::testing::graph_node_counts(logits);
+    EXPECT_EQ(count["add_relu"], 9);
+    EXPECT_EQ(count["add"], 0);
+    EXPECT_EQ(count["relu"], 0);
+  }
 }
 
 TEST(ResNet, Resnet20FitsOneFixedBatch) {

@@ -1,4 +1,4 @@
-// ReLU kernels (see activation.h): flat loops over dense buffers, f32 or bf16.
+// ReLU and add + ReLU kernels (see activation.h): flat loops over dense buffers, f32 or bf16.
 #include "backend/cuda/activation.h"
 
 #include "backend/cuda/launch.h"
@@ -10,6 +10,14 @@ template <class T>
 __global__ void relu_forward_kernel(const T* x, T* out, int64_t n) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     float v = to_float(x[i]);
+    out[i] = from_float<T>(v > 0.0f ? v : 0.0f);
+  }
+}
+
+template <class T>
+__global__ void add_relu_forward_kernel(const T* a, const T* b, T* out, int64_t n) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) {
+    float v = to_float(a[i]) + to_float(b[i]);
     out[i] = from_float<T>(v > 0.0f ? v : 0.0f);
   }
 }
@@ -36,6 +44,20 @@ void relu_forward(const Tensor& x, const Tensor& out) {
   dispatch_float(out.dtype(), "relu", [&](auto tag) {
     using T = decltype(tag);
     relu_forward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out), n);
+  });
+  DPT_CUDA_LAUNCH_CHECK();
+}
+
+void add_relu_forward(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_alike("add_relu", a, out);
+  check_alike("add_relu", b, out);
+  int64_t n = out.numel();
+  if (n == 0) return;
+  KernelScope scope(out.device().index);
+  dispatch_float(out.dtype(), "add_relu", [&](auto tag) {
+    using T = decltype(tag);
+    add_relu_forward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(a), elements<T>(b),
+                                                                        elements<T>(out), n);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
