@@ -109,12 +109,14 @@ if grep -q "no CUDA device" <<<"$probe"; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu_check: GPU: /' || true
 
-# --- Run the CUDA tests; one table row per test. NCCL says why it fails, if it does.
+# --- Run the CUDA tests; one table row per test. NCCL says why it fails, if it does. Four
+# at a time: each test case is a process of its own, much of whose time is CUDA's, cuDNN's
+# and cuBLAS's start-up; none needs the GPU to itself (the out-of-memory test asks for 4 PB).
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 table="$build/gpu_check.md"
 log="$build/gpu_check.ctest.log"
 set +e
-(cd "$build" && ctest -R '^Cuda' --timeout 120 --output-on-failure) >"$log" 2>&1
+(cd "$build" && ctest -R '^Cuda' -j 4 --timeout 120 --output-on-failure) >"$log" 2>&1
 set -e
 {
   echo "# dpt CUDA tests on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) (sm_$arch)"
