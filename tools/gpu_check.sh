@@ -171,13 +171,13 @@ bench_log="$build/gpu_check.bench.log"
   echo
   echo "| model | batch | precision | dpt eager | dpt graphs | PyTorch eager | dpt / PyTorch |"
   echo "|---|---|---|---|---|---|---|"
-  bench_row resnet20 512 bf16 40 3 32 32  # the goals' rows first
-  bench_row resnet18 512 bf16 20 3 32 32
-  bench_row resnet20 128 bf16 40 3 32 32
+  bench_row resnet20 512 bf16 200 3 32 32  # the goals' rows first
+  bench_row resnet18 512 bf16 100 3 32 32
+  bench_row resnet20 128 bf16 200 3 32 32
   for precision in fp32 bf16; do
     for batch in 128 512; do
-      [ "$precision" = fp32 ] && bench_row resnet20 "$batch" fp32 40 3 32 32
-      bench_row mnist_cnn "$batch" "$precision" 40 1 28 28
+      [ "$precision" = fp32 ] && bench_row resnet20 "$batch" fp32 200 3 32 32
+      bench_row mnist_cnn "$batch" "$precision" 200 1 28 28
     done
   done
 } >>"$table"
