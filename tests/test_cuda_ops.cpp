@@ -104,8 +104,10 @@ TEST(CudaLayout, SameDenseLayoutIgnoresStridesOfSizeOneDimensions) {
   Tensor nhwc_1x1 = Tensor::empty_channels_last({2, 6, 1, 1});
   ASSERT_NE(nhwc_1x1.strides(), Tensor::empty_like(nhwc_1x1).strides());
   EXPECT_TRUE(cuda::same_dense_layout(nhwc_1x1, Tensor::empty_like(nhwc_1x1)));
-  EXPECT_TRUE(cuda::same_dense_layout(Tensor::empty_channels_last({2, 1, 3, 3}), Tensor::empty({2, 1, 3, 3})));
-  EXPECT_FALSE(cuda::same_dense_layout(Tensor::empty_channels_last({2, 6, 3, 3}), Tensor::empty({2, 6, 3, 3})));
+  EXPECT_TRUE(
+      cuda::same_dense_layout(Tensor::empty_channels_last({2, 1, 3, 3}), Tensor::empty({2, 1, 3, 3})));
+  EXPECT_FALSE(
+      cuda::same_dense_layout(Tensor::empty_channels_last({2, 6, 3, 3}), Tensor::empty({2, 6, 3, 3})));
   EXPECT_FALSE(cuda::same_dense_layout(Tensor::empty({6, 2}), Tensor::empty({2, 6})));
   Tensor base = Tensor::empty({4, 5});
   EXPECT_FALSE(cuda::same_dense_layout(base.as_strided({4, 2}, {5, 1}, 0), Tensor::empty({4, 2})))
@@ -130,10 +132,11 @@ TEST_F(CudaOps, AddReluAtZeroNaNPastTheGridAndMixedLayouts) {
   // the size-1 dimensions (forward only: views are not recorded).
   auto one_by_one = [](const Tensor& t) { return t.as_strided({2, 6, 1, 1}, {6, 1, 6, 6}, t.offset()); };
   Tensor small_a = random_tensor({12}, 64), small_b = random_tensor({12}, 65);
-  expect_cuda_matches_cpu(
-      "add_relu and relu of channels-last [2, 6, 1, 1]",
-      [&](const Inputs& t) { return add(add_relu(one_by_one(t[0]), one_by_one(t[1])), relu(one_by_one(t[0]))); },
-      {small_a, small_b});
+  expect_cuda_matches_cpu("add_relu and relu of channels-last [2, 6, 1, 1]",
+                          [&](const Inputs& t) {
+                            return add(add_relu(one_by_one(t[0]), one_by_one(t[1])), relu(one_by_one(t[0])));
+                          },
+                          {small_a, small_b});
   Tensor ga = a.detach().to(gpu), gb = b.detach().to(gpu);
   Tensor out = add_relu(ga, gb);
   EXPECT_FALSE(out.grad_fn()) << "no input requires grad: nothing recorded";
