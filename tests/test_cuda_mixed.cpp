@@ -339,8 +339,11 @@ TEST_F(CudaMixed, BatchNormFusedReluMatchesCpu) {
 }
 
 // Where the ReLU runs is the backend's choice, not a change of result: fused or after the
-// op, the GPU gives the same bits (output, running statistics, three gradients), in every
-// mode, the cuDNN one (f32 NCHW) included; a NaN input becomes 0 as relu_forward makes it.
+// op, the GPU gives the same bits (output, running statistics, three gradients) on its own
+// kernels (fixed-order sums) and in eval on cuDNN (f32 NCHW); cuDNN's training calls run
+// twice are compared within the f32 tolerance (cuDNN promises equal bits for "most" of its
+// routines and names no batch-norm exception; a mask error is far above it). In eval a NaN
+// input becomes 0 as relu_forward makes it, and its gradient 0.
 TEST_F(CudaMixed, BatchNormFusedReluIsReluOfBatchNormBitForBit) {
   FusedReluCase k = fused_relu_case();
   Tensor upstream = random_tensor(k.x.shape(), 72);
@@ -371,15 +374,23 @@ TEST_F(CudaMixed, BatchNormFusedReluIsReluOfBatchNormBitForBit) {
         return r;
       };
       Run fused = run(true), apart = run(false);
-      expect_same_values(fused.out, apart.out, "output");
+      bool cudnn_sums = training && m.dtype == DType::f32 && !m.nhwc;
+      auto expect_same = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+        if (cudnn_sums)
+          expect_tensors_close(got, want, what, tolerance_for(DType::f32));
+        else
+          expect_same_values(got, want, what);
+      };
+      expect_same(fused.out, apart.out, "output");
       if (!training) {
         EXPECT_EQ(fused.out.to_vector()[5], 0.0f) << "relu(NaN)";
+        EXPECT_EQ(fused.x.grad().to_vector()[5], 0.0f) << "the gradient at relu(NaN)";
       }
-      expect_same_values(fused.running_mean, apart.running_mean, "running_mean");
-      expect_same_values(fused.running_var, apart.running_var, "running_var");
-      expect_same_values(fused.x.grad(), apart.x.grad(), "gradient of x");
-      expect_same_values(fused.weight.grad(), apart.weight.grad(), "gradient of weight");
-      expect_same_values(fused.bias.grad(), apart.bias.grad(), "gradient of bias");
+      expect_same(fused.running_mean, apart.running_mean, "running_mean");
+      expect_same(fused.running_var, apart.running_var, "running_var");
+      expect_same(fused.x.grad(), apart.x.grad(), "gradient of x");
+      expect_same(fused.weight.grad(), apart.weight.grad(), "gradient of weight");
+      expect_same(fused.bias.grad(), apart.bias.grad(), "gradient of bias");
     }
 }
 

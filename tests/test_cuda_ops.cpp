@@ -21,6 +21,7 @@ TEST(CudaOps, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include <cmath>
 
 #include "backend/cuda/activation.h"
+#include "backend/cuda/layout.h"
 #include "backend/cuda/tf32.h"
 #include "core/rng.h"
 #include "error_of.h"
@@ -96,6 +97,23 @@ TEST_F(CudaOps, ReluAndGridStrideLoopsPastTheGrid) {
                           {1e-2, 1e-5});
 }
 
+// Host logic, no device needed: the elementwise kernels' layout check ignores the strides
+// of size-1 dimensions, so a channels-last [N, C, 1, 1] tensor and its empty_like twin (given
+// the contiguous strides, the same bytes) pass, while a real layout difference does not.
+TEST(CudaLayout, SameDenseLayoutIgnoresStridesOfSizeOneDimensions) {
+  Tensor nhwc_1x1 = Tensor::empty_channels_last({2, 6, 1, 1});
+  ASSERT_NE(nhwc_1x1.strides(), Tensor::empty_like(nhwc_1x1).strides());
+  EXPECT_TRUE(cuda::same_dense_layout(nhwc_1x1, Tensor::empty_like(nhwc_1x1)));
+  EXPECT_TRUE(
+      cuda::same_dense_layout(Tensor::empty_channels_last({2, 1, 3, 3}), Tensor::empty({2, 1, 3, 3})));
+  EXPECT_FALSE(
+      cuda::same_dense_layout(Tensor::empty_channels_last({2, 6, 3, 3}), Tensor::empty({2, 6, 3, 3})));
+  EXPECT_FALSE(cuda::same_dense_layout(Tensor::empty({6, 2}), Tensor::empty({2, 6})));
+  Tensor base = Tensor::empty({4, 5});
+  EXPECT_FALSE(cuda::same_dense_layout(base.as_strided({4, 2}, {5, 1}, 0), Tensor::empty({4, 2})))
+      << "a slice is not dense";
+}
+
 // The fused residual sum + ReLU against its CPU twin at sums of +-0, one float step from 0
 // and NaN (which give 0, as relu's do), past one grid, and with mixed layouts (which take
 // add + relu); on the device, against relu(add(a, b)); then its errors. bf16 and NHWC:
@@ -110,6 +128,15 @@ TEST_F(CudaOps, AddReluAtZeroNaNPastTheGridAndMixedLayouts) {
       "add_relu, NCHW + NHWC",
       [](const Inputs& t) { return add_relu(t[0], cast(t[1], DType::f32, MemoryFormat::channels_last)); },
       {a, b});
+  // Channels-last [2, 6, 1, 1] views: also contiguous, so the output gets other strides on
+  // the size-1 dimensions (forward only: views are not recorded).
+  auto one_by_one = [](const Tensor& t) { return t.as_strided({2, 6, 1, 1}, {6, 1, 6, 6}, t.offset()); };
+  Tensor small_a = random_tensor({12}, 64), small_b = random_tensor({12}, 65);
+  expect_cuda_matches_cpu("add_relu and relu of channels-last [2, 6, 1, 1]",
+                          [&](const Inputs& t) {
+                            return add(add_relu(one_by_one(t[0]), one_by_one(t[1])), relu(one_by_one(t[0])));
+                          },
+                          {small_a, small_b});
   Tensor ga = a.detach().to(gpu), gb = b.detach().to(gpu);
   Tensor out = add_relu(ga, gb);
   EXPECT_FALSE(out.grad_fn()) << "no input requires grad: nothing recorded";

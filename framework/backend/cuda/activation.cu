@@ -2,6 +2,7 @@
 #include "backend/cuda/activation.h"
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/layout.h"
 
 namespace dpt::cuda {
 namespace {
@@ -29,7 +30,7 @@ __global__ void relu_backward_kernel(const T* out, const T* grad_out, T* grad_in
 }
 
 void check_alike(const char* what, const Tensor& a, const Tensor& b) {
-  DPT_CHECK(a.shape() == b.shape() && a.strides() == b.strides() && a.is_dense() && a.dtype() == b.dtype())
+  DPT_CHECK(same_dense_layout(a, b) && a.dtype() == b.dtype())
       << what << " on cuda: needs dense tensors of one shape, layout and dtype, got " << shape_str(a.shape())
       << " " << dtype_name(a.dtype()) << " and " << shape_str(b.shape()) << " " << dtype_name(b.dtype());
 }

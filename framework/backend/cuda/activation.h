@@ -7,8 +7,9 @@
 
 namespace dpt::cuda {
 
-// Requires: x and out f32 (or both bf16) on one CUDA device, dense with the same shape and strides
-// (out may be x). Ensures: out = max(x, 0).
+// Requires: x and out f32 (or both bf16) on one CUDA device, dense with the same shape and
+// strides, size-1 dimensions aside (layout.h same_dense_layout); out may be x.
+// Ensures: out = max(x, 0).
 void relu_forward(const Tensor& x, const Tensor& out);
 // Requires: a, b and out alike, as above (NCHW, channels-last or any other dense layout, as
 // long as all three share it); out may be a or b. Ensures: out = max(a + b, 0), summed in f32

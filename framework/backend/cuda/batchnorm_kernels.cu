@@ -191,14 +191,17 @@ __global__ void normalize_kernel(const T* x, T* out, const float* scale, const f
   }
 }
 
+// Eval reads no x: its grad_x is weight invstd g alone (batchnorm.h), so a NaN or inf x,
+// whose output a fused ReLU turned into 0, gets 0 as on the CPU and the cuDNN path, not
+// (x - mean) * 0 = NaN.
 template <class T, bool nhwc>
 __global__ void grad_x_kernel(const T* x, const T* g, const T* relu_out, const float* mean, const float* coef,
-                              T* grad_x, int64_t n, int64_t c, int64_t hw) {
+                              bool training, T* grad_x, int64_t n, int64_t c, int64_t hw) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     int64_t ch = channel_of<nhwc>(i, c, hw);
-    float v = coef[3 * ch] * (masked_grad(g, relu_out, i) - coef[3 * ch + 1] -
-                              (to_float(x[i]) - mean[ch]) * coef[3 * ch + 2]);
-    grad_x[i] = from_float<T>(v);
+    float d = masked_grad(g, relu_out, i);
+    if (training) d = d - coef[3 * ch + 1] - (to_float(x[i]) - mean[ch]) * coef[3 * ch + 2];
+    grad_x[i] = from_float<T>(coef[3 * ch] * d);
   }
 }
 
@@ -284,7 +287,7 @@ void backward(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, c
     using T = decltype(tag);
     grad_x_kernel<T, decltype(nhwc)::value><<<grid_for(n), kBlock, 0, scope.stream()>>>(
         elements<T>(x), elements<T>(grad_out), elements_or_null<T>(relu_out), mean.data<float>(),
-        coef.as<float>(), elements<T>(grad_x), n, geo.c, geo.hw);
+        coef.as<float>(), training, elements<T>(grad_x), n, geo.c, geo.hw);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }

@@ -19,6 +19,17 @@ inline bool layout_nhwc(const Tensor& t, const char* op) {
 // Whether t can be addressed in the given layout (a tensor that is both passes either way).
 inline bool has_layout(const Tensor& t, bool nhwc) { return nhwc ? t.is_channels_last() : t.is_contiguous(); }
 
+// Whether a and b hold every element at the same place in their buffers, so one flat loop
+// serves both: one shape, both dense, the same strides on every dimension longer than 1. A
+// size-1 dimension's stride is arbitrary: a channels-last [N, C, 1, 1] tensor is also
+// contiguous, and Tensor::empty_like gives its twin the contiguous strides.
+inline bool same_dense_layout(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || !a.is_dense() || !b.is_dense()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) > 1 && a.strides()[d] != b.strides()[d]) return false;
+  return true;
+}
+
 // A new uninitialised 4-D tensor in NHWC when `nhwc`, else NCHW.
 inline Tensor empty_in_layout(const Shape& shape, DType dtype, Device device, bool nhwc) {
   return nhwc ? Tensor::empty_channels_last(shape, dtype, device) : Tensor::empty(shape, dtype, device);
