@@ -17,22 +17,11 @@
 #include "core/threading.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
+#include "tools/bench/median_ms.h"
 
 using namespace dpt;
 
 namespace {
-
-double median_ms(const std::function<void()>& f, int reps) {
-  for (int i = 0; i < 3; ++i) f();  // host blocks allocated once, then recycled
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 Tensor activation(const Shape& shape, uint64_t seed) {
   Tensor t = Tensor::empty(shape);

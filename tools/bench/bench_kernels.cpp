@@ -16,22 +16,11 @@
 #include "ops/conv.h"
 #include "ops/linear.h"
 #include "ops/pool.h"
+#include "tools/bench/median_ms.h"
 
 using namespace dpt;
 
 namespace {
-
-double median_ms(const std::function<void()>& f, int reps) {
-  for (int i = 0; i < 3; ++i) f();  // primitives created, buffers grown
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 Tensor random(const Shape& shape, uint64_t seed, bool requires_grad = false) {
   Tensor t = Tensor::empty(shape);
