@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,6 +66,20 @@ inline void expect_tensors_close(const Tensor& got, const Tensor& want, const st
                                  Tolerance tol = tolerance_for(DType::f32)) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   expect_close(got, to_double(want), what, tol.atol, tol.rtol);
+}
+
+// ||got - want|| / ||want||, in double: how far a whole gradient tensor moved. Whole-model
+// steps compare gradients by it, not element by element: one ReLU or max-pool input that
+// lands on the other side of its kink (an f32 summation order can do that) changes a whole
+// channel's gradient through batch norm by far more than f32 rounding.
+inline double relative_l2(const Tensor& got, const Tensor& want) {
+  std::vector<float> a = got.to_vector(), b = want.to_vector();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 // Fresh leaves holding the inputs' values on `device`, requiring grad where the input does.

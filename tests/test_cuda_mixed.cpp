@@ -13,9 +13,12 @@
 // bf16 output (2^-9 relative) and f32 summation order: tolerance_for(bf16) = 1e-2 + 1.6e-2
 // |ref|. Whole models: ~20 layers each add a rounding forward and backward, and batch norm
 // divides by per-channel spreads; elementwise bounds would fail on the smallest gradient
-// elements, so each gradient tensor is compared by its relative L2 error (5%: about 40
-// roundings of 0.2% adding in quadrature, times batch norm's amplification), and the loss
-// within 2%.
+// elements, so each gradient tensor is compared by its relative L2 error, and the loss within
+// 2%. The bound is not a sum of roundings: bf16 moves ReLU and max-pool inputs across their
+// kinks, which reroutes gradients. tools/bf16_step_error.py emulates these steps (PyTorch,
+// 8 seeds): worst tensor 0.116 for mnist_cnn (its first conv: max-pool ties), 0.515 for
+// ResNet-20 (median tensor ~0.23); bounds 0.25 and 0.8 leave ~1.6x. A wrong kernel gives
+// >= 1 (zero, uncorrelated or sign-flipped gradients); scale errors are the op tests' job.
 #include <gtest/gtest.h>
 
 #include "cuda_compare.h"
@@ -53,6 +56,7 @@ using dpt::testing::kink_free_input;
 using dpt::testing::random_labels;
 using dpt::testing::random_leaf;
 using dpt::testing::random_tensor;
+using dpt::testing::relative_l2;
 using dpt::testing::Tolerance;
 using dpt::testing::tolerance_for;
 
@@ -131,16 +135,6 @@ void expect_mode_matches_cpu(const std::string& what, const Mode& m, const dpt::
 // maxima are the same elements on both sides.
 Tensor exact_distinct(const Shape& shape, uint64_t seed) {
   return distinct_tensor(shape, seed, 1.0f / 64).set_requires_grad(true);
-}
-
-double relative_l2(const Tensor& got, const Tensor& want) {
-  std::vector<float> a = got.to_vector(), b = want.to_vector();
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    norm += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
 }  // namespace
@@ -554,9 +548,9 @@ TEST_F(CudaMixed, Bf16WeightsAreCastOncePerOptimizerStep) {
 namespace {
 
 // One training step of `yaml` on CPU f32 and on cuda:0 with `compute`: the loss within 2%,
-// every parameter gradient within 5% relative L2 error, every gradient f32.
+// every parameter gradient within `gradient_bound` relative L2 error, every gradient f32.
 void expect_mixed_step_matches(const std::string& yaml, const models::ModelSpec& spec, int64_t batch,
-                               const nn::Compute& compute) {
+                               const nn::Compute& compute, double gradient_bound) {
   SCOPED_TRACE(yaml + (compute.dtype == DType::bf16 ? " bf16" : " f32") +
                (compute.channels_last ? " NHWC" : ""));
   auto on_cpu = models::build_model(YAML::Load(yaml), spec);
@@ -577,7 +571,7 @@ void expect_mixed_step_matches(const std::string& yaml, const models::ModelSpec&
     const Tensor& g = gpu_params[i].second.grad();
     ASSERT_TRUE(g.defined()) << name << " got no gradient";
     EXPECT_EQ(g.dtype(), DType::f32) << name;
-    EXPECT_LT(relative_l2(g, cpu_params[i].second.grad()), 5e-2) << "gradient of " << name;
+    EXPECT_LT(relative_l2(g, cpu_params[i].second.grad()), gradient_bound) << "gradient of " << name;
   }
   auto cpu_buffers = on_cpu->named_buffers(), gpu_buffers = on_gpu->named_buffers();
   for (size_t i = 0; i < cpu_buffers.size(); ++i)
@@ -588,16 +582,17 @@ void expect_mixed_step_matches(const std::string& yaml, const models::ModelSpec&
 
 TEST_F(CudaMixed, ResNet20StepInBf16MatchesCpuF32) {
   const models::ModelSpec cifar{3, 32, 32, 10, 0};
-  expect_mixed_step_matches("{name: resnet20}", cifar, 32, {DType::bf16, false});
-  expect_mixed_step_matches("{name: resnet20}", cifar, 32, {DType::bf16, true});
-  expect_mixed_step_matches("{name: resnet20, shortcut: B}", cifar, 32, {DType::bf16, true});
-  // f32 channels-last: only the layout changes, so f32 accuracy bounds it far inside 5%.
-  expect_mixed_step_matches("{name: resnet20}", cifar, 32, {DType::f32, true});
+  expect_mixed_step_matches("{name: resnet20}", cifar, 32, {DType::bf16, false}, 0.8);
+  expect_mixed_step_matches("{name: resnet20}", cifar, 32, {DType::bf16, true}, 0.8);
+  expect_mixed_step_matches("{name: resnet20, shortcut: B}", cifar, 32, {DType::bf16, true}, 0.8);
+  // f32 channels-last: only the layout changes; f32 noise (1e-6 per op) moves a ResNet-20
+  // gradient by at most 0.021 in the emulation (bf16_step_error.py --f32-noise 1e-6 --batch 8).
+  expect_mixed_step_matches("{name: resnet20}", cifar, 32, {DType::f32, true}, 5e-2);
 }
 
 TEST_F(CudaMixed, MnistCnnStepInBf16MatchesCpuF32) {
-  expect_mixed_step_matches("{name: mnist_cnn}", {1, 28, 28, 10, 0}, 32, {DType::bf16, true});
-  expect_mixed_step_matches("{name: mnist_cnn}", {1, 28, 28, 10, 0}, 32, {DType::bf16, false});
+  expect_mixed_step_matches("{name: mnist_cnn}", {1, 28, 28, 10, 0}, 32, {DType::bf16, true}, 0.25);
+  expect_mixed_step_matches("{name: mnist_cnn}", {1, 28, 28, 10, 0}, 32, {DType::bf16, false}, 0.25);
 }
 
 #endif  // DPT_WITH_CUDA
