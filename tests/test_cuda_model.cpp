@@ -32,9 +32,15 @@ const models::ModelSpec kMnist{1, 28, 28, 10, 0};
 const models::ModelSpec kCifar{3, 32, 32, 10, 0};
 
 // Several layers deep the f32 differences of other summation orders add up; batch norm
-// divides by per-channel spreads, which amplifies them further in a ResNet.
+// divides by per-channel spreads, which amplifies them further in a ResNet. Buffers and the
+// loss within these; gradients by relative L2 per tensor (cuda_compare.h: one ReLU or max-pool
+// input crossing its kink moves many elements past any elementwise bound). Emulated with
+// f32 noise of 1e-6 per op (tools/bf16_step_error.py --f32-noise 1e-6, 8 seeds): elementwise
+// {1e-5, 1e-3} failed 1 of 6 mnist_cnn seeds and {1e-4, 1e-2} 2 of 5 ResNet-20 ones (batch 8),
+// while the worst relative L2 was 0.004 and 0.021: bounds 2e-2 and 5e-2.
 const Tolerance kMnistTolerance{1e-5, 1e-3};
 const Tolerance kResNetTolerance{1e-4, 1e-2};
+constexpr double kMnistGradientL2 = 2e-2, kResNetGradientL2 = 5e-2;
 
 nn::ModulePtr build(const std::string& yaml, const models::ModelSpec& spec, Device device) {
   nn::ModulePtr model = models::build_model(YAML::Load(yaml), spec);
@@ -51,8 +57,8 @@ Tensor loss_and_gradients(nn::Module& model, const Tensor& x, const Tensor& labe
   return loss;
 }
 
-void expect_step_matches(const std::string& yaml, const models::ModelSpec& spec, int64_t batch,
-                         Tolerance tol) {
+void expect_step_matches(const std::string& yaml, const models::ModelSpec& spec, int64_t batch, Tolerance tol,
+                         double gradient_l2) {
   auto on_cpu = build(yaml, spec, Device::cpu()), on_gpu = build(yaml, spec, Device::cuda(0));
   Tensor x = random_tensor({batch, spec.in_channels, spec.height, spec.width}, 1);
   Tensor labels = random_labels(batch, 10, 2);
@@ -65,8 +71,9 @@ void expect_step_matches(const std::string& yaml, const models::ModelSpec& spec,
   for (size_t i = 0; i < cpu_params.size(); ++i) {
     const std::string& name = cpu_params[i].first;
     ASSERT_TRUE(gpu_params[i].second.grad().defined()) << yaml << ": " << name << " got no gradient on CUDA";
-    expect_tensors_close(gpu_params[i].second.grad(), cpu_params[i].second.grad(), yaml + " grad of " + name,
-                         tol);
+    EXPECT_LT(dpt::testing::relative_l2(gpu_params[i].second.grad(), cpu_params[i].second.grad()),
+              gradient_l2)
+        << yaml << " grad of " << name;
   }
   // The running statistics the training forward left behind.
   auto cpu_buffers = on_cpu->named_buffers(), gpu_buffers = on_gpu->named_buffers();
@@ -78,12 +85,12 @@ void expect_step_matches(const std::string& yaml, const models::ModelSpec& spec,
 }  // namespace
 
 TEST_F(CudaModel, MnistCnnStepMatchesCpu) {
-  expect_step_matches("{name: mnist_cnn}", kMnist, 32, kMnistTolerance);
+  expect_step_matches("{name: mnist_cnn}", kMnist, 32, kMnistTolerance, kMnistGradientL2);
 }
 
 TEST_F(CudaModel, ResNet20StepMatchesCpu) {
-  expect_step_matches("{name: resnet20}", kCifar, 8, kResNetTolerance);
-  expect_step_matches("{name: resnet20, shortcut: B}", kCifar, 8, kResNetTolerance);
+  expect_step_matches("{name: resnet20}", kCifar, 8, kResNetTolerance, kResNetGradientL2);
+  expect_step_matches("{name: resnet20, shortcut: B}", kCifar, 8, kResNetTolerance, kResNetGradientL2);
 }
 
 TEST_F(CudaModel, MnistCnnTrainsTheSameOnBothDevices) {
