@@ -19,10 +19,11 @@ TEST(CudaOps, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #else
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/cuda/activation.h"
 #include "backend/cuda/layout.h"
-#include "backend/cuda/tf32.h"
+#include "backend/cuda/math_settings.h"
 #include "core/rng.h"
 #include "error_of.h"
 #include "inputs.h"
@@ -284,6 +285,33 @@ TEST_F(CudaOps, Tf32IsASettingOffByDefault) {
   cuda::set_tf32_enabled(false);
   expect_cuda_matches_cpu("matmul, TF32 off again", [](const Inputs& t) { return matmul(t[0], t[1]); },
                           {a, b});
+}
+
+// With deterministic convolutions on, a conv's backward gives the same bits every run (the
+// shape is one where cuDNN's fastest backward-filter algorithms sum with atomics), and the
+// results still match the CPU; the setting is off by default.
+TEST_F(CudaOps, DeterministicConvolutionsRepeatToTheBit) {
+  ASSERT_FALSE(cuda::cudnn_deterministic()) << "run without DPT_CUDNN_DETERMINISTIC=1";
+  cuda::set_cudnn_deterministic(true);
+  const Device gpu = Device::cuda(0);
+  Tensor x = random_leaf({64, 64, 16, 16}, 26).to(gpu), w = random_leaf({64, 64, 3, 3}, 27).to(gpu);
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 3; ++run) {
+    Tensor xr = x.detach().set_requires_grad(true), wr = w.detach().set_requires_grad(true);
+    Tensor y = conv2d(xr, wr, Tensor(), {.padding = 1});
+    sum(mul(y, y)).backward();
+    std::vector<float> values = wr.grad().to_vector(), grad_x = xr.grad().to_vector();
+    values.insert(values.end(), grad_x.begin(), grad_x.end());
+    runs.push_back(std::move(values));
+  }
+  for (int run = 1; run < 3; ++run)
+    EXPECT_EQ(0, std::memcmp(runs[run].data(), runs[0].data(), runs[0].size() * sizeof(float)))
+        << "run " << run << " differs from run 0";
+  expect_cuda_matches_cpu(
+      "conv2d, deterministic algorithms",
+      [](const Inputs& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 1}); },
+      {random_leaf({4, 32, 16, 16}, 28), random_leaf({32, 32, 3, 3}, 29)});
+  cuda::set_cudnn_deterministic(false);
 }
 
 TEST_F(CudaOps, Conv2dShapesAndOptions) {

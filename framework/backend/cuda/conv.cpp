@@ -1,4 +1,4 @@
-// cuDNN convolution (see conv.h). A Plan per (device, shapes, parameters, dtype, layout, TF32 setting)
+// cuDNN convolution (see conv.h). A Plan per (device, shapes, parameters, dtype, layout, math settings)
 // holds the descriptors and the three algorithms cuDNN's heuristics rank first among those
 // whose workspace fits kWorkspaceLimit; it is made on the shape's first use and kept, so
 // the steady state only queues cuDNN calls. Workspaces come from the caching allocator.
@@ -17,7 +17,7 @@
 #include "backend/cuda/context.h"
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/device.h"
-#include "backend/cuda/tf32.h"
+#include "backend/cuda/math_settings.h"
 
 namespace dpt::cuda {
 namespace {
@@ -52,19 +52,22 @@ struct Plan {
 };
 
 // cuDNN's heuristics list algorithms fastest first; the first that runs here (status
-// success) within the workspace limit is taken.
+// success) within the workspace limit, and is deterministic where that is asked for
+// (math_settings.h), is taken.
 template <class Perf>
-const Perf& first_fitting(const std::vector<Perf>& perf, int count, const char* direction, const Shape& xs,
-                          const Shape& ws) {
+const Perf& first_fitting(const std::vector<Perf>& perf, int count, bool deterministic, const char* direction,
+                          const Shape& xs, const Shape& ws) {
   for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit) return perf[i];
-  DPT_FAIL() << "conv2d on cuda: cuDNN offers no " << direction << " algorithm for input " << shape_str(xs)
-             << " and weight " << shape_str(ws) << " within " << (kWorkspaceLimit >> 20)
-             << " MiB of workspace";
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit &&
+        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
+      return perf[i];
+  DPT_FAIL() << "conv2d on cuda: cuDNN offers no " << (deterministic ? "deterministic " : "") << direction
+             << " algorithm for input " << shape_str(xs) << " and weight " << shape_str(ws) << " within "
+             << (kWorkspaceLimit >> 20) << " MiB of workspace";
 }
 
 std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Shape& ws, const Shape& ys,
-                                const ConvParams& p, DType dtype, bool tf32) {
+                                const ConvParams& p, DType dtype, bool tf32, bool deterministic) {
   auto plan = std::make_unique<Plan>(xs, ws, ys, p, dtype, tf32);
   int max = 0, count = 0;
   // bf16: each direction's heuristics query starts from the descriptor's own math type
@@ -77,7 +80,7 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
   std::vector<cudnnConvolutionFwdAlgoPerf_t> forward(max);
   CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, plan->x.get(), plan->w.get(), plan->conv.get(),
                                                      plan->y.get(), max, &count, forward.data()));
-  const auto& forward_perf = first_fitting(forward, count, "forward", xs, ws);
+  const auto& forward_perf = first_fitting(forward, count, deterministic, "forward", xs, ws);
   plan->forward = forward_perf.algo;
   plan->forward_math = forward_perf.mathType;
   plan->use_math(plan->forward_math);
@@ -89,7 +92,7 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(max);
   CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
       handle, plan->w.get(), plan->y.get(), plan->conv.get(), plan->x.get(), max, &count, data.data()));
-  const auto& data_perf = first_fitting(data, count, "backward-data", xs, ws);
+  const auto& data_perf = first_fitting(data, count, deterministic, "backward-data", xs, ws);
   plan->backward_data = data_perf.algo;
   plan->backward_data_math = data_perf.mathType;
   plan->use_math(plan->backward_data_math);
@@ -102,7 +105,7 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(max);
   CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
       handle, plan->x.get(), plan->y.get(), plan->conv.get(), plan->w.get(), max, &count, filter.data()));
-  const auto& filter_perf = first_fitting(filter, count, "backward-filter", xs, ws);
+  const auto& filter_perf = first_fitting(filter, count, deterministic, "backward-filter", xs, ws);
   plan->backward_filter = filter_perf.algo;
   plan->backward_filter_math = filter_perf.mathType;
   plan->use_math(plan->backward_filter_math);
@@ -112,22 +115,22 @@ std::unique_ptr<Plan> plan_make(cudnnHandle_t handle, const Shape& xs, const Sha
   return plan;
 }
 
-using PlanKey = std::array<int64_t, 16>;
+using PlanKey = std::array<int64_t, 17>;
 
 // Requires: `device` current. Plans are never destroyed (as device contexts are not).
 Plan& plan_for(int device, const Shape& xs, const Shape& ws, const ConvParams& p, DType dtype) {
   Shape ys = {xs[0], ws[0], (xs[2] + 2 * p.padding - p.dilation * (ws[2] - 1) - 1) / p.stride + 1,
               (xs[3] + 2 * p.padding - p.dilation * (ws[3] - 1) - 1) / p.stride + 1};
-  bool tf32 = tf32_enabled();
+  bool tf32 = tf32_enabled(), deterministic = cudnn_deterministic();
   PlanKey key{device,   xs[0],     xs[1],      xs[2],    xs[3], ws[0], ws[2],
               ws[3],    p.stride,  p.padding,  p.dilation, p.groups, tf32, ws[1],
-              static_cast<int64_t>(dtype), p.nhwc};
+              static_cast<int64_t>(dtype), p.nhwc, deterministic};
   static std::mutex mutex;
   static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>();
   std::lock_guard<std::mutex> lock(mutex);
   auto it = plans->find(key);
   if (it == plans->end())
-    it = plans->emplace(key, plan_make(device_context(device).cudnn(), xs, ws, ys, p, dtype, tf32)).first;
+    it = plans->emplace(key, plan_make(device_context(device).cudnn(), xs, ws, ys, p, dtype, tf32, deterministic)).first;
   return *it->second;
 }
 

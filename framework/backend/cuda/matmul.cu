@@ -8,7 +8,7 @@
 #include <climits>
 
 #include "backend/cuda/launch.h"
-#include "backend/cuda/tf32.h"
+#include "backend/cuda/math_settings.h"
 
 namespace dpt::cuda {
 namespace {
