@@ -1,5 +1,5 @@
 // Matrix products on CUDA with cuBLAS, the twin of backend/cpu/matmul.h: linear layers and
-// plain 2-D matmul. Transposes are cuBLAS flags, never copies. TF32 per tf32.h.
+// plain 2-D matmul. Transposes are cuBLAS flags, never copies. TF32 per math_settings.h.
 #pragma once
 
 #include "core/tensor.h"
