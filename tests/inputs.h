@@ -80,6 +80,24 @@ inline Tensor distinct_tensor(const Shape& shape, uint64_t seed, float step = 0.
   return Tensor::from_vector(v, shape);
 }
 
+// Inputs for a conv with a fused ReLU whose mask cannot depend on summation order or bf16
+// rounding: weights and activations from quarter_steps (k/4, |k| <= 4), so a conv of at most
+// 16 taps sums multiples of 1/16 below 16 in magnitude, exact in f32 in any order and in bf16
+// (at most 8 significant bits); with a bias from odd_32nds ((2k+1)/32 in (-1, 1)) every
+// pre-activation is an odd multiple of 1/32, at least 1/32 from the kink on every device.
+inline Tensor quarter_steps(const Shape& shape, uint64_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<float> v(shape_numel(shape));
+  for (float& x : v) x = static_cast<float>(static_cast<int>(gen() % 9) - 4) / 4;
+  return Tensor::from_vector(v, shape).set_requires_grad(true);
+}
+inline Tensor odd_32nds(const Shape& shape, uint64_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<float> v(shape_numel(shape));
+  for (float& x : v) x = static_cast<float>(2 * static_cast<int>(gen() % 32) - 31) / 32;
+  return Tensor::from_vector(v, shape).set_requires_grad(true);
+}
+
 // Per channel a shuffled symmetric set of values, all at least 0.5 standard deviations
 // from the mean (0): with bias 0 no batch-norm output is near the ReLU's kink.
 inline Tensor kink_free_input(const Shape& s, uint64_t seed) {
