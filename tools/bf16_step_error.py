@@ -10,6 +10,7 @@ import argparse
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from sim_rounding import rounding
 
 args = argparse.ArgumentParser()
 args.add_argument("model", choices=["mnist_cnn", "resnet20"])
@@ -25,20 +26,11 @@ def perturb(t):
     return t.to(torch.bfloat16).to(torch.float32)
 
 
-class Round(torch.autograd.Function):
-    """Rounds a tensor in the forward pass and its gradient in the backward pass."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return perturb(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return perturb(g)
+round_both_ways = rounding(perturb)
 
 
 def q(x, on):
-    return Round.apply(x) if on else x
+    return round_both_ways(x) if on else x
 
 
 def mnist_params():

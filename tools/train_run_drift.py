@@ -13,6 +13,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
+from sim_rounding import rounding
 
 args = argparse.ArgumentParser()
 args.add_argument("--noise", type=float, default=1e-6)
@@ -32,17 +33,7 @@ def perturb(t):
     return t.to(torch.bfloat16).to(torch.float32) if args.bf16 else t
 
 
-class Round(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return perturb(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return perturb(g)
-
-
-q = Round.apply
+q = rounding(perturb)
 
 
 def make_model(seed):
