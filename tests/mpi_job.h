@@ -27,6 +27,12 @@ struct JobResult {
   std::string first_err_line() const { return err.substr(0, err.find('\n')); }
 };
 
+// For failure messages: how the job ended and what it printed.
+inline std::ostream& operator<<(std::ostream& os, const JobResult& r) {
+  return os << "job " << (r.finished ? "exited with " + std::to_string(r.exit_code) : std::string("killed"))
+            << "; stdout:\n" << r.out << "\nstderr:\n" << r.err;
+}
+
 class MpiJob {
  public:
   // Runs `command` with /bin/sh in a process group of its own, stdout and stderr into

@@ -64,10 +64,10 @@ class TrainCli : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
 
-  std::string synthetic_config(const std::string& extra = "", int epochs = 2) {
+  std::string synthetic_config(const std::string& extra = "") {
     return "model: {name: mlp, hidden: [32]}\n"
            "dataset: {name: synthetic, shape: [1, 8, 8], classes: 4, size: 512}\n"
-           "epochs: " + std::to_string(epochs) + "\nbatch_size: 32\nthreads: 1\n"
+           "epochs: 2\nbatch_size: 32\nthreads: 1\n"
            "optimizer: {name: sgd, lr: 0.1, momentum: 0.9}\n"
            "output: {dir: " + (dir_ / "run").string() + "}\n" + extra;
   }
@@ -210,12 +210,11 @@ TEST_F(TrainCli, DebugCollectivesStopsRanksThatDisagreeAtTheCall) {
 
 TEST_F(TrainCli, AHungRankIsNamedWhenTheTimeoutEndsTheRun) {
   // Rank 1 stops (SIGSTOP) mid-training: rank 0's next collective times out after
-  // distributed.timeout_s and names it; rank 1's listener cannot answer either. (Many
-  // epochs, so the job cannot end by itself before the stop.)
-  std::string config = write("ok.yaml", synthetic_config("", 10000)).string();
+  // distributed.timeout_s and names it; rank 1's listener cannot answer either.
+  std::string config = write("ok.yaml", synthetic_config()).string();
   dpt::testing::MpiJob job(two_ranks(train_, config, "--set distributed.timeout_s=2", "--set distributed.timeout_s=2"),
                            dir_);
-  ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30)));
+  ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30))) << job.finish(std::chrono::seconds(5));
   const pid_t rank1 = job.rank_pid(1, std::chrono::seconds(10));
   ASSERT_GT(rank1, 0);
   job.mark();
@@ -232,12 +231,13 @@ TEST_F(TrainCli, AHungRankIsNamedWhenTheTimeoutEndsTheRun) {
 }
 
 TEST_F(TrainCli, ASignalOnOneRankEndsEveryRank) {
-  // Far more epochs than the test lets run: with two, the job could end by itself between
-  // "epoch 1:" and the signal (an epoch here takes milliseconds).
-  std::string config = write("ok.yaml", synthetic_config("", 10000)).string();
+  std::string config = write("ok.yaml", synthetic_config()).string();
   for (int signal : {SIGSEGV, SIGKILL}) {
-    dpt::testing::MpiJob job(two_ranks(train_, config, "", ""), dir_);
-    ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30)));
+    // A run directory of its own: the first job, killed after epoch 1, may have left a
+    // checkpoint there, and train refuses to start afresh over an interrupted run's.
+    const std::string run_dir = "--set output.dir=" + (dir_ / ("run_" + std::to_string(signal))).string();
+    dpt::testing::MpiJob job(two_ranks(train_, config, run_dir, run_dir), dir_);
+    ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30))) << job.finish(std::chrono::seconds(5));
     const pid_t rank1 = job.rank_pid(1, std::chrono::seconds(10));
     ASSERT_GT(rank1, 0);
     job.mark();
