@@ -11,11 +11,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "error_of.h"
 #include "gradcheck.h"
 #include "inputs.h"
+#include "io/atomic_file.h"
 #include "io/config.h"
 #include "kernel_check.h"
 #include "models/registry.h"
@@ -23,6 +23,7 @@
 #include "ops/conv.h"
 #include "ops/loss.h"
 #include "optim/sgd.h"
+#include "temp_dir.h"
 
 using namespace dpt;
 using dpt::testing::error_of;
@@ -35,32 +36,22 @@ namespace {
 
 class MixedPrecision : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dpt_mixed_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& text) {
-    fs::path p = dir_ / "c.yaml";
-    std::ofstream(p) << text;
-    return p.string();
+    const std::string path = dir_.file("c.yaml");
+    std::ofstream(path) << text;
+    return path;
   }
   // Exit code and stderr of a command.
   std::pair<int, std::string> run(const std::string& command) {
-    std::string err = (dir_ / "err").string();
-    int status = std::system((command + " >/dev/null 2>" + err).c_str());
-    std::stringstream s;
-    s << std::ifstream(err).rdbuf();
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()};
+    int status = std::system((command + " >/dev/null 2>" + dir_.file("err")).c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, io::read_file(dir_.file("err"))};
   }
   std::string binary(const char* name) {
     const char* build = std::getenv("DPT_BUILD_DIR");
     return (fs::path(build ? build : ".") / name).string();
   }
 
-  fs::path dir_;
+  dpt::testing::TempDir dir_{"dpt_mixed"};
 };
 
 const char* kBase =
@@ -87,7 +78,7 @@ TEST_F(MixedPrecision, ConfigKeys) {
 
 TEST_F(MixedPrecision, TrainTurnsBf16AndChannelsLastAwayOnTheCpu) {
   std::string config = std::string(kBase) +
-                       "epochs: 1\nbatch_size: 16\nthreads: 1\noutput: {dir: " + (dir_ / "run").string() +
+                       "epochs: 1\nbatch_size: 16\nthreads: 1\noutput: {dir: " + dir_.file("run") +
                        "}\n";
   auto [code, err] = run(binary("train") + " " + write(config + "precision: bf16\n"));
   EXPECT_EQ(code, 2) << err;
