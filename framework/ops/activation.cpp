@@ -34,6 +34,14 @@ void relu_backward_on(const Tensor& out, const Tensor& grad_out, const Tensor& g
   cpu::relu_backward(out.data<float>(), grad_out.data<float>(), grad_in.data<float>(), out.numel());
 }
 
+// The gradient through a ReLU whose output is `out`: g where out > 0, else 0, in out's layout.
+Tensor relu_gradient(const char* what, const Tensor& out, const Tensor& g) {
+  check_grad(what, g, out.device(), out.dtype());
+  Tensor gi = Tensor::empty_like(out);
+  relu_backward_on(out, layout_like_on_device(g, out), gi);
+  return gi;
+}
+
 }  // namespace
 
 Tensor relu(const Tensor& x) {
@@ -44,11 +52,7 @@ Tensor relu(const Tensor& x) {
   relu_forward_on(in, out);
   // The output alone decides the mask (out > 0), so the input need not be kept.
   autograd::record("relu", out, {x}, [out = out.detach()](const Tensor& g) {
-    check_grad("relu backward", g, out.device(), out.dtype());
-    Tensor gi = Tensor::empty_like(out);
-    Tensor gc = layout_like_on_device(g, out);
-    relu_backward_on(out, gc, gi);
-    return std::vector<Tensor>{gi};
+    return std::vector<Tensor>{relu_gradient("relu backward", out, g)};
   });
   return out;
 }
@@ -66,9 +70,7 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
   // gradient through to both): no backward writes into its incoming gradient, and the
   // engine sums two gradients reaching one node into a new tensor (autograd/accumulate.h).
   autograd::record("add_relu", out, {a, b}, [out = out.detach()](const Tensor& g) {
-    check_grad("add_relu backward", g, out.device(), out.dtype());
-    Tensor gi = Tensor::empty_like(out);
-    relu_backward_on(out, layout_like_on_device(g, out), gi);
+    Tensor gi = relu_gradient("add_relu backward", out, g);
     return std::vector<Tensor>{gi, gi};
   });
   return out;
