@@ -85,17 +85,16 @@ inline Tensor distinct_tensor(const Shape& shape, uint64_t seed, float step = 0.
 // 16 taps sums multiples of 1/16 below 16 in magnitude, exact in f32 in any order and in bf16
 // (at most 8 significant bits); with a bias from odd_32nds ((2k+1)/32 in (-1, 1)) every
 // pre-activation is an odd multiple of 1/32, at least 1/32 from the kink on every device.
-inline Tensor quarter_steps(const Shape& shape, uint64_t seed) {
+// Values first + k * step for k drawn uniformly from 0 .. levels - 1, requiring grad.
+inline Tensor grid_values(const Shape& shape, uint64_t seed, int levels, float first, float step) {
   std::mt19937 gen(seed);
   std::vector<float> v(shape_numel(shape));
-  for (float& x : v) x = static_cast<float>(static_cast<int>(gen() % 9) - 4) / 4;
+  for (float& x : v) x = first + static_cast<float>(gen() % static_cast<unsigned>(levels)) * step;
   return Tensor::from_vector(v, shape).set_requires_grad(true);
 }
+inline Tensor quarter_steps(const Shape& shape, uint64_t seed) { return grid_values(shape, seed, 9, -1.0f, 0.25f); }
 inline Tensor odd_32nds(const Shape& shape, uint64_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<float> v(shape_numel(shape));
-  for (float& x : v) x = static_cast<float>(2 * static_cast<int>(gen() % 32) - 31) / 32;
-  return Tensor::from_vector(v, shape).set_requires_grad(true);
+  return grid_values(shape, seed, 32, -31.0f / 32, 2.0f / 32);
 }
 
 // Per channel a shuffled symmetric set of values, all at least 0.5 standard deviations
