@@ -92,7 +92,9 @@ inline Tensor grid_values(const Shape& shape, uint64_t seed, int levels, float f
   for (float& x : v) x = first + static_cast<float>(gen() % static_cast<unsigned>(levels)) * step;
   return Tensor::from_vector(v, shape).set_requires_grad(true);
 }
-inline Tensor quarter_steps(const Shape& shape, uint64_t seed) { return grid_values(shape, seed, 9, -1.0f, 0.25f); }
+inline Tensor quarter_steps(const Shape& shape, uint64_t seed) {
+  return grid_values(shape, seed, 9, -1.0f, 0.25f);
+}
 inline Tensor odd_32nds(const Shape& shape, uint64_t seed) {
   return grid_values(shape, seed, 32, -31.0f / 32, 2.0f / 32);
 }

@@ -30,7 +30,9 @@ struct JobResult {
 // For failure messages: how the job ended and what it printed.
 inline std::ostream& operator<<(std::ostream& os, const JobResult& r) {
   return os << "job " << (r.finished ? "exited with " + std::to_string(r.exit_code) : std::string("killed"))
-            << "; stdout:\n" << r.out << "\nstderr:\n" << r.err;
+            << "; stdout:\n"
+            << r.out << "\nstderr:\n"
+            << r.err;
 }
 
 class MpiJob {

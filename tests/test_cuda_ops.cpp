@@ -297,7 +297,7 @@ TEST_F(CudaOps, DeterministicConvolutionsRepeatToTheBit) {
   cuda::set_cudnn_deterministic(true);
   const Device gpu = Device::cuda(0);
   Tensor x = random_leaf({64, 64, 16, 16}, 26).to(gpu), w = random_leaf({64, 64, 3, 3}, 27).to(gpu);
-  std::vector<std::vector<float>> runs;
+  std::vector<std::vector<float> > runs;
   for (int run = 0; run < 3; ++run) {
     Tensor xr = x.detach().set_requires_grad(true), wr = w.detach().set_requires_grad(true);
     Tensor y = conv2d(xr, wr, Tensor(), {.padding = 1});
@@ -309,10 +309,9 @@ TEST_F(CudaOps, DeterministicConvolutionsRepeatToTheBit) {
   for (int run = 1; run < 3; ++run)
     EXPECT_EQ(0, std::memcmp(runs[run].data(), runs[0].data(), runs[0].size() * sizeof(float)))
         << "run " << run << " differs from run 0";
-  expect_cuda_matches_cpu(
-      "conv2d, deterministic algorithms",
-      [](const Inputs& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 1}); },
-      {random_leaf({4, 32, 16, 16}, 28), random_leaf({32, 32, 3, 3}, 29)});
+  expect_cuda_matches_cpu("conv2d, deterministic algorithms",
+                          [](const Inputs& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 1}); },
+                          {random_leaf({4, 32, 16, 16}, 28), random_leaf({32, 32, 3, 3}, 29)});
   cuda::set_cudnn_deterministic(false);
 }
 

@@ -77,9 +77,8 @@ TEST_F(MixedPrecision, ConfigKeys) {
 }
 
 TEST_F(MixedPrecision, TrainTurnsBf16AndChannelsLastAwayOnTheCpu) {
-  std::string config = std::string(kBase) +
-                       "epochs: 1\nbatch_size: 16\nthreads: 1\noutput: {dir: " + dir_.file("run") +
-                       "}\n";
+  std::string config =
+      std::string(kBase) + "epochs: 1\nbatch_size: 16\nthreads: 1\noutput: {dir: " + dir_.file("run") + "}\n";
   auto [code, err] = run(binary("train") + " " + write(config + "precision: bf16\n"));
   EXPECT_EQ(code, 2) << err;
   EXPECT_THAT(err, HasSubstr("precision: bf16 needs a CUDA device, but this run trains on cpu"));

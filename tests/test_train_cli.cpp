@@ -20,8 +20,8 @@
 #endif
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using dpt::io::read_file;
+using ::testing::HasSubstr;
 
 namespace {
 
@@ -69,7 +69,8 @@ class TrainCli : public ::testing::Test {
            "dataset: {name: synthetic, shape: [1, 8, 8], classes: 4, size: 512}\n"
            "epochs: 2\nbatch_size: 32\nthreads: 1\n"
            "optimizer: {name: sgd, lr: 0.1, momentum: 0.9}\n"
-           "output: {dir: " + (dir_ / "run").string() + "}\n" + extra;
+           "output: {dir: " +
+           (dir_ / "run").string() + "}\n" + extra;
   }
 
   fs::path train_;
@@ -83,8 +84,8 @@ TEST_F(TrainCli, ShortRunWritesMetricsAndSummary) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string metrics = read_file(dir_ / "run" / "metrics.jsonl");
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 2);
-  for (const char* key : {"\"epoch\": 2", "\"train_loss\"", "\"test_loss\"", "\"test_acc\"", "\"images_per_sec\"",
-                          "\"epoch_time_s\""})
+  for (const char* key : {"\"epoch\": 2", "\"train_loss\"", "\"test_loss\"", "\"test_acc\"",
+                          "\"images_per_sec\"", "\"epoch_time_s\""})
     EXPECT_THAT(metrics, HasSubstr(key));
   std::string summary = read_file(dir_ / "run" / "summary.json");
   for (const char* key : {"\"final_test_acc\"", "\"best_test_acc\"", "\"total_time_s\"", "\"images_per_sec\"",
@@ -106,37 +107,43 @@ TEST_F(TrainCli, BadConfigsAreOneLineAndExitCode2) {
   expect_clear_error(write("type.yaml", synthetic_config() + "seed: banana\n").string(), "seed");
   expect_clear_error(write("lr.yaml", synthetic_config()).string() + " --set optimizer.lr=-1", "lr");
   expect_clear_error(write("batch.yaml", synthetic_config()).string() + " --set batch_size=0", "batch_size");
-  expect_clear_error(write("model.yaml", synthetic_config()).string() + " --set model.name=nope", "unknown model 'nope'");
+  expect_clear_error(write("model.yaml", synthetic_config()).string() + " --set model.name=nope",
+                     "unknown model 'nope'");
   expect_clear_error("", "no config file");
 }
 
 // Where the run trains on the CPU, cuda_graphs is refused.
 TEST_F(TrainCli, CudaGraphsWithoutACudaDeviceIsOneLineAndExitCode2) {
 #ifdef DPT_WITH_CUDA
-  if (dpt::cuda::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: this run could train on it";
+  if (dpt::cuda::cuda_device_count() > 0)
+    GTEST_SKIP() << "a CUDA device is present: this run could train on it";
 #endif
   expect_clear_error(write("graphs.yaml", synthetic_config("cuda_graphs: true\n")).string(),
                      "cuda_graphs: true needs training on a CUDA device, but rank 0 trains on cpu");
-  expect_clear_error(write("skip.yaml", synthetic_config("on_nonfinite: skip\n")).string() + " --set cuda_graphs=true",
-                     "cuda_graphs: true needs on_nonfinite: stop");
+  expect_clear_error(
+      write("skip.yaml", synthetic_config("on_nonfinite: skip\n")).string() + " --set cuda_graphs=true",
+      "cuda_graphs: true needs on_nonfinite: stop");
 }
 
 TEST_F(TrainCli, BadDataIsOneLineAndExitCode2) {
   std::string base = "model: {name: mlp}\nepochs: 1\noutput: {dir: " + (dir_ / "run").string() + "}\n";
   expect_clear_error(
-      write("nodata.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "nowhere").string() + "}\n").string(),
+      write("nodata.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "nowhere").string() + "}\n")
+          .string(),
       "nowhere");
   // A data directory whose training images are cut short.
   fs::create_directories(dir_ / "bad");
   for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                         "t10k-labels-idx1-ubyte"})
     std::ofstream(dir_ / "bad" / f) << std::string("\x00\x00\x08\x03\x00\x00\x00\x10", 8);
-  expect_clear_error(write("bad.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "bad").string() + "}\n").string(),
-                     "bad");
+  expect_clear_error(
+      write("bad.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "bad").string() + "}\n").string(),
+      "bad");
 }
 
 TEST_F(TrainCli, DataThatCannotTrainTheModelIsOneLineAndExitCode2) {
-  std::string base = "model: {name: mlp}\nepochs: 1\nbatch_size: 2\noutput: {dir: " + (dir_ / "run").string() + "}\n";
+  std::string base =
+      "model: {name: mlp}\nepochs: 1\nbatch_size: 2\noutput: {dir: " + (dir_ / "run").string() + "}\n";
   // Test images of another size than the training images: stopped before training, not at
   // the first evaluation.
   fs::create_directories(dir_ / "geometry");
@@ -146,13 +153,16 @@ TEST_F(TrainCli, DataThatCannotTrainTheModelIsOneLineAndExitCode2) {
       for (int shift = 24; shift >= 0; shift -= 8) header += static_cast<char>(v >> shift);
     return header + std::string(count * side * side, '\0');
   };
-  auto labels = [](uint32_t count) { return std::string("\x00\x00\x08\x01\x00\x00\x00", 7) + char(count) + std::string(count, '\0'); };
+  auto labels = [](uint32_t count) {
+    return std::string("\x00\x00\x08\x01\x00\x00\x00", 7) + char(count) + std::string(count, '\0');
+  };
   std::ofstream(dir_ / "geometry" / "train-images-idx3-ubyte") << images(4, 28);
   std::ofstream(dir_ / "geometry" / "train-labels-idx1-ubyte") << labels(4);
   std::ofstream(dir_ / "geometry" / "t10k-images-idx3-ubyte") << images(2, 32);
   std::ofstream(dir_ / "geometry" / "t10k-labels-idx1-ubyte") << labels(2);
   expect_clear_error(
-      write("geometry.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "geometry").string() + "}\n").string(),
+      write("geometry.yaml", base + "dataset: {name: mnist, path: " + (dir_ / "geometry").string() + "}\n")
+          .string(),
       "the training set has 1x28x28 images, 10 classes but the test set has 1x32x32 images");
   // A synthetic dataset larger than the machine, and more threads than OpenMP can start.
   expect_clear_error(write("huge.yaml", synthetic_config()).string() +
@@ -169,8 +179,8 @@ TEST_F(TrainCli, OneFailingRankEndsEveryRankQuickly) {
   std::string mpirun =
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none ";
   auto start = std::chrono::steady_clock::now();
-  Result r = run(mpirun + "-np 1 " + train_.string() + " " + good + " : -np 1 " + train_.string() + " " + bad +
-                 " --set 'dataset={name: mnist, path: " + (dir_ / "no_such_dir").string() + "}'");
+  Result r = run(mpirun + "-np 1 " + train_.string() + " " + good + " : -np 1 " + train_.string() + " " +
+                 bad + " --set 'dataset={name: mnist, path: " + (dir_ / "no_such_dir").string() + "}'");
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(seconds, 30.0);
@@ -203,8 +213,9 @@ TEST_F(TrainCli, DebugCollectivesStopsRanksThatDisagreeAtTheCall) {
   EXPECT_LT(r.seconds, 30.0);
   EXPECT_THAT(r.first_err_line(), ::testing::StartsWith("[rank ")) << r.err;
   EXPECT_THAT(r.first_err_line(), HasSubstr("] error: world: collective #")) << r.err;
-  EXPECT_THAT(r.first_err_line(), HasSubstr(" differs between ranks (debug: collectives): rank 0 calls "
-                                            "all_reduce(sum) of 1 f32, rank 1 calls all_reduce(avg) of 2212 f32"))
+  EXPECT_THAT(r.first_err_line(),
+              HasSubstr(" differs between ranks (debug: collectives): rank 0 calls "
+                        "all_reduce(sum) of 1 f32, rank 1 calls all_reduce(avg) of 2212 f32"))
       << r.err;
 }
 
@@ -212,9 +223,10 @@ TEST_F(TrainCli, AHungRankIsNamedWhenTheTimeoutEndsTheRun) {
   // Rank 1 stops (SIGSTOP) mid-training: rank 0's next collective times out after
   // distributed.timeout_s and names it; rank 1's listener cannot answer either.
   std::string config = write("ok.yaml", synthetic_config()).string();
-  dpt::testing::MpiJob job(two_ranks(train_, config, "--set distributed.timeout_s=2", "--set distributed.timeout_s=2"),
-                           dir_);
-  ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30))) << job.finish(std::chrono::seconds(5));
+  dpt::testing::MpiJob job(
+      two_ranks(train_, config, "--set distributed.timeout_s=2", "--set distributed.timeout_s=2"), dir_);
+  ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30)))
+      << job.finish(std::chrono::seconds(5));
   const pid_t rank1 = job.rank_pid(1, std::chrono::seconds(10));
   ASSERT_GT(rank1, 0);
   job.mark();
@@ -237,7 +249,8 @@ TEST_F(TrainCli, ASignalOnOneRankEndsEveryRank) {
     // checkpoint there, and train refuses to start afresh over an interrupted run's.
     const std::string run_dir = "--set output.dir=" + (dir_ / ("run_" + std::to_string(signal))).string();
     dpt::testing::MpiJob job(two_ranks(train_, config, run_dir, run_dir), dir_);
-    ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30))) << job.finish(std::chrono::seconds(5));
+    ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30)))
+        << job.finish(std::chrono::seconds(5));
     const pid_t rank1 = job.rank_pid(1, std::chrono::seconds(10));
     ASSERT_GT(rank1, 0);
     job.mark();

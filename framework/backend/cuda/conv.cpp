@@ -122,15 +122,19 @@ Plan& plan_for(int device, const Shape& xs, const Shape& ws, const ConvParams& p
   Shape ys = {xs[0], ws[0], (xs[2] + 2 * p.padding - p.dilation * (ws[2] - 1) - 1) / p.stride + 1,
               (xs[3] + 2 * p.padding - p.dilation * (ws[3] - 1) - 1) / p.stride + 1};
   bool tf32 = tf32_enabled(), deterministic = cudnn_deterministic();
-  PlanKey key{device,   xs[0],     xs[1],      xs[2],    xs[3], ws[0], ws[2],
-              ws[3],    p.stride,  p.padding,  p.dilation, p.groups, tf32, ws[1],
-              static_cast<int64_t>(dtype), p.nhwc, deterministic};
+  PlanKey key{device,     xs[0],        xs[1], xs[2],    xs[3],
+              ws[0],      ws[2],        ws[3], p.stride, p.padding,
+              p.dilation, p.groups,     tf32,  ws[1],    static_cast<int64_t>(dtype),
+              p.nhwc,     deterministic};
   static std::mutex mutex;
   static auto* plans = new std::map<PlanKey, std::unique_ptr<Plan>>();
   std::lock_guard<std::mutex> lock(mutex);
   auto it = plans->find(key);
   if (it == plans->end())
-    it = plans->emplace(key, plan_make(device_context(device).cudnn(), xs, ws, ys, p, dtype, tf32, deterministic)).first;
+    it = plans
+             ->emplace(key,
+                       plan_make(device_context(device).cudnn(), xs, ws, ys, p, dtype, tf32, deterministic))
+             .first;
   return *it->second;
 }
 
@@ -138,8 +142,8 @@ Plan& plan_for(int device, const Shape& xs, const Shape& ws, const ConvParams& p
 void check_layout(const char* what, const Tensor& t, const ConvParams& p, DType dtype) {
   DPT_CHECK(p.nhwc ? t.is_channels_last() : t.is_contiguous())
       << "conv2d on cuda: " << what << " must be " << (p.nhwc ? "channels-last NHWC" : "contiguous NCHW");
-  DPT_CHECK(t.dtype() == dtype) << "conv2d on cuda: " << what << " is " << dtype_name(t.dtype()) << ", expected "
-                                << dtype_name(dtype);
+  DPT_CHECK(t.dtype() == dtype) << "conv2d on cuda: " << what << " is " << dtype_name(t.dtype())
+                                << ", expected " << dtype_name(dtype);
 }
 
 // cuDNN's bias calls take the f32 NCHW case; channel.h the others.
@@ -187,18 +191,18 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
     check_layout("input gradient", grad_x, p, dtype);
     DeviceBuffer workspace(plan.backward_data_bytes, device);
     plan.use_math(plan.backward_data_math);
-    CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, plan.w.get(), w.raw_data(), plan.y.get(), g,
-                                             plan.conv.get(), plan.backward_data, workspace.as<void>(),
-                                             plan.backward_data_bytes, &zero, plan.x.get(), grad_x.raw_data()));
+    CUDNN_CHECK(cudnnConvolutionBackwardData(
+        handle, &one, plan.w.get(), w.raw_data(), plan.y.get(), g, plan.conv.get(), plan.backward_data,
+        workspace.as<void>(), plan.backward_data_bytes, &zero, plan.x.get(), grad_x.raw_data()));
   }
   if (grad_w.defined()) {
     check_layout("input", x, p, dtype);
     check_layout("weight gradient", grad_w, p, dtype);
     DeviceBuffer workspace(plan.backward_filter_bytes, device);
     plan.use_math(plan.backward_filter_math);
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, plan.x.get(), x.raw_data(), plan.y.get(), g,
-                                               plan.conv.get(), plan.backward_filter, workspace.as<void>(),
-                                               plan.backward_filter_bytes, &zero, plan.w.get(), grad_w.raw_data()));
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        handle, &one, plan.x.get(), x.raw_data(), plan.y.get(), g, plan.conv.get(), plan.backward_filter,
+        workspace.as<void>(), plan.backward_filter_bytes, &zero, plan.w.get(), grad_w.raw_data()));
   }
   if (grad_bias.defined() && !cudnn_bias(p, dtype)) return channel_sum(grad_out, grad_bias);
   if (grad_bias.defined())
