@@ -50,7 +50,8 @@ class MpiProcessGroup final : public ProcessGroup {
   // naming the group, the op and what was expected; errors MPI reports later are rethrown
   // by Work::wait(). Collectives start in call order and complete in call order: when a
   // Work's wait() returns, every earlier Work of this group is complete too. 0 elements is
-  // fine (no MPI call, still ordered). avg on i64 divides with truncation toward zero.
+  // fine (no MPI call, still ordered; all_to_all calls MPI all the same, as its counts are
+  // each rank's own). avg on i64 divides with truncation toward zero (reduce: on root).
   WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override;
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr all_gather(const Tensor& out, const Tensor& in) override;

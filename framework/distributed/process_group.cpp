@@ -58,18 +58,6 @@ void check_blocks(const ProcessGroup& group, const char* op, const Tensor& whole
   DPT_CHECK(!overlaps(whole, part)) << op << " on " << group.name() << ": out overlaps in";
 }
 
-}  // namespace
-
-void check_gather(const ProcessGroup& group, const Tensor& out, const Tensor& in, int root) {
-  check_blocks(group, "gather", out, "out", in, "in", root);
-}
-
-void check_scatter(const ProcessGroup& group, const Tensor& out, const Tensor& in, int root) {
-  check_blocks(group, "scatter", in, "in", out, "out", root);
-}
-
-namespace {
-
 // One side of all_to_all: `splits` (empty: equal) of n elements, checked.
 void layout_side(const ProcessGroup& group, const char* what, const std::vector<int64_t>& splits, int64_t n,
                  std::vector<int64_t>& counts, std::vector<int64_t>& offsets) {
@@ -96,6 +84,14 @@ void layout_side(const ProcessGroup& group, const char* what, const std::vector<
 }
 
 }  // namespace
+
+void check_gather(const ProcessGroup& group, const Tensor& out, const Tensor& in, int root) {
+  check_blocks(group, "gather", out, "out", in, "in", root);
+}
+
+void check_scatter(const ProcessGroup& group, const Tensor& out, const Tensor& in, int root) {
+  check_blocks(group, "scatter", in, "in", out, "out", root);
+}
 
 AllToAllLayout all_to_all_layout(const ProcessGroup& group, const Tensor& out, const Tensor& in,
                                  const std::vector<int64_t>& out_splits,
