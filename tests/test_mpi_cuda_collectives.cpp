@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "collective_values.h"
+#include "closed_form.h"
 #include "distributed/dist.h"
 
 #ifdef DPT_WITH_CUDA

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "collective_values.h"
+#include "closed_form.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
 #include "error_of.h"

@@ -1,17 +1,17 @@
-// Rank-dependent inputs and closed-form checks for the collective tests under mpirun
-// (test_mpi_*.cpp): a 1-D tensor whose element i is value(i), and a check of every element
-// that reports the first one that differs (one failure per tensor at most).
+// Rank-dependent inputs and their closed-form checks, shared by the collective tests
+// (flashlight's AllReduceTest): rank r's input is a simple function of (r, i); the result
+// is worked out in closed form and every element is checked (values stay exact in f32).
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <cstdint>
 #include <string>
 
 #include "core/tensor.h"
 
 namespace dpt::testing {
 
+// A 1-D tensor of n elements of type T, element i = value(i).
 template <class T, class F>
 Tensor make(int64_t n, F value) {
   Tensor t = Tensor::empty({n}, dtype_of<T>());
@@ -20,6 +20,7 @@ Tensor make(int64_t n, F value) {
   return t;
 }
 
+// One failure per tensor at most: the first element that differs from expected(i).
 template <class T, class F>
 void expect_values(const Tensor& t, F expected, const std::string& what) {
   const T* p = t.data<T>();
