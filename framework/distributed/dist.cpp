@@ -272,6 +272,17 @@ const InitInfo& info() {
 
 GroupPtr world() { return world_checked("dist::world()"); }
 
+std::vector<GroupPtr> live_groups() {
+  world_checked("dist::live_groups()");
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::vector<GroupPtr> groups;
+  for (auto& weak : s.groups) {
+    if (auto group = weak.lock()) groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
 GroupPtr new_group(const std::vector<int>& ranks) {
   auto world = world_checked("dist::new_group()");
   const std::string label = "new_group(" + ranks_str(ranks) + ")";

@@ -67,6 +67,9 @@ void set_debug_collectives(bool on);
 
 const InitInfo& info();  // requires init() (else Error)
 GroupPtr world();        // requires init() (else Error)
+// The groups this rank is a member of that are still alive, world first, then in the order
+// they were made. requires: init() (else Error).
+std::vector<GroupPtr> live_groups();
 
 // A group of the given world ranks (strictly increasing). Collective over the world.
 // Returns nullptr on ranks that are not members. Named "group[0,2]". Throws Error (on every
