@@ -62,9 +62,12 @@ struct Data {
 };
 
 Data load_data(const io::DatasetConfig& c, uint64_t seed) {
-  if (c.name == "fashion_mnist") return {data::load_fashion_mnist(c.path, true), data::load_fashion_mnist(c.path, false)};
-  if (c.name == "mnist") return {data::load_mnist(c.path, true), data::load_mnist(c.path, false)};
-  if (c.name == "cifar10") return {data::load_cifar10(c.path, true), data::load_cifar10(c.path, false)};
+  using io::DatasetName;
+  if (c.name == DatasetName::fashion_mnist)
+    return {data::load_fashion_mnist(c.path, true), data::load_fashion_mnist(c.path, false)};
+  if (c.name == DatasetName::mnist) return {data::load_mnist(c.path, true), data::load_mnist(c.path, false)};
+  if (c.name == DatasetName::cifar10)
+    return {data::load_cifar10(c.path, true), data::load_cifar10(c.path, false)};
   // synthetic: a held-out set one sixth the size, as MNIST's 10k/60k.
   return {data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes, c.size, seed),
           data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes, std::max<int64_t>(c.size / 6, 1),
@@ -73,7 +76,7 @@ Data load_data(const io::DatasetConfig& c, uint64_t seed) {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, const nn::Module& model) {
   auto groups = optim::param_groups(model, static_cast<float>(c.weight_decay), c.no_decay_bias_bn);
-  if (c.name == "adamw")
+  if (c.name == io::OptimizerName::adamw)
     return std::make_unique<optim::AdamW>(
         groups, optim::AdamWOptions{static_cast<float>(c.betas[0]), static_cast<float>(c.betas[1]),
                                     static_cast<float>(c.eps)});
@@ -82,9 +85,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, c
 
 optim::ScheduleOptions schedule_options(const io::ScheduleConfig& c) {
   optim::ScheduleOptions s;
-  s.kind = c.name == "cosine"      ? optim::ScheduleKind::cosine
-           : c.name == "multistep" ? optim::ScheduleKind::multistep
-                                   : optim::ScheduleKind::constant;
+  s.kind = c.name;
   s.warmup_epochs = static_cast<double>(c.warmup_epochs);
   s.milestones = c.milestones;
   s.gamma = static_cast<float>(c.gamma);
@@ -224,11 +225,13 @@ std::unique_ptr<optim::GraphedTrainStep> make_graphed_step(const io::Config& con
 // The `precision` and `channels_last` keys as nn::Compute for a model that trains on
 // `device`; Error (exit 2) when they ask for what only CUDA does and the device is not CUDA.
 nn::Compute compute_for(const io::Config& config, Device device) {
-  nn::Compute compute{config.precision == "bf16" ? DType::bf16 : DType::f32, config.channels_last};
+  const bool bf16 = config.precision == io::Precision::bf16;
+  nn::Compute compute{bf16 ? DType::bf16 : DType::f32, config.channels_last};
   DPT_CHECK(!compute.active() || device.is_cuda())
-      << (config.precision == "bf16" ? "precision: bf16" : "channels_last: true")
-      << " needs a CUDA device, but this run trains on " << device.str()
-      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: false";
+      << (bf16 ? "precision: bf16" : "channels_last: true") << " needs a CUDA device, but this run trains on "
+      << device.str()
+      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: "
+         "false";
   return compute;
 }
 
@@ -237,7 +240,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
   dist::set_timeout(config.distributed.timeout_s);
-  dist::set_debug_collectives(config.debug == "collectives");
+  dist::set_debug_collectives(config.debug == io::DebugMode::collectives);
   if (config.deterministic) threads_set_deterministic();
   threads_set(compute_threads(config.threads));
   const dist::DeviceChoice where = dist::rank_device_select(config.device, config.deterministic);
@@ -245,8 +248,9 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   if (main_rank) std::printf("%s\n", where.note.c_str());
   const nn::Compute compute = compute_for(config, device);
   Data data = load_data(config.dataset, config.seed);
-  data::dataset_check_split(data.train, data.test,
-                            config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
+  data::dataset_check_split(
+      data.train, data.test,
+      io::name_of(config.dataset.name) + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
   model->set_compute(compute);
@@ -286,12 +290,14 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   auto optimizer = make_optimizer(config.optimizer, *model);
   std::unique_ptr<optim::Ema> ema;
   if (config.ema_decay > 0) ema = std::make_unique<optim::Ema>(*net, static_cast<float>(config.ema_decay));
-  float lr = static_cast<float>(config.optimizer.lr) * (config.lr_scaling == "linear" ? world.world_size : 1);
+  float lr = static_cast<float>(config.optimizer.lr) *
+             (config.lr_scaling == io::LrScaling::linear ? world.world_size : 1);
   optim::LrSchedule schedule(lr, schedule_options(config.schedule), steps, config.epochs);
   auto graphed = make_graphed_step(config, *model, *net, *optimizer, ema.get(), data.train);
 
   io::Progress progress(config.epochs, config.log_every);
-  io::RunControl control(config, {*net, config.model.name, *optimizer, config.optimizer.name, ema.get()}, progress);
+  io::RunControl control(
+      config, {*net, config.model.name, *optimizer, io::name_of(config.optimizer.name), ema.get()}, progress);
   control.resume(resume);
   io::TrainingProgress& at = control.progress();
   std::string metrics_path = config.output.dir + "/metrics.jsonl";

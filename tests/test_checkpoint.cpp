@@ -386,7 +386,7 @@ TEST(CheckpointConfig, KeysParseRoundTripAndRejectBadValues) {
        "keep_last: 0}\n");
   io::Config c = io::load_config(path);
   EXPECT_TRUE(c.deterministic);
-  EXPECT_EQ(c.on_nonfinite, "skip");
+  EXPECT_EQ(c.on_nonfinite, io::NonfiniteAction::skip);
   EXPECT_EQ(c.checkpoint.every_epochs, 2);
   EXPECT_EQ(c.checkpoint.keep_last, 0);
   spit(dir.file("back.yaml"), io::config_to_yaml(c));
