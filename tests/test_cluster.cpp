@@ -10,9 +10,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
-#include "io/json.h"
 #include "mpi_job.h"
 #include "temp_dir.h"
 
@@ -71,13 +71,13 @@ class Cluster : public ::testing::TestWithParam<Layout> {
     const char* build = std::getenv("DPT_BUILD_DIR");
     train_ = fs::path(build ? build : ".") / "train";
     ASSERT_TRUE(fs::exists(train_)) << train_ << " not built (DPT_BUILD_DIR)";
-    dpt::io::write_file(dir_.file("config.yaml"),
-                        "model: {name: mlp, hidden: [32]}\n"
-                        "dataset: {name: synthetic, shape: [1, 8, 8], classes: 4, size: 512}\n"
-                        "epochs: 100000\nbatch_size: 32\nthreads: 1\nlog_every: 1000\n"
-                        "optimizer: {name: sgd, lr: 0.1, momentum: 0.9}\n"
-                        "output: {dir: " +
-                            dir_.file("run") + "}\n");
+    std::ofstream(dir_.file("config.yaml"))
+        << "model: {name: mlp, hidden: [32]}\n"
+           "dataset: {name: synthetic, shape: [1, 8, 8], classes: 4, size: 512}\n"
+           "epochs: 100000\nbatch_size: 32\nthreads: 1\nlog_every: 1000\n"
+           "optimizer: {name: sgd, lr: 0.1, momentum: 0.9}\n"
+           "output: {dir: " +
+               dir_.file("run") + "}\n";
   }
 
   int world_size() const { return 2 * GetParam().per_node; }
