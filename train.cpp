@@ -23,6 +23,7 @@
 #include "distributed/ddp.h"
 #include "distributed/dist.h"
 #include "distributed/rank_device.h"
+#include "distributed/world_table.h"
 #include "datasets/mnist.h"
 #include "datasets/synthetic.h"
 #include "io/atomic_file.h"
@@ -269,6 +270,8 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
         model, dist::world(),
         dist::DdpOptions{.bucket_cap_mb = d.bucket_cap_mb, .find_unused_parameters = d.find_unused_parameters,
                          .sync_bn = d.sync_bn});
+    const std::string world_text = dist::world_table(device.str());  // collective
+    if (main_rank) std::printf("%s", world_text.c_str());
   }
 
   data::LoaderOptions train_options{.batch_size = config.batch_size, .shuffle = true, .drop_last = true,

@@ -5,6 +5,8 @@
 // Every rank runs every test; collectives come before the checks, so one rank's failed
 // EXPECT cannot leave the others waiting.
 #include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -52,8 +54,27 @@ TEST(MpiCollectives, InitInfo) {
   EXPECT_EQ(i.world_size, w->size());
   EXPECT_EQ(i.rank, w->rank());
   EXPECT_EQ(w->name(), "world");
-  EXPECT_EQ(i.local_size, i.world_size);  // one machine
-  EXPECT_EQ(i.local_rank, i.rank);
+  // The ranks of a host against those that report its name (tools/cluster.sh's hosts have
+  // names of their own): local rank and size, and hosts numbered by their lowest rank.
+  std::vector<char> names(256 * static_cast<size_t>(i.world_size), '\0');
+  char mine[256] = {};
+  gethostname(mine, sizeof mine - 1);
+  MPI_Allgather(mine, 256, MPI_CHAR, names.data(), 256, MPI_CHAR, MPI_COMM_WORLD);
+  auto name_of = [&](int r) { return std::string(names.data() + 256 * r); };
+  int local_size = 0, local_rank = 0, node = -1;
+  std::vector<std::string> hosts;  // in order of their lowest rank
+  for (int r = 0; r < i.world_size; ++r) {
+    if (std::find(hosts.begin(), hosts.end(), name_of(r)) == hosts.end()) hosts.push_back(name_of(r));
+    if (name_of(r) != mine) continue;
+    ++local_size;
+    if (r < i.rank) ++local_rank;
+    node = static_cast<int>(hosts.size()) - 1;
+  }
+  EXPECT_EQ(i.host, mine);
+  EXPECT_EQ(i.local_size, local_size);
+  EXPECT_EQ(i.local_rank, local_rank);
+  EXPECT_EQ(i.node, node);
+  EXPECT_EQ(i.node_count, static_cast<int>(hosts.size()));
   for (int r = 0; r < w->size(); ++r) EXPECT_EQ(w->world_ranks()[r], r);
   EXPECT_TRUE(initialized());
   EXPECT_EQ(&init(), &info());  // idempotent
@@ -402,8 +423,8 @@ TEST(MpiCommPaths, WaitsInEveryOrderWhileTheThreadHasWorkInFlight) {
   const double s = n * (n + 1) / 2.0;
   const std::vector<int64_t> sizes = {1, 300000, 7, 1 << 20, 0, 5000};
   // Wait orders: the middle first, the last first, the first first, and a jumble.
-  const std::vector<std::vector<int>> orders = {{2, 5, 0, 1, 3, 4}, {5, 4, 3, 2, 1, 0}, {0, 1, 2, 3, 4, 5},
-                                                {3, 0, 5, 1, 4, 2}};
+  const std::vector<std::vector<int>> orders = {
+      {2, 5, 0, 1, 3, 4}, {5, 4, 3, 2, 1, 0}, {0, 1, 2, 3, 4, 5}, {3, 0, 5, 1, 4, 2}};
   for_each_policy([&](const std::string& policy) {
     for (const auto& order : orders) {
       std::vector<Tensor> tensors;
@@ -417,7 +438,8 @@ TEST(MpiCommPaths, WaitsInEveryOrderWhileTheThreadHasWorkInFlight) {
       for (int k : order) {
         works[k]->wait();
         for (int j = 0; j <= k; ++j) {
-          EXPECT_TRUE(works[j]->is_completed()) << policy << ": work " << j << " not complete after wait() on " << k;
+          EXPECT_TRUE(works[j]->is_completed())
+              << policy << ": work " << j << " not complete after wait() on " << k;
         }
       }
       for (size_t k = 0; k < sizes.size(); ++k) {
@@ -442,13 +464,13 @@ TEST(MpiCommPaths, CallerStartedThenMoreWithoutWaiting) {
       Tensor gathered = make<float>(size, [](int64_t) { return -1; });
       Tensor scattered = make<float>(c.end - c.begin, [](int64_t) { return -1; });
       std::vector<WorkPtr> works;
-      works.push_back(w->all_reduce(a));                         // started by the caller
-      works.push_back(w->all_reduce(b, ReduceOp::max));          // independent: may start at once
-      works.push_back(w->broadcast(a, n - 1));                   // writes a: after the first
+      works.push_back(w->all_reduce(a));                 // started by the caller
+      works.push_back(w->all_reduce(b, ReduceOp::max));  // independent: may start at once
+      works.push_back(w->broadcast(a, n - 1));           // writes a: after the first
       works.push_back(w->all_gather(gathered, a.as_strided({c.end - c.begin}, {1}, c.begin)));  // reads a
-      works.push_back(w->reduce_scatter(scattered, a));          // reads a, after the broadcast
+      works.push_back(w->reduce_scatter(scattered, a));  // reads a, after the broadcast
       works.push_back(w->barrier());
-      works.push_back(w->all_reduce(a));                         // writes a: after all the above
+      works.push_back(w->all_reduce(a));  // writes a: after all the above
       works.back()->wait();
       for (size_t k = 0; k < works.size(); ++k) {
         EXPECT_TRUE(works[k]->is_completed()) << policy << ": work " << k << " at n " << size;
@@ -498,7 +520,8 @@ TEST(MpiCommPaths, WaitsFromSeveralThreads) {
       std::vector<Tensor> tensors;
       std::vector<WorkPtr> works;
       for (int k = 0; k < 8; ++k) {
-        tensors.push_back(make<float>(k % 2 ? 100000 : 10, [&](int64_t i) { return (r + 1) * (k + 1) + i % 3; }));
+        tensors.push_back(
+            make<float>(k % 2 ? 100000 : 10, [&](int64_t i) { return (r + 1) * (k + 1) + i % 3; }));
         works.push_back(w->all_reduce(tensors.back()));
       }
       std::vector<std::string> errors(3);

@@ -282,8 +282,9 @@ CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string&
   return r;
 }
 
-CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects) {
-  const CheckpointRecord r = checkpoint_parse_json(read_file(json_path), json_path);
+CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects,
+                                 const FileReader& read) {
+  const CheckpointRecord r = checkpoint_parse_json(read(json_path), json_path);
   DPT_CHECK(r.model_name == objects.model_name)
       << json_path << ": a checkpoint of model '" << r.model_name << "', but the config's model is '"
       << objects.model_name << "'";
@@ -297,8 +298,8 @@ CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObj
 
   // Both tensor files are read and parsed before anything is copied.
   const fs::path dir = fs::path(json_path).parent_path();
-  SafetensorsFile model_file = safetensors_read((dir / r.model_file).string());
-  SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string());
+  SafetensorsFile model_file = safetensors_read((dir / r.model_file).string(), read);
+  SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string(), read);
   const bool load_ema = objects.ema && r.has_ema;
   safetensors_load_into(model_file, objects.model.state_dict(), "the model '" + objects.model_name + "'");
   safetensors_load_into(

@@ -167,10 +167,10 @@ Tensor SafetensorsFile::tensor(const SafetensorsEntry& e) const {
   return t;
 }
 
-SafetensorsFile safetensors_read(const std::string& path) {
+SafetensorsFile safetensors_read(const std::string& path, const FileReader& read) {
   SafetensorsFile file;
   file.path = path;
-  file.bytes = read_file(path);
+  file.bytes = read(path);
   file.view = parse_safetensors(reinterpret_cast<const uint8_t*>(file.bytes.data()), file.bytes.size(), path);
   return file;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/atomic_file.h"
 #include "nn/module.h"
 
 namespace dpt::io {
@@ -56,7 +57,8 @@ struct SafetensorsFile {
   Tensor tensor(const SafetensorsEntry& e) const;
 };
 
-SafetensorsFile safetensors_read(const std::string& path);
+// The file's bytes come from `read` (io::read_file: from disk).
+SafetensorsFile safetensors_read(const std::string& path, const FileReader& read = read_file);
 
 // Copies the file's tensors into `into` by name. Every name in `into` must be in the file
 // with the same shape and a matching dtype (F32 for f32 tensors); a name in the file that
