@@ -242,6 +242,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   const bool main_rank = world.rank == 0;
   dist::set_timeout(config.distributed.timeout_s);
   dist::set_debug_collectives(config.debug == io::DebugMode::collectives);
+  dist::set_hierarchical(config.distributed.hierarchical);
   if (config.deterministic) threads_set_deterministic();
   threads_set(compute_threads(config.threads));
   const dist::DeviceChoice where = dist::rank_device_select(config.device, config.deterministic);
@@ -269,7 +270,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
     model = std::make_shared<dist::DistributedDataParallel>(
         model, dist::world(),
         dist::DdpOptions{.bucket_cap_mb = d.bucket_cap_mb, .find_unused_parameters = d.find_unused_parameters,
-                         .sync_bn = d.sync_bn});
+                         .sync_bn = d.sync_bn, .compress = d.compress});
     const std::string world_text = dist::world_table(device.str());  // collective
     if (main_rank) std::printf("%s", world_text.c_str());
   }

@@ -80,8 +80,12 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr 
       if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m))
         bn->set_sum_across_ranks([g](const Tensor& t) { g->all_reduce(t, ReduceOp::sum)->wait(); });
   }
+  DPT_CHECK(options_.compress == Compression::none || params.empty() || params.front().second.device().is_cpu())
+      << "DDP on " << group_->name() << ": distributed.compress: bf16 acts on the MPI all-reduce between hosts, "
+      << "for CPU tensors, but the model is on " << params.front().second.device().str()
+      << " (NCCL all-reduces CUDA tensors): set distributed.compress: none";
   reducer_ = std::make_unique<Reducer>(
-      params, group_,
+      params, with_compression(group_, options_.compress),
       ReducerOptions{.bucket_cap_mb = options_.bucket_cap_mb, .find_unused_parameters = options_.find_unused_parameters});
 }
 

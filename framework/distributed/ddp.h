@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "distributed/hierarchical.h"
 #include "distributed/reducer.h"
 #include "nn/module.h"
 
@@ -16,6 +17,8 @@ struct DdpOptions {
   bool find_unused_parameters = false;  // else a parameter without gradient is an error naming it
   bool sync_bn = false;                 // synchronised batch-norm statistics
   bool broadcast_buffers = true;        // without sync_bn: rank 0's buffers before each forward
+  // How the gradient buckets cross between hosts (with_compression, hierarchical.h); CPU only.
+  Compression compress = Compression::none;
 };
 
 class DistributedDataParallel : public nn::Module {

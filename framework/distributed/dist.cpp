@@ -36,6 +36,7 @@ struct State {
   // group's own default (the environment).
   std::optional<std::chrono::milliseconds> timeout;
   std::optional<bool> debug_collectives;
+  std::optional<Hierarchical> hierarchical;
 };
 
 // The default process group and what MPI said at start-up: the one global state docs/design.md
@@ -87,10 +88,12 @@ std::shared_ptr<MpiProcessGroup> world_checked(const char* what) {
 GroupPtr make_group(MPI_Comm comm, const std::string& label) {
   std::vector<int> ranks = comm_world_ranks(comm);
   auto group = std::make_shared<MpiProcessGroup>(comm, ranks, label + ranks_str(ranks));
+  group->make_host_groups();  // collective over the new group
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.timeout) group->set_timeout(*s.timeout);
   if (s.debug_collectives) group->set_debug_collectives(*s.debug_collectives);
+  if (s.hierarchical) group->set_hierarchical(*s.hierarchical);
   std::erase_if(s.groups, [](const auto& g) { return g.expired(); });
   s.groups.push_back(group);
   return group;
@@ -184,6 +187,7 @@ const InitInfo& init() {
   std::vector<int> ranks(info.world_size);
   std::iota(ranks.begin(), ranks.end(), 0);
   s.world = std::make_shared<MpiProcessGroup>(comm, std::move(ranks), "world");
+  s.world->make_host_groups();
   s.groups.push_back(s.world);
   if (!s.at_exit_registered) {
     // Registered after state() exists, so it runs before anything constructed earlier is
@@ -260,6 +264,16 @@ void set_debug_collectives(bool on) {
   s.debug_collectives = on;
   for (auto& weak : s.groups) {
     if (auto group = weak.lock()) group->set_debug_collectives(on);
+  }
+}
+
+void set_hierarchical(Hierarchical mode) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  DPT_CHECK(s.initialized) << "dist::set_hierarchical() requires dist::init()";
+  s.hierarchical = mode;
+  for (auto& weak : s.groups) {
+    if (auto group = weak.lock()) group->set_hierarchical(mode);
   }
 }
 

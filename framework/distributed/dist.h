@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/hierarchical.h"
 #include "distributed/process_group.h"
 
 namespace dpt::dist {
@@ -64,6 +65,9 @@ void finalize();
 // requires: init() (else Error).
 void set_timeout(double seconds);
 void set_debug_collectives(bool on);
+// Whether all_reduce on a group whose ranks span hosts is hierarchical (hierarchical.h,
+// MpiProcessGroup::all_reduce); default automatic. Every rank must agree.
+void set_hierarchical(Hierarchical mode);
 
 const InitInfo& info();  // requires init() (else Error)
 GroupPtr world();        // requires init() (else Error)

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "distributed/dist.h"
+#include "distributed/hierarchical.h"
 #include "distributed/mpi_check.h"
 #include "distributed/shm_all_reduce.h"
 #include "distributed/shm_buffer.h"
@@ -64,7 +65,16 @@ const char* op_kind_name(OpKind kind) {
   return "?";
 }
 
-MPI_Datatype mpi_type(DType dtype) { return dtype == DType::i64 ? MPI_INT64_T : MPI_FLOAT; }
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::i64:
+      return MPI_INT64_T;
+    case DType::bf16:
+      return MPI_UINT16_T;  // moved, never reduced (check_tensor)
+    default:
+      return MPI_FLOAT;
+  }
+}
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
@@ -137,6 +147,7 @@ struct MpiOp final : public CommTask {
   std::shared_ptr<ShmBuffer> shared;      // all_reduce in place: `out` lies in this buffer
   size_t shared_offset = 0;               // of `out` in it, in bytes
   bool shared_reduced = false;            // this rank's share is done
+  std::unique_ptr<HierarchicalAllReduce> hierarchical;  // all_reduce across hosts, in stages
   ControlChannel* control = nullptr;      // the group's, which outlives its pending work
   int64_t seq = 0;                        // the collective's number in its group; 0 for send/recv
 
@@ -162,7 +173,9 @@ struct MpiOp final : public CommTask {
     return s.str();
   }
 
-  std::string timeout_detail() const override { return seq > 0 ? control->diagnose(seq, signature()) : ""; }
+  std::string timeout_detail() const override {
+    return (hierarchical ? hierarchical->stage_text() : "") + (seq > 0 ? control->diagnose(seq, signature()) : "");
+  }
 
  protected:
   MPI_Request start() override {
@@ -174,6 +187,7 @@ struct MpiOp final : public CommTask {
     if (n == 0 && kind != OpKind::barrier && kind != OpKind::all_to_all) return r;
     switch (kind) {
       case OpKind::all_reduce:
+        if (hierarchical) break;  // progress() runs its stages
         if (shared) {
           shm_seq = shared->next_sequence();
           shared->arrive(shm_seq, shared_offset, static_cast<size_t>(n) * dtype_size(dtype));
@@ -227,6 +241,7 @@ struct MpiOp final : public CommTask {
   }
 
   bool progress() override {
+    if (hierarchical) return hierarchical->progress();
     if (shm_seq == 0) return true;
     if (shared) {
       if (!shared_reduced) {
@@ -242,7 +257,7 @@ struct MpiOp final : public CommTask {
   }
 
   void finish(const MPI_Status& status) override {
-    if (reduce == ReduceOp::avg && group_size > 1 && !shared && is_reduction(kind) &&
+    if (reduce == ReduceOp::avg && group_size > 1 && !shared && !hierarchical && is_reduction(kind) &&
         (kind != OpKind::reduce || rank == peer)) {
       if (dtype == DType::f32) divide<float>(out, group_size);
       if (dtype == DType::i64) divide<int64_t>(out, group_size);
@@ -255,6 +270,7 @@ struct MpiOp final : public CommTask {
     out = Tensor();
     in = Tensor();
     shared.reset();
+    hierarchical.reset();
   }
 };
 
@@ -345,6 +361,8 @@ void MpiProcessGroup::shutdown() {
               1);
   }
   control_->shutdown();
+  // After this group's own collectives, whose hierarchical all-reduces post to them.
+  for (MpiProcessGroup* sub : sub_groups()) sub->shutdown();
   {
     // The NCCL twin goes here, not with the object: dist::finalize() shuts every group down
     // newest first on every rank, before MPI_Finalize, while the CUDA runtime is alive — a
@@ -359,6 +377,73 @@ void MpiProcessGroup::shutdown() {
   shm_.reset();           // local: the other ranks keep their mappings until they let go
   MPI_CHECK(MPI_Comm_free(&creation_));
   MPI_CHECK(MPI_Comm_free(&comm_));
+}
+
+void MpiProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
+  timeout_ms_ = timeout.count();
+  for (MpiProcessGroup* sub : sub_groups()) sub->set_timeout(timeout);
+}
+
+std::vector<MpiProcessGroup*> MpiProcessGroup::sub_groups() const {
+  std::vector<MpiProcessGroup*> subs;
+  for (const GroupPtr& g : {host_groups_.host, host_groups_.across})
+    if (g) subs.push_back(static_cast<MpiProcessGroup*>(g.get()));  // made by make_host_groups
+  return subs;
+}
+
+void MpiProcessGroup::make_host_groups() {
+  // This group's ranks on this host, and how many each host holds.
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(creation_comm(), MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &host));
+  int local_rank = 0, local_size = 1;
+  MPI_CHECK(MPI_Comm_rank(host, &local_rank));
+  MPI_CHECK(MPI_Comm_size(host, &local_size));
+  int sizes[2] = {local_size, -local_size};  // min and -max over the hosts
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, creation_));
+  const int fewest = sizes[0], most = -sizes[1];
+  if (most == size() || fewest != most) {
+    MPI_CHECK(MPI_Comm_free(&host));
+    if (fewest != most)
+      flat_reason_ = "its hosts hold between " + std::to_string(fewest) + " and " + std::to_string(most) +
+                     " of its ranks (the hierarchical all-reduce needs the same number on every host)";
+    return;
+  }
+  // Both kinds of sub-group: made by every rank, never registered with dist (this group owns
+  // them), checked by this group's debug mode rather than their own (their collectives are
+  // posted from inside this group's, where a blocking check must not run).
+  auto sub_group = [&](MPI_Comm comm, const char* kind) {
+    std::vector<int> ranks = comm_world_ranks(comm);
+    auto group = std::make_shared<MpiProcessGroup>(comm, ranks, name() + kind + ranks_str(ranks));
+    group->set_timeout(timeout());
+    group->set_debug_collectives(false);
+    return group;
+  };
+  MPI_Comm across = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(creation_, local_rank, rank(), &across));
+  host_groups_.per_host = local_size;
+  host_groups_.across = sub_group(across, ".across");
+  if (local_size > 1) {
+    host_groups_.host = sub_group(host, ".host");
+  } else {
+    MPI_CHECK(MPI_Comm_free(&host));
+  }
+}
+
+std::string MpiProcessGroup::all_reduce_text() const {
+  if (!flat_reason_.empty()) return "flat all-reduce: " + flat_reason_;
+  if (!host_groups_.across) return "";
+  const std::string layout = std::to_string(host_groups_.across->size()) + " hosts x " +
+                             std::to_string(host_groups_.per_host) + " rank" +
+                             (host_groups_.per_host == 1 ? "" : "s");
+  switch (hierarchical_.load()) {
+    case Hierarchical::on:
+      return "hierarchical all-reduce: " + layout;
+    case Hierarchical::off:
+      return "flat all-reduce: " + layout + ", distributed.hierarchical false";
+    case Hierarchical::automatic:
+      break;
+  }
+  return (host_groups_.per_host > 1 ? "hierarchical all-reduce: " : "flat all-reduce: ") + layout;
 }
 
 ProcessGroup& MpiProcessGroup::nccl(const Tensor& t) {
@@ -414,13 +499,13 @@ WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task, const AllT
   return post(std::move(task));
 }
 
-void MpiProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what) const {
+void MpiProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what, bool moves_only) const {
   DPT_CHECK(t.defined()) << op << " on " << name() << ": " << what << " is an undefined tensor";
   DPT_CHECK(t.device().is_cpu()) << op << " on " << name() << ": " << what << " is on " << t.device().str()
                                  << "; the MPI backend takes CPU tensors";
-  DPT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i64)
+  DPT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i64 || (moves_only && t.dtype() == DType::bf16))
       << op << " on " << name() << ": " << what << " has dtype " << dtype_name(t.dtype())
-      << "; the MPI backend supports f32 and i64";
+      << "; the MPI backend supports f32 and i64" << (moves_only ? ", and bf16 for collectives that move data" : "");
   DPT_CHECK(t.is_contiguous()) << op << " on " << name() << ": " << what << " (shape " << shape_str(t.shape())
                                << ") must be contiguous";
   DPT_CHECK(t.numel() <= INT_MAX) << op << " on " << name() << ": " << what << " has " << t.numel()
@@ -467,7 +552,22 @@ void set_chunks(MpiOp& op, int64_t n, int size) {
 
 }  // namespace
 
-WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+bool MpiProcessGroup::use_hierarchy(const Tensor& t, ReduceOp op, Compression compress) const {
+  if (!host_groups_.across || t.numel() == 0) return false;
+  if (compress == Compression::bf16 && t.dtype() == DType::f32 && (op == ReduceOp::sum || op == ReduceOp::avg))
+    return true;
+  switch (hierarchical_.load()) {
+    case Hierarchical::on:
+      return true;
+    case Hierarchical::off:
+      return false;
+    case Hierarchical::automatic:
+      return host_groups_.per_host > 1;
+  }
+  return false;
+}
+
+WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Compression compress) {
   if (t.defined() && t.device().is_cuda()) return nccl(t).all_reduce(t, op);
   check_tensor("all_reduce", t, "the tensor");
   auto task = make_op(OpKind::all_reduce, comm_, *this);
@@ -476,6 +576,11 @@ WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   task->writes = span_of(t);
   task->dtype = t.dtype();
   task->n = t.numel();
+  if (use_hierarchy(t, op, compress)) {
+    task->hierarchical = std::make_unique<HierarchicalAllReduce>(host_groups_, t, op, compress, size());
+    task->scratch = {&hierarchy_token_, &hierarchy_token_ + 1};  // its sub-groups' calls must not interleave
+    return post_collective(std::move(task));
+  }
   const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
   const bool small = shm_ && bytes <= shm_->capacity();
   // In a collective_buffer the in-place path needs two meetings of the ranks (arrived,
@@ -519,7 +624,7 @@ std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const void* data, s
 
 WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
   if (t.defined() && t.device().is_cuda()) return nccl(t).broadcast(t, root);
-  check_tensor("broadcast", t, "the tensor");
+  check_tensor("broadcast", t, "the tensor", true);
   check_peer("broadcast", "root", root);
   auto task = make_op(OpKind::broadcast, comm_, *this);
   task->peer = root;
@@ -532,8 +637,8 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
 
 WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   if (out.defined() && out.device().is_cuda()) return nccl(out).all_gather(out, in);
-  check_tensor("all_gather", out, "out");
-  check_tensor("all_gather", in, "in");
+  check_tensor("all_gather", out, "out", true);
+  check_tensor("all_gather", in, "in", true);
   DPT_CHECK(in.dtype() == out.dtype()) << "all_gather on " << name() << ": out is " << dtype_name(out.dtype())
                                        << " but in is " << dtype_name(in.dtype());
   const int64_t n = out.numel();
@@ -597,8 +702,8 @@ WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
 
 WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
   if (in.defined() && in.device().is_cuda()) return nccl(in).gather(out, in, root);
-  check_tensor("gather", in, "in");
-  if (rank() == root) check_tensor("gather", out, "out");
+  check_tensor("gather", in, "in", true);
+  if (rank() == root) check_tensor("gather", out, "out", true);
   check_gather(*this, out, in, root);
   auto task = make_op(OpKind::gather, comm_, *this);
   task->peer = root;
@@ -615,8 +720,8 @@ WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
 
 WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) {
   if (out.defined() && out.device().is_cuda()) return nccl(out).scatter(out, in, root);
-  check_tensor("scatter", out, "out");
-  if (rank() == root) check_tensor("scatter", in, "in");
+  check_tensor("scatter", out, "out", true);
+  if (rank() == root) check_tensor("scatter", in, "in", true);
   check_scatter(*this, out, in, root);
   auto task = make_op(OpKind::scatter, comm_, *this);
   task->peer = root;
@@ -635,8 +740,8 @@ WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
                                     const std::vector<int64_t>& out_splits,
                                     const std::vector<int64_t>& in_splits) {
   if (out.defined() && out.device().is_cuda()) return nccl(out).all_to_all(out, in, out_splits, in_splits);
-  check_tensor("all_to_all", out, "out");
-  check_tensor("all_to_all", in, "in");
+  check_tensor("all_to_all", out, "out", true);
+  check_tensor("all_to_all", in, "in", true);
   const AllToAllLayout layout = all_to_all_layout(*this, out, in, out_splits, in_splits);
   auto task = make_op(OpKind::all_to_all, comm_, *this);
   task->out = out;
@@ -657,7 +762,7 @@ WorkPtr MpiProcessGroup::barrier() { return post_collective(make_op(OpKind::barr
 
 WorkPtr MpiProcessGroup::send(const Tensor& t, int dst, int tag) {
   if (t.defined() && t.device().is_cuda()) return nccl(t).send(t, dst, tag);
-  check_tensor("send", t, "the tensor");
+  check_tensor("send", t, "the tensor", true);
   check_peer("send", "dst", dst);
   DPT_CHECK(dst != rank()) << "send on " << name() << ": dst " << dst << " is this rank";
   check_tag("send", tag);
@@ -673,7 +778,7 @@ WorkPtr MpiProcessGroup::send(const Tensor& t, int dst, int tag) {
 
 WorkPtr MpiProcessGroup::recv(const Tensor& t, int src, int tag) {
   if (t.defined() && t.device().is_cuda()) return nccl(t).recv(t, src, tag);
-  check_tensor("recv", t, "the tensor");
+  check_tensor("recv", t, "the tensor", true);
   check_peer("recv", "src", src);
   DPT_CHECK(src != rank()) << "recv on " << name() << ": src " << src << " is this rank";
   check_tag("recv", tag);

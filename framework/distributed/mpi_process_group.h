@@ -17,6 +17,7 @@
 
 #include "distributed/comm_thread.h"
 #include "distributed/control_channel.h"
+#include "distributed/hierarchical.h"
 #include "distributed/process_group.h"
 
 namespace dpt::dist {
@@ -52,7 +53,13 @@ class MpiProcessGroup final : public ProcessGroup {
   // Work's wait() returns, every earlier Work of this group is complete too. 0 elements is
   // fine (no MPI call, still ordered; all_to_all calls MPI all the same, as its counts are
   // each rank's own). avg on i64 divides with truncation toward zero (reduce: on root).
-  WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override;
+  // all_reduce is hierarchical (hierarchical.h) when the group has host groups and the mode
+  // asks for it (set_hierarchical), or when `compress` is bf16 and the tensor is f32 with sum
+  // or avg; else flat: shared memory on one host, MPI otherwise.
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override {
+    return all_reduce(t, op, Compression::none);
+  }
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op, Compression compress);
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr all_gather(const Tensor& out, const Tensor& in) override;
   WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum) override;
@@ -71,6 +78,20 @@ class MpiProcessGroup final : public ProcessGroup {
   // over shared memory instead of MPI. Otherwise ordinary memory.
   Tensor collective_buffer(int64_t numel, DType dtype, Device device) override;
 
+  // Collective over the group, once, right after it is made (dist.cpp does): when its ranks
+  // span more than one host and every host holds the same number of them, makes its host
+  // groups (HostGroups: sub-groups named "<name>.host[...]" and "<name>.across[...]", owned by
+  // this group, shut down with it); otherwise notes why its all_reduce stays flat.
+  void make_host_groups();
+  // Empty `across` when the group has no host groups.
+  const HostGroups& host_groups() const { return host_groups_; }
+  // For the world table: "hierarchical all-reduce: 2 hosts x 2 ranks", "flat all-reduce: its
+  // hosts hold 2 and 1 of its ranks", ... ; "" for a group on one host.
+  std::string all_reduce_text() const;
+  // Whether all_reduce goes hierarchical (see all_reduce). Default: automatic;
+  // dist::set_hierarchical() sets it for every group. Every rank must use the same setting.
+  void set_hierarchical(Hierarchical mode) { hierarchical_ = mode; }
+
   // The communicator that sub-groups are split from. Only group creation uses it (on the
   // calling thread), never a collective, so making a group needs no ordering against
   // collectives in flight on this group. requires: not shut down.
@@ -82,7 +103,7 @@ class MpiProcessGroup final : public ProcessGroup {
   // (ControlChannel::diagnose); 0 waits forever. Default: the environment variable
   // DPT_DIST_TIMEOUT_S (seconds), else 0; dist::set_timeout() sets it for every group. A
   // timed-out collective leaves the group unusable: the caller should report and abort_all().
-  void set_timeout(std::chrono::milliseconds timeout) { timeout_ms_ = timeout.count(); }
+  void set_timeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
   // Debug mode: before each collective (not send/recv) every rank of the group checks that all
   // of them call the same operation with the same reduce op, dtype, element count and root,
@@ -112,7 +133,10 @@ class MpiProcessGroup final : public ProcessGroup {
   // Numbers a collective (and checks it in debug mode: all_to_all's counts too, from its
   // layout), then posts it.
   WorkPtr post_collective(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout = nullptr);
-  void check_tensor(const char* op, const Tensor& t, const char* what) const;
+  // f32 or i64; bf16 too where `moves_only` (collectives that copy and never reduce).
+  void check_tensor(const char* op, const Tensor& t, const char* what, bool moves_only = false) const;
+  bool use_hierarchy(const Tensor& t, ReduceOp op, Compression compress) const;
+  std::vector<MpiProcessGroup*> sub_groups() const;  // host_groups_'s
   void check_peer(const char* op, const char* what, int peer) const;
   void check_tag(const char* op, int tag) const;
   // The live collective_buffer holding [data, data + bytes), or null.
@@ -130,6 +154,10 @@ class MpiProcessGroup final : public ProcessGroup {
   std::unique_ptr<ShmSegment> shm_;  // null: MPI does every small all-reduce
   std::mutex buffers_mutex_;
   std::vector<std::weak_ptr<ShmBuffer>> buffers_;  // handed out by collective_buffer
+  HostGroups host_groups_;
+  std::string flat_reason_;  // why a group across hosts has no host groups
+  std::atomic<Hierarchical> hierarchical_{Hierarchical::automatic};
+  char hierarchy_token_ = 0;  // the scratch of hierarchical all-reduces: one at a time
   CommThread thread_;
   std::mutex nccl_mutex_;
   std::shared_ptr<NcclProcessGroup> nccl_;  // stays null in CPU builds

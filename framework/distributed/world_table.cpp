@@ -20,15 +20,24 @@ namespace {
 
 constexpr size_t kListed = 64;  // rows of the world, and columns of a group, before "... (N more)"
 
-// This rank's lines: "host\tnode\tlocal rank\tdevice", then "name\tworld ranks" per group.
+void describe_group(std::ostringstream& text, const ProcessGroup& group, const std::string& note) {
+  text << group.name() << '\t';
+  for (int r : group.world_ranks()) text << r << ' ';
+  text << '\t' << note << '\n';
+}
+
+// This rank's lines: "host\tnode\tlocal rank\tdevice", then "name\tworld ranks\tnote" per
+// group, each group followed by the host groups it all-reduces through.
 std::string describe_rank(const std::string& device) {
   const InitInfo& me = info();
   std::ostringstream text;
   text << me.host << '\t' << me.node << '\t' << me.local_rank << '\t' << device << '\n';
   for (const GroupPtr& group : live_groups()) {
-    text << group->name() << '\t';
-    for (int r : group->world_ranks()) text << r << ' ';
-    text << '\n';
+    const auto* mpi = dynamic_cast<const MpiProcessGroup*>(group.get());
+    describe_group(text, *group, mpi ? mpi->all_reduce_text() : "");
+    if (!mpi) continue;
+    for (const GroupPtr& sub : {mpi->host_groups().host, mpi->host_groups().across})
+      if (sub) describe_group(text, *sub, "");
   }
   return text.str();
 }
@@ -77,7 +86,11 @@ std::string world_table(const std::string& device) {
     std::vector<std::string> fields;  // host, node, local rank, device
   };
   std::vector<Row> rows;
-  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // name, world ranks
+  struct Group {
+    std::string name, note;
+    std::vector<std::string> members;  // world ranks
+  };
+  std::vector<Group> groups;
   std::set<std::string> seen;
   for (const std::string& text : texts) {
     std::istringstream lines(text);
@@ -86,9 +99,10 @@ std::string world_table(const std::string& device) {
     rows.push_back({split_fields(line, '\t')});
     rows.back().fields.resize(4);
     while (std::getline(lines, line)) {
-      const size_t tab = line.find('\t');
+      const size_t tab = line.find('\t'), note = line.find('\t', tab + 1);
       const std::string name = line.substr(0, tab);
-      if (seen.insert(name).second) groups.emplace_back(name, split_fields(line.substr(tab + 1), ' '));
+      if (seen.insert(name).second)
+        groups.push_back({name, line.substr(note + 1), split_fields(line.substr(tab + 1, note - tab - 1), ' ')});
     }
   }
   std::set<std::string> hosts;
@@ -108,10 +122,11 @@ std::string world_table(const std::string& device) {
         << pad(f[1], 4, true) << "  " << pad(f[2], 10, true) << "  " << f[3] << '\n';
   }
   if (rows.size() > kListed) out << "  ... (" << rows.size() - kListed << " more)\n";
-  for (const auto& [name, members] : groups) {
+  for (const auto& [name, note, members] : groups) {
     size_t width = 1;
     for (const std::string& m : members) width = std::max(width, m.size());
-    out << "group " << name << ": " << members.size() << " rank" << (members.size() == 1 ? "" : "s") << '\n';
+    out << "group " << name << ": " << members.size() << " rank" << (members.size() == 1 ? "" : "s")
+        << (note.empty() ? "" : "; " + note) << '\n';
     std::string world_row = "  world rank", group_row = "  group rank";
     for (size_t g = 0; g < members.size() && g < kListed; ++g) {
       world_row += "  " + pad(members[g], width, true);

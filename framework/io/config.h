@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/hierarchical.h"
 #include "distributed/rank_device.h"
 #include "optim/schedule.h"
 
@@ -44,6 +45,12 @@ inline const std::vector<std::string> kEnumNames<LrScaling> = {"none", "linear"}
 enum class CommBackend { automatic, mpi, nccl };
 template <>
 inline const std::vector<std::string> kEnumNames<CommBackend> = {"auto", "mpi", "nccl"};
+
+template <>
+inline const std::vector<std::string> kEnumNames<dist::Hierarchical> = {"auto", "true", "false"};
+
+template <>
+inline const std::vector<std::string> kEnumNames<dist::Compression> = {"none", "bf16"};
 
 enum class DebugMode { none, collectives };
 template <>
@@ -110,6 +117,8 @@ struct DistributedConfig {
   bool find_unused_parameters;
   CommBackend backend;
   double timeout_s;
+  dist::Hierarchical hierarchical;
+  dist::Compression compress;
 };
 
 struct CheckpointConfig {

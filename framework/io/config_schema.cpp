@@ -105,6 +105,13 @@ std::vector<Key> config_keys(Config& c) {
           "([faults](faults.md#timeouts))")
           .unit("seconds")
           .zero_means("wait forever"),
+      Key("distributed.hierarchical", choice(&c.distributed.hierarchical, "hierarchical mode"), "auto", "",
+          "all-reduce across hosts in three steps: within each host, across hosts one share per local rank, "
+          "within each host again; auto: when the ranks span more than one host and a host holds more than one "
+          "([distributed](distributed.md#hierarchical-all-reduce))"),
+      Key("distributed.compress", choice(&c.distributed.compress, "compression"), "none", "",
+          "bf16: DDP's gradient buckets cross between hosts as bf16 (half the bytes), summed in f32; within a "
+          "host nothing changes ([distributed](distributed.md#gradient-compression))"),
       Key("debug", choice(&c.debug, "debug mode"), "none", "",
           "collectives: before each collective every rank checks that all call the same one "
           "([faults](faults.md#debug-collectives))"),
@@ -136,6 +143,15 @@ std::vector<Rule> config_rules() {
          if (c.schedule.min_lr <= c.optimizer.lr) return "";
          return "key 'schedule.min_lr': expected a number in [0, optimizer.lr = " +
                 format_number(c.optimizer.lr) + "], got '" + format_number(c.schedule.min_lr) + "'";
+       }},
+      // Compression acts in the between-hosts stage of the hierarchical all-reduce.
+      {"distributed.compress",
+       [](const Config& c) -> std::string {
+         if (c.distributed.compress == dist::Compression::none ||
+             c.distributed.hierarchical != dist::Hierarchical::off)
+           return "";
+         return "key 'distributed.compress': bf16 compresses the between-hosts stage of the hierarchical "
+                "all-reduce, so it needs distributed.hierarchical: auto or true, got false";
        }},
       // A replayed graph applies its update whatever the gradients held; it cannot skip one.
       {"cuda_graphs",

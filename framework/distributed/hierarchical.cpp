@@ -1,0 +1,206 @@
+// The stages of the hierarchical all-reduce (hierarchical.h) and the compressing view of a
+// group that DDP's Reducer all-reduces through.
+#include "distributed/hierarchical.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "distributed/combine.h"
+#include "distributed/comm_thread.h"
+#include "distributed/mpi_process_group.h"
+
+namespace dpt::dist {
+namespace {
+
+// Elements [begin, end) of a contiguous tensor, as a 1-D view.
+Tensor slice(const Tensor& t, int64_t begin, int64_t end) {
+  return t.as_strided({end - begin}, {1}, t.offset() + begin);
+}
+
+// Rounds each element to bf16, to nearest, ties to even (core/dtype.h).
+void round_to_bf16(const Tensor& out, const Tensor& in) {
+  const float* src = in.data<float>();
+  auto* dst = static_cast<uint16_t*>(out.raw_data());
+  for (int64_t i = 0, n = in.numel(); i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
+void widen_from_bf16(const Tensor& out, const Tensor& in) {
+  const auto* src = static_cast<const uint16_t*>(in.raw_data());
+  float* dst = out.data<float>();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+
+// acc = op over the `count` blocks of `blocks` (m elements each), in block order.
+template <class T>
+void combine_blocks(T* acc, const T* blocks, int count, int64_t m, ReduceOp op) {
+  std::copy(blocks, blocks + m, acc);
+  for (int h = 1; h < count; ++h) combine(acc, blocks + h * m, m, op);
+}
+
+template <class T>
+void divide(const Tensor& t, int divisor) {
+  T* p = t.data<T>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] /= static_cast<T>(divisor);
+}
+
+// What the stages reduce with: avg sums, and divides once at the end.
+ReduceOp stage_op(ReduceOp op) { return op == ReduceOp::avg ? ReduceOp::sum : op; }
+
+}  // namespace
+
+HierarchicalAllReduce::HierarchicalAllReduce(const HostGroups& groups, const Tensor& t, ReduceOp op,
+                                             Compression compress, int group_size)
+    : groups_(groups), t_(t.as_strided({t.numel()}, {1}, t.offset())), op_(op), group_size_(group_size) {
+  const bool compressible = t.dtype() == DType::f32 && (op == ReduceOp::sum || op == ReduceOp::avg);
+  wire_dtype_ = compress == Compression::bf16 && compressible ? DType::bf16 : t.dtype();
+}
+
+bool HierarchicalAllReduce::progress() {
+  if (work_) {
+    if (!work_->is_completed()) return false;
+    work_->wait();  // rethrows the stage's error
+    work_.reset();
+  }
+  switch (stage_) {
+    case 0:
+      stage_ = 1;
+      if (groups_.host) {
+        const ProcessGroup& host = *groups_.host;
+        const Chunk mine = chunk_of(t_.numel(), host.size(), host.rank());
+        share_ = Tensor::empty({mine.end - mine.begin}, t_.dtype());
+        work_ = groups_.host->reduce_scatter(share_, t_, stage_op(op_));
+        return false;
+      }
+      share_ = t_;  // one rank per host: the share is the whole tensor
+      [[fallthrough]];
+    case 1:
+      post_exchange();
+      return false;
+    case 2:
+      post_gather();
+      return false;
+    case 3:
+      stage_ = 4;
+      if (wire_dtype_ != share_.dtype()) widen_from_bf16(share_, gathered_);
+      if (groups_.host) {
+        work_ = groups_.host->all_gather(t_, share_);
+        return false;
+      }
+      [[fallthrough]];
+    default:
+      stage_ = 5;
+      share_ = wire_ = blocks_ = mine_ = gathered_ = Tensor();
+      return true;
+  }
+}
+
+void HierarchicalAllReduce::post_exchange() {
+  stage_ = 2;
+  const ProcessGroup& across = *groups_.across;
+  const int hosts = across.size();
+  const int64_t m = share_.numel();
+  if (wire_dtype_ == share_.dtype()) {
+    wire_ = share_;
+  } else {
+    wire_ = Tensor::empty({m}, wire_dtype_);
+    round_to_bf16(wire_, share_);  // the first rounding: this host's partial sum
+  }
+  // Block h of the share goes to host h; this rank gets its own block of every host's share.
+  std::vector<int64_t> in_splits(hosts), out_splits(hosts);
+  const Chunk own = chunk_of(m, hosts, across.rank());
+  for (int h = 0; h < hosts; ++h) {
+    const Chunk block = chunk_of(m, hosts, h);
+    in_splits[h] = block.end - block.begin;
+    out_splits[h] = own.end - own.begin;
+  }
+  blocks_ = Tensor::empty({hosts * (own.end - own.begin)}, wire_dtype_);
+  work_ = groups_.across->all_to_all(blocks_, wire_, out_splits, in_splits);
+}
+
+void HierarchicalAllReduce::post_gather() {
+  stage_ = 3;
+  const ProcessGroup& across = *groups_.across;
+  const int hosts = across.size();
+  const Chunk own = chunk_of(share_.numel(), hosts, across.rank());
+  const int64_t m = own.end - own.begin;
+  // The reduction over the hosts, in host order, in the share's dtype (f32 for bf16 wires).
+  const Tensor sum = slice(share_, own.begin, own.end);
+  if (share_.dtype() == DType::i64) {
+    combine_blocks(sum.data<int64_t>(), blocks_.data<int64_t>(), hosts, m, stage_op(op_));
+    if (op_ == ReduceOp::avg) divide<int64_t>(sum, group_size_);
+  } else {
+    Tensor blocks = blocks_;
+    if (wire_dtype_ != DType::f32) {
+      blocks = Tensor::empty({blocks_.numel()});
+      widen_from_bf16(blocks, blocks_);  // exact
+    }
+    combine_blocks(sum.data<float>(), blocks.data<float>(), hosts, m, stage_op(op_));
+    if (op_ == ReduceOp::avg) divide<float>(sum, group_size_);
+  }
+  if (wire_dtype_ == share_.dtype()) {
+    // In place: this rank's block of the share is its own chunk of the all-gather's output.
+    gathered_ = share_;
+    work_ = groups_.across->all_gather(share_, sum);
+    return;
+  }
+  mine_ = Tensor::empty({m}, wire_dtype_);
+  round_to_bf16(mine_, sum);  // the second rounding: the result, once, on the rank that owns it
+  gathered_ = Tensor::empty({share_.numel()}, wire_dtype_);
+  work_ = groups_.across->all_gather(gathered_, mine_);
+}
+
+std::string HierarchicalAllReduce::stage_text() const {
+  auto* task = dynamic_cast<const CommTask*>(work_.get());
+  if (stage_ < 1 || stage_ > 4) return "";
+  return "; in stage " + std::to_string(stage_) + " of 4" + (task ? " (" + task->describe() + ")" : "");
+}
+
+namespace {
+
+// with_compression's view: the group's collectives, all_reduce with compression.
+class CompressedGroup final : public ProcessGroup {
+ public:
+  CompressedGroup(std::shared_ptr<MpiProcessGroup> group, Compression compress)
+      : ProcessGroup(group->rank(), group->world_ranks(), group->name()),
+        group_(std::move(group)),
+        compress_(compress) {}
+
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op) override { return group_->all_reduce(t, op, compress_); }
+  WorkPtr broadcast(const Tensor& t, int root) override { return group_->broadcast(t, root); }
+  WorkPtr all_gather(const Tensor& out, const Tensor& in) override { return group_->all_gather(out, in); }
+  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
+    return group_->reduce_scatter(out, in, op);
+  }
+  WorkPtr reduce(const Tensor& t, int root, ReduceOp op) override { return group_->reduce(t, root, op); }
+  WorkPtr gather(const Tensor& out, const Tensor& in, int root) override {
+    return group_->gather(out, in, root);
+  }
+  WorkPtr scatter(const Tensor& out, const Tensor& in, int root) override {
+    return group_->scatter(out, in, root);
+  }
+  WorkPtr all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_splits,
+                     const std::vector<int64_t>& in_splits) override {
+    return group_->all_to_all(out, in, out_splits, in_splits);
+  }
+  WorkPtr barrier() override { return group_->barrier(); }
+  WorkPtr send(const Tensor& t, int dst, int tag) override { return group_->send(t, dst, tag); }
+  WorkPtr recv(const Tensor& t, int src, int tag) override { return group_->recv(t, src, tag); }
+  Tensor collective_buffer(int64_t numel, DType dtype, Device device) override {
+    return group_->collective_buffer(numel, dtype, device);
+  }
+
+ private:
+  std::shared_ptr<MpiProcessGroup> group_;
+  Compression compress_;
+};
+
+}  // namespace
+
+GroupPtr with_compression(const GroupPtr& group, Compression compress) {
+  if (compress == Compression::none) return group;
+  auto mpi = std::dynamic_pointer_cast<MpiProcessGroup>(group);
+  DPT_CHECK(mpi) << "compression needs an MPI process group, got " << (group ? group->name() : "none");
+  return std::make_shared<CompressedGroup>(std::move(mpi), compress);
+}
+
+}  // namespace dpt::dist
