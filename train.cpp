@@ -25,6 +25,7 @@
 #include "distributed/rank_device.h"
 #include "datasets/mnist.h"
 #include "datasets/synthetic.h"
+#include "io/atomic_file.h"
 #include "io/config.h"
 #include "io/json.h"
 #include "io/loss_meter.h"
@@ -302,7 +303,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
     std::filesystem::create_directories(config.output.dir);
     if (!control.resumed()) std::filesystem::remove(metrics_path);
     io::metrics_keep_epochs(metrics_path, at.epoch);
-    io::write_file(config.output.dir + "/config.yaml", io::config_to_yaml(config));
+    io::write_file_atomic(config.output.dir + "/config.yaml", {io::config_to_yaml(config)});
   }
 
   profile::StepProfiler profiler(dynamic_cast<const dist::DistributedDataParallel*>(model.get()), timeline);
@@ -390,17 +391,15 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
       std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
       std::fflush(stdout);
-      io::append_line(metrics_path, phases.add_to(io::JsonObject()
-                                                      .add("epoch", epoch + 1)
-                                                      .add("train_loss", train_loss)
-                                                      .add("test_loss", eval.loss)
-                                                      .add("test_acc", eval.accuracy)
-                                                      .add("images_per_sec", images_per_sec)
-                                                      .add("epoch_time_s", seconds_since(epoch_start))
-                                                      .add("elapsed_s", seconds_since(run_start))
-                                                      .add("lr", static_cast<double>(
-                                                                     schedule.lr_at((epoch + 1) * steps - 1))))
-                                        .str());
+      io::JsonOut line = {{"epoch", epoch + 1},
+                          {"train_loss", train_loss},
+                          {"test_loss", eval.loss},
+                          {"test_acc", eval.accuracy},
+                          {"images_per_sec", images_per_sec},
+                          {"epoch_time_s", seconds_since(epoch_start)},
+                          {"elapsed_s", seconds_since(run_start)},
+                          {"lr", schedule.lr_at((epoch + 1) * steps - 1)}};
+      io::append_line(metrics_path, io::json_text(io::json_rounded(phases.add_to(line))));
     }
     control.epoch_end(epoch, schedule.lr_at((epoch + 1) * steps - 1));  // after the metrics line
   }
@@ -408,19 +407,18 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   profiler.write_timeline();
   if (!main_rank) return 0;
   io::safetensors_write(config.output.dir + "/model.safetensors", net->state_dict(), {{"format", "pt"}});
-  io::write_file(config.output.dir + "/summary.json", phases.add_to(io::JsonObject()
-                                                          .add("final_test_acc", final_acc)
-                                                          .add("best_test_acc", best_acc)
-                                                          .add("total_time_s", seconds_since(run_start))
-                                                          .add("images_per_sec", train_images / train_time)
-                                                          .add("world_size", world.world_size)
-                                                          .add("global_batch", global_batch)
-                                                          .add("model", config.model.name)
-                                                          .add("params", model->parameter_count())
-                                                          .add("skipped_steps", at.skipped_steps)
-                                                          .add("device", device.str()))
-                                                          .str() +
-                                                      "\n");
+  io::JsonOut summary = {{"final_test_acc", final_acc},
+                         {"best_test_acc", best_acc},
+                         {"total_time_s", seconds_since(run_start)},
+                         {"images_per_sec", static_cast<double>(train_images) / train_time},
+                         {"world_size", world.world_size},
+                         {"global_batch", global_batch},
+                         {"model", config.model.name},
+                         {"params", model->parameter_count()},
+                         {"skipped_steps", at.skipped_steps},
+                         {"device", device.str()}};
+  io::write_file_atomic(config.output.dir + "/summary.json",
+                        {io::json_text(io::json_rounded(phases.add_to(summary)), 2) + "\n"});
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc, config.output.dir.c_str());
   return 0;
 }
