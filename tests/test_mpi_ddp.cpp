@@ -190,43 +190,6 @@ class TimeoutForThisTest {
   std::chrono::milliseconds previous_;
 };
 
-// After a failed backward (on the ranks in `fails`), synchronised steps on this rank's
-// shard give every rank the gradients of one process on the whole batch.
-void expect_steps_after_a_failed_backward_are_right(const std::function<bool(int rank)>& fails) {
-  auto group = dist::world();
-  const int n = group->size(), r = group->rank();
-  const int64_t per_rank = kBatch / n;
-  TimeoutForThisTest timeout(30);
-  auto model = std::make_shared<FailsInBackward>(Rng(3));
-  FailsInBackward reference(Rng(3));
-  dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = 0});
-
-  *model->armed = fails(r);
-  Data shard = linear_rows(linear_batch(0), r * per_rank, (r + 1) * per_rank);
-  if (fails(r)) {
-    EXPECT_EQ(error_of([&] { cross_entropy(ddp(shard.images), shard.labels).backward(); }),
-              "fails_in_backward: the op's own error");
-    // It failed with the all-reduces of `second`'s two gradients (one bucket each) in flight.
-    const std::vector<double>& launches = ddp.reducer().launch_times_ms();
-    ASSERT_GE(launches.size(), 2u);
-    EXPECT_LT(launches[1], ddp.reducer().backward_end_ms());
-  } else {
-    cross_entropy(ddp(shard.images), shard.labels).backward();
-  }
-
-  *model->armed = false;
-  for (int step = 1; step <= 3; ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
-    Data global = linear_batch(step);
-    Data mine = linear_rows(global, r * per_rank, (r + 1) * per_rank);
-    zero_gradients(ddp);
-    cross_entropy(ddp(mine.images), mine.labels).backward();
-    zero_gradients(reference);
-    cross_entropy(reference(global.images), global.labels).backward();
-    EXPECT_LE(max_relative_difference(gradients(ddp.module()), gradients(reference)), 1e-5);
-  }
-}
-
 // A batch-normalised convolution and two heads, of which the forward uses one: `head_a`
 // on rank 0, `head_b` on the others. The other head's parameters get no gradient there.
 struct RankBranch : nn::Module {
@@ -321,16 +284,38 @@ TEST(Ddp, UnusedParameterIsNamedOrAllowed) {
 }
 
 // An op that throws in backward on every rank, with some of the step's all-reduces in
-// flight: the error is the op's own, the step's communication ends with it (no all-reduce
-// left to overwrite the gradients zeroed after it), and the steps after it synchronise.
+// flight: the error is the op's own, the all-reduces in flight end with it (none is left
+// to overwrite the gradients zeroed after it), and the steps after it synchronise: every
+// rank gets the gradients of one process on the whole batch.
 TEST(Ddp, AnErrorInBackwardLeavesTheNextStepsSynchronised) {
-  expect_steps_after_a_failed_backward_are_right([](int) { return true; });
-}
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t per_rank = kBatch / n;
+  TimeoutForThisTest timeout(30);
+  auto model = std::make_shared<FailsInBackward>(Rng(3));
+  FailsInBackward reference(Rng(3));
+  dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = 0});
 
-// The same error on the last rank only: it still all-reduces every bucket, as the ranks
-// whose backward succeeded do, so the collectives keep matching.
-TEST(Ddp, AnErrorInBackwardOnOneRankLeavesTheNextStepsSynchronised) {
-  expect_steps_after_a_failed_backward_are_right([](int rank) { return rank == dist::world()->size() - 1; });
+  *model->armed = true;
+  Data shard = linear_rows(linear_batch(0), r * per_rank, (r + 1) * per_rank);
+  EXPECT_EQ(error_of([&] { cross_entropy(ddp(shard.images), shard.labels).backward(); }),
+            "fails_in_backward: the op's own error");
+  // It failed with the all-reduces of `second`'s two gradients (one bucket each) in flight.
+  const std::vector<double>& launches = ddp.reducer().launch_times_ms();
+  ASSERT_GE(launches.size(), 2u);
+  EXPECT_LT(launches[1], ddp.reducer().backward_end_ms());
+
+  *model->armed = false;
+  for (int step = 1; step <= 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    Data global = linear_batch(step);
+    Data mine = linear_rows(global, r * per_rank, (r + 1) * per_rank);
+    zero_gradients(ddp);
+    cross_entropy(ddp(mine.images), mine.labels).backward();
+    zero_gradients(reference);
+    cross_entropy(reference(global.images), global.labels).backward();
+    EXPECT_LE(max_relative_difference(gradients(ddp.module()), gradients(reference)), 1e-5);
+  }
 }
 
 // find_unused_parameters with parameters unused on some ranks only, beside sync_bn's

@@ -120,8 +120,9 @@ void Reducer::on_gradient_ready(size_t index) {
 
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    Bucket& bucket = buckets_[next_bucket_++];
-    bucket.work = group_->all_reduce(bucket.flat, ReduceOp::avg);
+    Bucket& bucket = buckets_[next_bucket_];
+    bucket.work = group_->all_reduce(bucket.flat, ReduceOp::avg);  // may throw (debug: collectives)
+    ++next_bucket_;
     launch_ms_.push_back((now_ns() - start_ns_) / 1e6);
   }
 }
@@ -135,9 +136,17 @@ void Reducer::note_completions() {
 void Reducer::finish_backward(bool failed) {
   expecting_backward_ = false;
   backward_end_ms_ = (now_ns() - start_ns_) / 1e6;
-  // A parameter without a gradient (unused here, or not reached before an error) counts as
-  // zero; its bucket still launches, so every rank all-reduces every bucket, and an error
-  // below leaves no all-reduce in flight to overwrite the gradients afterwards.
+  if (failed) {
+    // After an error nothing new starts (another rank may be past this backward, or gone,
+    // and the error must not wait for it); the all-reduces already started are waited for,
+    // so none is left to write into the gradients later. The next backward starts clean.
+    for (size_t b = 0; b < next_bucket_; ++b) buckets_[b].work->wait();
+    if (!rebuilt_) arrival_order_.clear();
+    backward_open_ = false;
+    return;
+  }
+  // A parameter without a gradient (unused here) counts as zero; its bucket still launches,
+  // so every rank all-reduces every bucket, also before the unused-parameter error below.
   std::string unused;
   for (size_t i = 0; i < params_.size(); ++i)
     if (!ready_[i]) {
@@ -166,7 +175,7 @@ void Reducer::finish_backward(bool failed) {
     build_buckets(std::vector<size_t>(o, o + t.numel()));
   }
   backward_open_ = false;
-  if (!unused.empty() && !failed && !options_.find_unused_parameters)
+  if (!unused.empty() && !options_.find_unused_parameters)
     DPT_FAIL() << "DDP on " << group_->name() << ": parameters got no gradient in this backward: " << unused
                << " (set distributed.find_unused_parameters: true if they are unused on purpose)";
 }

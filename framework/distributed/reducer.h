@@ -2,9 +2,9 @@
 // bucket buffer; when the last gradient of a bucket has been accumulated (the autograd
 // post-accumulate hook), the bucket's all-reduce starts at once, while backward goes on.
 // Buckets launch in index order on every rank, so collectives match across ranks.
-// A backward that throws still ends its communication: the gradients that did not arrive
-// count as zero and every bucket is all-reduced before the error leaves backward(), so the
-// ranks stay in step whichever of them failed, and the next step starts clean.
+// A backward that throws waits for the all-reduces it had started before the error leaves
+// backward() and starts none, so when every rank fails alike the ranks stay in step and the
+// next step starts clean.
 #pragma once
 
 #include <string>
@@ -67,8 +67,8 @@ class Reducer {
   void launch_ready_buckets();
   void note_completions();
   // The end of a synchronised backward (the engine's final callback): launches what is
-  // left, waits for every bucket, rebuilds once. `failed`: the backward threw, so missing
-  // gradients are no unused-parameter error.
+  // left, waits for every bucket, rebuilds once; after an error (`failed`), only waits for
+  // the buckets already launched.
   void finish_backward(bool failed);
 
   nn::NamedTensors params_;
