@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The default training job: installs what is missing, builds, and trains.
 #   tools/run.sh [CONFIG] [-np N] [--set key=value ...] [--resume PATH|auto]
-# CONFIG defaults to configs/default.yaml, N to 2. Runs `mpirun -np N build/train CONFIG`.
+# CONFIG defaults to configs/default.yaml, N to 2. Runs `mpirun -np N build/train CONFIG`
+# (DPT_BUILD_DIR: another build folder, as for tools/test.sh).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
@@ -13,7 +14,7 @@ while [ $# -gt 0 ]; do
     -np|--np) np="$2"; shift 2 ;;
     --set) train_args+=(--set "$2"); shift 2 ;;
     --resume) train_args+=(--resume "$2"); shift 2 ;;
-    -h|--help) sed -n '2,4p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
     *) config="$1"; shift ;;
   esac
 done
@@ -31,4 +32,4 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # these machin
 # Ranks see a pseudo-terminal whatever mpirun writes to: tell them what it really is.
 if [ -t 1 ]; then export DPT_TTY=1; else export DPT_TTY=0; fi
 cd "$DPT_ROOT"
-exec mpirun -np "$np" "${binding[@]}" -x DPT_TTY "$DPT_ROOT/build/train" "$config" "${train_args[@]}"
+exec mpirun -np "$np" "${binding[@]}" -x DPT_TTY "$DPT_BUILD/train" "$config" "${train_args[@]}"
