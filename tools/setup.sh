@@ -21,17 +21,24 @@ dpt_fail() {
 }
 
 # Runs apt-get "$@" (as root, through sudo if need be); on failure, one line with apt's reason.
+# An update that cannot reach a mirror only warns (and exits 0): its first warning is kept, as
+# the reason why the install then finds no packages.
 dpt_apt() {
   local out
-  if out="$(DEBIAN_FRONTEND=noninteractive $dpt_sudo apt-get -q "$@" 2>&1)"; then return 0; fi
+  if out="$(DEBIAN_FRONTEND=noninteractive $dpt_sudo apt-get -q "$@" 2>&1)"; then
+    [ "$1" != update ] || dpt_update_warning="$(grep -m1 -E '^(W|E): Failed to fetch' <<<"$out" || true)"
+    return 0
+  fi
   local reason
   reason="$(grep -E '^(E|W): ' <<<"$out" | grep -vE 'Some index files failed' | head -1 || true)"
   case "$out" in
     *"Could not get lock"* | *"is held by process"*)
       dpt_fail "apt is busy (another apt-get or dpkg holds its lock): run this again when it has finished" ;;
-    *"Temporary failure resolving"* | *"Could not resolve"* | *"Failed to fetch"* | *"Unable to connect"*)
+    *"Failed to fetch"* | *"Temporary failure resolving"* | *"Could not resolve"* | *"Unable to connect"*)
       dpt_fail "apt-get $1 could not reach the package mirror (${reason:-no network?}); check the network and /etc/apt/sources.list" ;;
     *"Unable to locate package"*)
+      [ -z "${dpt_update_warning:-}" ] ||
+        dpt_fail "apt-get update could not reach the package mirror ($dpt_update_warning); check the network and /etc/apt/sources.list"
       dpt_fail "apt-get $1: $(grep -m1 'Unable to locate' <<<"$out" | sed 's/^E: //') (dpt needs Debian 12 or newer with the 'main' component)" ;;
     *) dpt_fail "apt-get $1 failed: ${reason:-$(tail -n 1 <<<"$out")}" ;;
   esac
@@ -50,8 +57,8 @@ dpt_install() {
       dpt_fail "missing packages (${missing[*]}); installing them needs root, and there is no sudo: run this as root once, or apt-get install them"
     dpt_sudo="sudo"
   fi
-  echo "dpt: installing ${#missing[@]} missing Debian packages with apt-get, as root${dpt_sudo:+ through sudo} since" \
-       "packages install system-wide: ${missing[*]}"
+  echo "dpt: installing ${#missing[@]} missing Debian packages: ${missing[*]}"
+  echo "dpt: (apt-get${dpt_sudo:+, through sudo,} runs as root: packages install system-wide)"
   dpt_apt update
   dpt_apt install -y --no-install-recommends "${missing[@]}"
 }
