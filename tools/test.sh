@@ -7,4 +7,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The tests run train and the tools from DPT_BUILD_DIR: the absolute path, not the one the
+# caller gave (the GoogleTest cases run inside the build folder and inherit it from here).
+export DPT_BUILD_DIR="$DPT_BUILD"
 ctest --test-dir "$DPT_BUILD" --output-on-failure -j "$(nproc)" "$@"
