@@ -14,6 +14,8 @@ import importlib.util
 import unittest
 from importlib.machinery import SourceFileLoader
 
+import py_main  # tests/py_main.py: unittest's main, with skips reported to CTest
+
 BUILD = os.environ.get("DPT_BUILD_DIR", "build")
 SOURCE = os.environ.get("DPT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 TRAIN = os.path.join(BUILD, "train")
@@ -175,4 +177,4 @@ class BadArguments(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    py_main.main()
