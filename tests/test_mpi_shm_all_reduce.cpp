@@ -11,6 +11,7 @@
 
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
+#include "mpi_waits.h"
 
 using namespace dpt;
 using namespace dpt::dist;
@@ -32,8 +33,8 @@ TEST(ShmAllReduce, ManyInFlightInterleavedWithLargeOnes) {
   GroupPtr w = world();
   const int n = w->size(), r = w->rank();
   const int64_t capacity_floats = MpiProcessGroup::kShmAllReduceBytes / 4;
-  std::vector<int64_t> sizes = {1, 2, 15, 16, 17, 255, capacity_floats - 1, capacity_floats, capacity_floats + 1,
-                                100000};
+  std::vector<int64_t> sizes = {
+      1, 2, 15, 16, 17, 255, capacity_floats - 1, capacity_floats, capacity_floats + 1, 100000};
   std::vector<Tensor> tensors;
   std::vector<WorkPtr> works;
   for (int round = 0; round < 25; ++round) {
@@ -50,7 +51,8 @@ TEST(ShmAllReduce, ManyInFlightInterleavedWithLargeOnes) {
       int salt = round * 31 + static_cast<int>(k);
       std::vector<float> got = tensors[j].to_vector();
       for (int64_t i = 0; i < sizes[k]; ++i) {
-        ASSERT_EQ(got[i], expected_sum(i, n, salt)) << "round " << round << ", size " << sizes[k] << ", element " << i;
+        ASSERT_EQ(got[i], expected_sum(i, n, salt))
+            << "round " << round << ", size " << sizes[k] << ", element " << i;
       }
     }
   }
@@ -86,8 +88,8 @@ TEST(ShmAllReduce, IsCompletedAloneEventuallyCompletes) {
   // No wait(): polling is_completed() must be enough (it wakes the group's thread).
   Tensor t = rank_tensor(10, world()->rank(), 0);
   WorkPtr work = world()->all_reduce(t);
-  while (!work->is_completed()) {
-  }
+  ASSERT_TRUE(dpt::testing::completes_without_wait(*work))
+      << "not complete after " << dpt::testing::kHungAfter.count() << " s of is_completed()";
   EXPECT_EQ(t.to_vector()[3], expected_sum(3, world()->size(), 0));
 }
 

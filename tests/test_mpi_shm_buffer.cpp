@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
+#include "mpi_waits.h"
 
 using namespace dpt;
 using namespace dpt::dist;
@@ -37,7 +38,9 @@ bool in_shared_memory(const void* p, size_t bytes) {
 }
 
 // Integer-valued floats: exact sums in any order, so results compare with closed forms.
-float value(int rank, int64_t i, int salt) { return static_cast<float>((rank + 1) * 5 + (i * 7 + salt) % 23); }
+float value(int rank, int64_t i, int salt) {
+  return static_cast<float>((rank + 1) * 5 + (i * 7 + salt) % 23);
+}
 float expected_sum(int size, int64_t i, int salt) {
   return static_cast<float>(5 * size * (size + 1) / 2 + size * ((i * 7 + salt) % 23));
 }
@@ -143,8 +146,8 @@ TEST(ShmBuffer, IsCompletedAloneCompletes) {
   Tensor t = world()->collective_buffer(10, DType::f32, Device::cpu());
   fill(t, world()->rank(), 3);
   WorkPtr work = world()->all_reduce(t);
-  while (!work->is_completed()) {
-  }
+  ASSERT_TRUE(dpt::testing::completes_without_wait(*work))
+      << "not complete after " << dpt::testing::kHungAfter.count() << " s of is_completed()";
   EXPECT_EQ(t.data<float>()[4], expected_sum(world()->size(), 4, 3));
 }
 
