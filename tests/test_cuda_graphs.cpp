@@ -51,7 +51,7 @@ namespace {
 // Graphed and eager runs are compared closely below, so convolutions take only the cuDNN
 // algorithms that give the same bits every run (no atomics): otherwise a last-bit
 // difference can put a ReLU input on the other side of 0 and the runs drift apart (a
-// simulation, tools/train_run_drift.py, shows it even at 1e-8 noise).
+// simulation, tools/research/train_run_drift.py, shows it even at 1e-8 noise).
 class CudaGraph : public dpt::testing::CudaTest {
  protected:
   void SetUp() override {

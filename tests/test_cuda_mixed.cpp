@@ -15,7 +15,7 @@
 // divides by per-channel spreads; elementwise bounds would fail on the smallest gradient
 // elements, so each gradient tensor is compared by its relative L2 error, and the loss within
 // 2%. The bound is not a sum of roundings: bf16 moves ReLU and max-pool inputs across their
-// kinks, which reroutes gradients. tools/bf16_step_error.py emulates these steps (PyTorch,
+// kinks, which reroutes gradients. tools/research/bf16_step_error.py emulates these steps (PyTorch,
 // 8 seeds): worst tensor 0.116 for mnist_cnn (its first conv: max-pool ties), 0.515 for
 // ResNet-20 (median tensor ~0.23); bounds 0.25 and 0.8 leave ~1.6x. A wrong kernel gives
 // >= 1 (zero, uncorrelated or sign-flipped gradients); scale errors are the op tests' job.

@@ -35,7 +35,7 @@ const models::ModelSpec kCifar{3, 32, 32, 10, 0};
 // divides by per-channel spreads, which amplifies them further in a ResNet. Buffers and the
 // loss within these; gradients by relative L2 per tensor (cuda_compare.h: one ReLU or max-pool
 // input crossing its kink moves many elements past any elementwise bound). Emulated with
-// f32 noise of 1e-6 per op (tools/bf16_step_error.py --f32-noise 1e-6, 8 seeds): elementwise
+// f32 noise of 1e-6 per op (tools/research/bf16_step_error.py --f32-noise 1e-6, 8 seeds): elementwise
 // {1e-5, 1e-3} failed 1 of 6 mnist_cnn seeds and {1e-4, 1e-2} 2 of 5 ResNet-20 ones (batch 8),
 // while the worst relative L2 was 0.004 and 0.021: bounds 2e-2 and 5e-2.
 const Tolerance kMnistTolerance{1e-5, 1e-3};

@@ -41,7 +41,7 @@ TEST_F(CudaTrainRun, FollowsTheCpuRunsLossCurve) {
   EXPECT_NEAR(acc_gpu[1], acc_cpu[1], 2.0 / 64);  // a sample or two of the 64 may flip
   // The final weights, saved from the device, against the CPU run's. Not within f32 noise:
   // one ReLU input that another summation order puts on the other side of 0 moves a whole
-  // channel through batch norm, and 24 steps carry that on. tools/train_run_drift.py
+  // channel through batch norm, and 24 steps carry that on. tools/research/train_run_drift.py
   // (per-op noise 1e-6 or 1e-7, 8 seeds) moves elements by up to 2.3e-2 (5 of 6 seeds fail
   // 1e-2 |w| + 1e-3 by 3-9x); 6e-2 is 2.6x that and still far below a wrong or untrained
   // model (kaiming weights of a 3x3x16 conv are ~0.1).
@@ -62,7 +62,7 @@ TEST_F(CudaTrainRun, StoppedAndResumedEndsWhereAnUninterruptedRunDoes) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("resumed from"));
   // Not bit for bit: cuDNN may pick algorithms whose sums are ordered by the hardware, and
-  // then the two runs drift apart as a CPU and a GPU run do (tools/train_run_drift.py: even
+  // then the two runs drift apart as a CPU and a GPU run do (tools/research/train_run_drift.py: even
   // noise of 1e-8 per op crosses a ReLU kink in 2 of 3 seeds, weights then move by up to
   // 2.3e-2, train_loss by up to 1.6e-4). A resume that lost momentum at step 16 moves
   // train_loss by 1.4e-3 to 3.4e-3 (--drop-momentum 16): the loss curve keeps 1e-3.
@@ -82,7 +82,7 @@ TEST_F(CudaTrainRun, Bf16ChannelsLastGraphedRunFollowsTheEagerOne) {
   TrainResult graphed = train(config("graphed", keys + "cuda_graphs: true\n"));
   ASSERT_EQ(graphed.exit_code, 0) << graphed.err;
   // The same bf16 kernels on both sides; only cuDNN's summation orders may differ, and one
-  // f32 difference that changes a bf16 rounding drifts on: tools/train_run_drift.py --bf16
+  // f32 difference that changes a bf16 rounding drifts on: tools/research/train_run_drift.py --bf16
   // --steps 3 --noise 1e-7 (8 seeds) moves losses by up to 8.8e-4 and weights by up to
   // 3.5e-3 (1e-2 |w| + 1e-3 fails 7 of 8 seeds, by up to 2.8x); atol 1e-2 is 2.9x that.
   expect_curves_close(metric("graphed", "train_loss"), metric("eager", "train_loss"), 1e-2, "train_loss");

@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
 done
 
 # Open MPI binds each rank to one core when np <= 2, which would leave a rank with one
-# thread; give each rank its share of the cores instead (DESIGN.md, "Threads and binding").
+# thread; give each rank its share of the cores instead (docs/design.md, "Threads and binding").
 cores=$(nproc)
 if [ "$np" -le "$cores" ]; then
   binding=(--map-by "slot:PE=$((cores / np))" --bind-to core)

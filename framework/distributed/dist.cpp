@@ -1,5 +1,5 @@
 // Process start-up, the default group and group creation: the MPI state of the process
-// (DESIGN.md allows this one global), and the collective calls that make groups.
+// (docs/design.md allows this one global), and the collective calls that make groups.
 #include "distributed/dist.h"
 
 #include <algorithm>
@@ -36,7 +36,7 @@ struct State {
   std::optional<bool> debug_collectives;
 };
 
-// The default process group and what MPI said at start-up: the one global state DESIGN.md
+// The default process group and what MPI said at start-up: the one global state docs/design.md
 // allows. Never destroyed, so nothing depends on the order of static destructors at exit.
 State& state() {
   static State* s = new State;

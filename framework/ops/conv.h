@@ -1,5 +1,5 @@
 // Differentiable 2-D convolution (PyTorch's conv2d), with the bias and an optional ReLU
-// fused into the same kernel: the CPU anchor in DESIGN.md spends most of its time here.
+// fused into the same kernel: the CPU profile in docs/performance.md spends most of its time here.
 #pragma once
 
 #include <cstdint>

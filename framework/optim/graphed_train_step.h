@@ -1,6 +1,6 @@
 // One training step — forward, cross-entropy, backward (DDP's bucket all-reduces on NCCL
 // included), optimizer update and EMA — run eagerly for a few warm-up steps, then captured
-// as a CUDA graph and replayed (config key cuda_graphs; README "GPU"). Before each step the
+// as a CUDA graph and replayed (config key cuda_graphs; docs/gpu.md, "CUDA graphs"). Before each step the
 // batch is copied into static device buffers and the step's values (learning rate, AdamW's
 // bias corrections, EMA's decay) are uploaded; after it the loss and the non-finite
 // gradient check are read back from one small device buffer.

@@ -1,6 +1,6 @@
 // Micro-benchmark of the oneDNN-backed ops on the mnist_cnn layers at batch 128: forward
 // and backward of each, through the ops and autograd as training runs them, in ms per
-// call and GFLOP/s (GB/s for pooling). DESIGN.md's anchor is PyTorch at 127 ms a step.
+// call and GFLOP/s (GB/s for pooling). docs/performance.md: PyTorch takes 127 ms a step.
 //   bench_kernels [threads=2] [reps=50]
 #include <algorithm>
 #include <chrono>

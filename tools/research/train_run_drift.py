@@ -8,7 +8,7 @@
 # per seed the largest relative change of the per-epoch train/test loss, the test-accuracy
 # change, and for each weight tolerance (rtol, atol) the worst |a - b| / (rtol |a| + atol)
 # over the saved state (> 1 fails the test). Usage (PyTorch at /usr/bin/python3):
-#   /usr/bin/python3 tools/train_run_drift.py [--noise REL] [--from STEP] [--bf16] [--seeds K]
+#   /usr/bin/python3 tools/research/train_run_drift.py [--noise REL] [--from STEP] [--bf16] [--seeds K]
 import argparse
 
 import torch

@@ -4,7 +4,7 @@
 # what another summation order does), against plain f32: per-tensor relative L2 error,
 # several seeds. PyTorch on the CPU; justifies the bounds of test_cuda_mixed.cpp's and
 # test_cuda_model.cpp's whole-model steps. Usage (PyTorch at /usr/bin/python3):
-#   /usr/bin/python3 tools/bf16_step_error.py mnist_cnn|resnet20 [--batch N] [--seeds K] [--f32-noise REL]
+#   /usr/bin/python3 tools/research/bf16_step_error.py mnist_cnn|resnet20 [--batch N] [--seeds K] [--f32-noise REL]
 import argparse
 
 import torch
