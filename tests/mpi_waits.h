@@ -15,7 +15,7 @@ namespace dpt::testing {
 
 // How long a collective that should complete may take on a loaded 2-core machine before a
 // test calls it hung: far beyond any real delay (milliseconds when idle), well within CTest's
-// 120 s per MPI test.
+// 300 s per MPI test.
 constexpr std::chrono::seconds kHungAfter{30};
 
 // Polls work.is_completed() (never wait(), so only the group's communication thread can
