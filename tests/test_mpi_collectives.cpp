@@ -418,8 +418,8 @@ TEST(MpiCommPaths, WaitsInEveryOrderWhileTheThreadHasWorkInFlight) {
   const double s = n * (n + 1) / 2.0;
   const std::vector<int64_t> sizes = {1, 300000, 7, 1 << 20, 0, 5000};
   // Wait orders: the middle first, the last first, the first first, and a jumble.
-  const std::vector<std::vector<int>> orders = {
-      {2, 5, 0, 1, 3, 4}, {5, 4, 3, 2, 1, 0}, {0, 1, 2, 3, 4, 5}, {3, 0, 5, 1, 4, 2}};
+  const std::vector<std::vector<int>> orders = {{2, 5, 0, 1, 3, 4}, {5, 4, 3, 2, 1, 0}, {0, 1, 2, 3, 4, 5},
+                                                {3, 0, 5, 1, 4, 2}};
   for_each_policy([&](const std::string& policy) {
     for (const auto& order : orders) {
       std::vector<Tensor> tensors;
@@ -433,8 +433,7 @@ TEST(MpiCommPaths, WaitsInEveryOrderWhileTheThreadHasWorkInFlight) {
       for (int k : order) {
         works[k]->wait();
         for (int j = 0; j <= k; ++j) {
-          EXPECT_TRUE(works[j]->is_completed())
-              << policy << ": work " << j << " not complete after wait() on " << k;
+          EXPECT_TRUE(works[j]->is_completed()) << policy << ": work " << j << " not complete after wait() on " << k;
         }
       }
       for (size_t k = 0; k < sizes.size(); ++k) {
@@ -459,13 +458,13 @@ TEST(MpiCommPaths, CallerStartedThenMoreWithoutWaiting) {
       Tensor gathered = make<float>(size, [](int64_t) { return -1; });
       Tensor scattered = make<float>(c.end - c.begin, [](int64_t) { return -1; });
       std::vector<WorkPtr> works;
-      works.push_back(w->all_reduce(a));                 // started by the caller
-      works.push_back(w->all_reduce(b, ReduceOp::max));  // independent: may start at once
-      works.push_back(w->broadcast(a, n - 1));           // writes a: after the first
+      works.push_back(w->all_reduce(a));                         // started by the caller
+      works.push_back(w->all_reduce(b, ReduceOp::max));          // independent: may start at once
+      works.push_back(w->broadcast(a, n - 1));                   // writes a: after the first
       works.push_back(w->all_gather(gathered, a.as_strided({c.end - c.begin}, {1}, c.begin)));  // reads a
-      works.push_back(w->reduce_scatter(scattered, a));  // reads a, after the broadcast
+      works.push_back(w->reduce_scatter(scattered, a));          // reads a, after the broadcast
       works.push_back(w->barrier());
-      works.push_back(w->all_reduce(a));  // writes a: after all the above
+      works.push_back(w->all_reduce(a));                         // writes a: after all the above
       works.back()->wait();
       for (size_t k = 0; k < works.size(); ++k) {
         EXPECT_TRUE(works[k]->is_completed()) << policy << ": work " << k << " at n " << size;
@@ -515,8 +514,7 @@ TEST(MpiCommPaths, WaitsFromSeveralThreads) {
       std::vector<Tensor> tensors;
       std::vector<WorkPtr> works;
       for (int k = 0; k < 8; ++k) {
-        tensors.push_back(
-            make<float>(k % 2 ? 100000 : 10, [&](int64_t i) { return (r + 1) * (k + 1) + i % 3; }));
+        tensors.push_back(make<float>(k % 2 ? 100000 : 10, [&](int64_t i) { return (r + 1) * (k + 1) + i % 3; }));
         works.push_back(w->all_reduce(tensors.back()));
       }
       std::vector<std::string> errors(3);

@@ -33,8 +33,8 @@ TEST(ShmAllReduce, ManyInFlightInterleavedWithLargeOnes) {
   GroupPtr w = world();
   const int n = w->size(), r = w->rank();
   const int64_t capacity_floats = MpiProcessGroup::kShmAllReduceBytes / 4;
-  std::vector<int64_t> sizes = {
-      1, 2, 15, 16, 17, 255, capacity_floats - 1, capacity_floats, capacity_floats + 1, 100000};
+  std::vector<int64_t> sizes = {1, 2, 15, 16, 17, 255, capacity_floats - 1, capacity_floats, capacity_floats + 1,
+                                100000};
   std::vector<Tensor> tensors;
   std::vector<WorkPtr> works;
   for (int round = 0; round < 25; ++round) {
@@ -51,8 +51,7 @@ TEST(ShmAllReduce, ManyInFlightInterleavedWithLargeOnes) {
       int salt = round * 31 + static_cast<int>(k);
       std::vector<float> got = tensors[j].to_vector();
       for (int64_t i = 0; i < sizes[k]; ++i) {
-        ASSERT_EQ(got[i], expected_sum(i, n, salt))
-            << "round " << round << ", size " << sizes[k] << ", element " << i;
+        ASSERT_EQ(got[i], expected_sum(i, n, salt)) << "round " << round << ", size " << sizes[k] << ", element " << i;
       }
     }
   }

@@ -38,9 +38,7 @@ bool in_shared_memory(const void* p, size_t bytes) {
 }
 
 // Integer-valued floats: exact sums in any order, so results compare with closed forms.
-float value(int rank, int64_t i, int salt) {
-  return static_cast<float>((rank + 1) * 5 + (i * 7 + salt) % 23);
-}
+float value(int rank, int64_t i, int salt) { return static_cast<float>((rank + 1) * 5 + (i * 7 + salt) % 23); }
 float expected_sum(int size, int64_t i, int salt) {
   return static_cast<float>(5 * size * (size + 1) / 2 + size * ((i * 7 + salt) % 23));
 }
