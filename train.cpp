@@ -25,6 +25,7 @@
 #include "distributed/rank_device.h"
 #include "datasets/mnist.h"
 #include "datasets/synthetic.h"
+#include "io/atomic_file.h"
 #include "io/config.h"
 #include "io/json.h"
 #include "io/loss_meter.h"
@@ -61,9 +62,12 @@ struct Data {
 };
 
 Data load_data(const io::DatasetConfig& c, uint64_t seed) {
-  if (c.name == "fashion_mnist") return {data::load_fashion_mnist(c.path, true), data::load_fashion_mnist(c.path, false)};
-  if (c.name == "mnist") return {data::load_mnist(c.path, true), data::load_mnist(c.path, false)};
-  if (c.name == "cifar10") return {data::load_cifar10(c.path, true), data::load_cifar10(c.path, false)};
+  using io::DatasetName;
+  if (c.name == DatasetName::fashion_mnist)
+    return {data::load_fashion_mnist(c.path, true), data::load_fashion_mnist(c.path, false)};
+  if (c.name == DatasetName::mnist) return {data::load_mnist(c.path, true), data::load_mnist(c.path, false)};
+  if (c.name == DatasetName::cifar10)
+    return {data::load_cifar10(c.path, true), data::load_cifar10(c.path, false)};
   // synthetic: a held-out set one sixth the size, as MNIST's 10k/60k.
   return {data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes, c.size, seed),
           data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes, std::max<int64_t>(c.size / 6, 1),
@@ -72,7 +76,7 @@ Data load_data(const io::DatasetConfig& c, uint64_t seed) {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, const nn::Module& model) {
   auto groups = optim::param_groups(model, static_cast<float>(c.weight_decay), c.no_decay_bias_bn);
-  if (c.name == "adamw")
+  if (c.name == io::OptimizerName::adamw)
     return std::make_unique<optim::AdamW>(
         groups, optim::AdamWOptions{static_cast<float>(c.betas[0]), static_cast<float>(c.betas[1]),
                                     static_cast<float>(c.eps)});
@@ -81,9 +85,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, c
 
 optim::ScheduleOptions schedule_options(const io::ScheduleConfig& c) {
   optim::ScheduleOptions s;
-  s.kind = c.name == "cosine"      ? optim::ScheduleKind::cosine
-           : c.name == "multistep" ? optim::ScheduleKind::multistep
-                                   : optim::ScheduleKind::constant;
+  s.kind = c.name;
   s.warmup_epochs = static_cast<double>(c.warmup_epochs);
   s.milestones = c.milestones;
   s.gamma = static_cast<float>(c.gamma);
@@ -223,11 +225,13 @@ std::unique_ptr<optim::GraphedTrainStep> make_graphed_step(const io::Config& con
 // The `precision` and `channels_last` keys as nn::Compute for a model that trains on
 // `device`; Error (exit 2) when they ask for what only CUDA does and the device is not CUDA.
 nn::Compute compute_for(const io::Config& config, Device device) {
-  nn::Compute compute{config.precision == "bf16" ? DType::bf16 : DType::f32, config.channels_last};
+  const bool bf16 = config.precision == io::Precision::bf16;
+  nn::Compute compute{bf16 ? DType::bf16 : DType::f32, config.channels_last};
   DPT_CHECK(!compute.active() || device.is_cuda())
-      << (config.precision == "bf16" ? "precision: bf16" : "channels_last: true")
-      << " needs a CUDA device, but this run trains on " << device.str()
-      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: false";
+      << (bf16 ? "precision: bf16" : "channels_last: true") << " needs a CUDA device, but this run trains on "
+      << device.str()
+      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: "
+         "false";
   return compute;
 }
 
@@ -236,7 +240,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   const dist::InitInfo& world = dist::info();
   const bool main_rank = world.rank == 0;
   dist::set_timeout(config.distributed.timeout_s);
-  dist::set_debug_collectives(config.debug == "collectives");
+  dist::set_debug_collectives(config.debug == io::DebugMode::collectives);
   if (config.deterministic) threads_set_deterministic();
   threads_set(compute_threads(config.threads));
   const dist::DeviceChoice where = dist::rank_device_select(config.device, config.deterministic);
@@ -244,8 +248,9 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   if (main_rank) std::printf("%s\n", where.note.c_str());
   const nn::Compute compute = compute_for(config, device);
   Data data = load_data(config.dataset, config.seed);
-  data::dataset_check_split(data.train, data.test,
-                            config.dataset.name + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
+  data::dataset_check_split(
+      data.train, data.test,
+      io::name_of(config.dataset.name) + (config.dataset.path.empty() ? "" : " in " + config.dataset.path));
   models::ModelSpec spec{data.train.channels, data.train.height, data.train.width, data.train.classes, config.seed};
   nn::ModulePtr model = models::build_model(config.model.node, spec);
   model->set_compute(compute);
@@ -283,12 +288,14 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   auto optimizer = make_optimizer(config.optimizer, *model);
   std::unique_ptr<optim::Ema> ema;
   if (config.ema_decay > 0) ema = std::make_unique<optim::Ema>(*net, static_cast<float>(config.ema_decay));
-  float lr = static_cast<float>(config.optimizer.lr) * (config.lr_scaling == "linear" ? world.world_size : 1);
+  float lr = static_cast<float>(config.optimizer.lr) *
+             (config.lr_scaling == io::LrScaling::linear ? world.world_size : 1);
   optim::LrSchedule schedule(lr, schedule_options(config.schedule), steps, config.epochs);
   auto graphed = make_graphed_step(config, *model, *net, *optimizer, ema.get(), data.train);
 
   io::Progress progress(config.epochs, config.log_every);
-  io::RunControl control(config, {*net, config.model.name, *optimizer, config.optimizer.name, ema.get()}, progress);
+  io::RunControl control(
+      config, {*net, config.model.name, *optimizer, io::name_of(config.optimizer.name), ema.get()}, progress);
   control.resume(resume);
   io::TrainingProgress& at = control.progress();
   std::string metrics_path = config.output.dir + "/metrics.jsonl";
@@ -296,7 +303,7 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
     std::filesystem::create_directories(config.output.dir);
     if (!control.resumed()) std::filesystem::remove(metrics_path);
     io::metrics_keep_epochs(metrics_path, at.epoch);
-    io::write_file(config.output.dir + "/config.yaml", io::config_to_yaml(config));
+    io::write_file_atomic(config.output.dir + "/config.yaml", {io::config_to_yaml(config)});
   }
 
   profile::StepProfiler profiler(dynamic_cast<const dist::DistributedDataParallel*>(model.get()), timeline);
@@ -384,17 +391,15 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
       std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
       std::fflush(stdout);
-      io::append_line(metrics_path, phases.add_to(io::JsonObject()
-                                                      .add("epoch", epoch + 1)
-                                                      .add("train_loss", train_loss)
-                                                      .add("test_loss", eval.loss)
-                                                      .add("test_acc", eval.accuracy)
-                                                      .add("images_per_sec", images_per_sec)
-                                                      .add("epoch_time_s", seconds_since(epoch_start))
-                                                      .add("elapsed_s", seconds_since(run_start))
-                                                      .add("lr", static_cast<double>(
-                                                                     schedule.lr_at((epoch + 1) * steps - 1))))
-                                        .str());
+      io::JsonOut line = {{"epoch", epoch + 1},
+                          {"train_loss", train_loss},
+                          {"test_loss", eval.loss},
+                          {"test_acc", eval.accuracy},
+                          {"images_per_sec", images_per_sec},
+                          {"epoch_time_s", seconds_since(epoch_start)},
+                          {"elapsed_s", seconds_since(run_start)},
+                          {"lr", schedule.lr_at((epoch + 1) * steps - 1)}};
+      io::append_line(metrics_path, io::json_text(io::json_rounded(phases.add_to(line))));
     }
     control.epoch_end(epoch, schedule.lr_at((epoch + 1) * steps - 1));  // after the metrics line
   }
@@ -402,19 +407,18 @@ int run(const io::Config& config, const std::string& resume, const profile::Time
   profiler.write_timeline();
   if (!main_rank) return 0;
   io::safetensors_write(config.output.dir + "/model.safetensors", net->state_dict(), {{"format", "pt"}});
-  io::write_file(config.output.dir + "/summary.json", phases.add_to(io::JsonObject()
-                                                          .add("final_test_acc", final_acc)
-                                                          .add("best_test_acc", best_acc)
-                                                          .add("total_time_s", seconds_since(run_start))
-                                                          .add("images_per_sec", train_images / train_time)
-                                                          .add("world_size", world.world_size)
-                                                          .add("global_batch", global_batch)
-                                                          .add("model", config.model.name)
-                                                          .add("params", model->parameter_count())
-                                                          .add("skipped_steps", at.skipped_steps)
-                                                          .add("device", device.str()))
-                                                          .str() +
-                                                      "\n");
+  io::JsonOut summary = {{"final_test_acc", final_acc},
+                         {"best_test_acc", best_acc},
+                         {"total_time_s", seconds_since(run_start)},
+                         {"images_per_sec", static_cast<double>(train_images) / train_time},
+                         {"world_size", world.world_size},
+                         {"global_batch", global_batch},
+                         {"model", config.model.name},
+                         {"params", model->parameter_count()},
+                         {"skipped_steps", at.skipped_steps},
+                         {"device", device.str()}};
+  io::write_file_atomic(config.output.dir + "/summary.json",
+                        {io::json_text(io::json_rounded(phases.add_to(summary)), 2) + "\n"});
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", final_acc, best_acc, config.output.dir.c_str());
   return 0;
 }

@@ -5,17 +5,12 @@
 // exits DPT_TEST_SKIP_CODE, which CMakeLists.txt gives CTest as SKIP_RETURN_CODE, so a binary
 // that checked nothing is reported as Skipped, never Passed. When only some were skipped,
 // rank 0 says which and why in one line ("3 of 12 cases skipped: A.B (why), ...").
-// Each rank computes with an even share of the machine's cores, as train's ranks do: with
-// every core each, the ranks' OpenMP threads spin against each other when there are more
-// ranks than cores (test_mpi_ddp at np 3 on 2 busy cores took 115 s instead of 8 s).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 
-#include "core/threading.h"
 #include "distributed/dist.h"
 
 namespace {
@@ -74,9 +69,7 @@ int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   try {
-    const dpt::dist::InitInfo& me = dpt::dist::init();
-    rank = me.rank;
-    dpt::threads_set(std::max(1, dpt::threads_available() / me.local_size));
+    rank = dpt::dist::init().rank;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dist::init() failed: %s\n", e.what());
     return 1;

@@ -19,7 +19,7 @@
 #include "io/checkpoint.h"
 #include "io/config.h"
 #include "io/fault_injection.h"
-#include "io/json_value.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
 #include "nn/layers.h"
@@ -192,27 +192,29 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
   const std::string model = dir.file("step-3.safetensors");
   const std::string model_bytes = read_file(model);
   auto load_error = [&](Trainer& t) { return error_of([&] { io::checkpoint_load(json, t.objects()); }); };
-  auto with_json = [&](const std::function<void(io::JsonValue&)>& edit) {
-    io::JsonValue v = io::json_parse(good, json);
+  auto with_json = [&](const std::function<void(io::JsonIn&)>& edit) {
+    io::JsonIn v = io::json_parse(good, json);
     edit(v);
     spit(json, v.dump());
   };
   Trainer b("sgd", 2);
 
-  // JSON: a missing key, a wrong type, a path out of the directory, a wrong version.
-  with_json([](io::JsonValue& v) { v.set("position", io::JsonValue::object().set("step", 3)); });
+  // JSON: a missing key, a wrong type, a path out of the directory, a wrong version, an
+  // integer that is a fraction or beyond int64 (an error, not rounded or wrapped).
+  with_json([](io::JsonIn& v) { v["position"] = {{"step", 3}}; });
   EXPECT_THAT(load_error(b), HasSubstr(json + ": missing key 'position.epoch'"));
-  with_json([](io::JsonValue& v) { v.set("world_size", "two"); });
+  with_json([](io::JsonIn& v) { v["world_size"] = "two"; });
   EXPECT_THAT(load_error(b), HasSubstr(json + ": key 'world_size': expected an integer, got \"two\""));
-  with_json([](io::JsonValue& v) {
-    v.set("model", io::JsonValue::object().set("name", "mlp").set("file", "../x"));
-  });
+  with_json([](io::JsonIn& v) { v["model"] = {{"name", "mlp"}, {"file", "../x"}}; });
   EXPECT_THAT(load_error(b), HasSubstr("key 'model.file': expected a file name beside the JSON, got '../x'"));
-  with_json([](io::JsonValue& v) { v.set("version", 9); });
+  with_json([](io::JsonIn& v) { v["version"] = 9; });
   EXPECT_THAT(load_error(b), HasSubstr("this dpt reads version 1, the file is version 9"));
-  with_json([](io::JsonValue& v) {
-    v.set("rng", io::JsonValue::object().set("dropout", io::JsonValue::array({"1 2"})));
-  });
+  with_json([](io::JsonIn& v) { v["position"]["step"] = 2.5; });
+  EXPECT_THAT(load_error(b), HasSubstr(json + ": key 'position.step': expected an integer, got 2.5"));
+  with_json([](io::JsonIn& v) { v["batch_size"] = 9223372036854775808u; });  // one past int64's largest
+  EXPECT_THAT(load_error(b),
+              HasSubstr(json + ": key 'batch_size': expected an integer, got 9223372036854775808"));
+  with_json([](io::JsonIn& v) { v["rng"] = {{"dropout", {"1 2"}}}; });
   EXPECT_THAT(load_error(b), HasSubstr("key 'rng.dropout' entry 0: random generator state"));
   spit(json, good.substr(0, good.size() / 2));
   EXPECT_THAT(load_error(b), HasSubstr(json + ": malformed JSON at byte"));
@@ -238,9 +240,9 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
   spit(model, model_bytes.substr(0, model_bytes.size() - 10));
   EXPECT_THAT(load_error(b), HasSubstr(model + ": tensor '4.bias': data_offsets"));
   std::string lying = model_bytes;
-  size_t at = lying.find("\"data_offsets\": [0, ");
+  size_t at = lying.find("\"data_offsets\":[0,");
   ASSERT_NE(at, std::string::npos);
-  lying[at + std::strlen("\"data_offsets\": [")] = '4';  // "[4, 1024]": no longer 16 x 16 floats
+  lying[at + std::strlen("\"data_offsets\":[")] = '4';  // "[4,1024]": no longer 16 x 16 floats
   spit(model, lying);
   EXPECT_THAT(load_error(b),
               HasSubstr(model + ": tensor '1.weight': shape [16, 16] of F32 needs 1024 bytes"));
@@ -386,7 +388,7 @@ TEST(CheckpointConfig, KeysParseRoundTripAndRejectBadValues) {
        "keep_last: 0}\n");
   io::Config c = io::load_config(path);
   EXPECT_TRUE(c.deterministic);
-  EXPECT_EQ(c.on_nonfinite, "skip");
+  EXPECT_EQ(c.on_nonfinite, io::NonfiniteAction::skip);
   EXPECT_EQ(c.checkpoint.every_epochs, 2);
   EXPECT_EQ(c.checkpoint.keep_last, 0);
   spit(dir.file("back.yaml"), io::config_to_yaml(c));

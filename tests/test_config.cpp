@@ -3,20 +3,28 @@
 // train.cpp prints before exiting with code 2).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
+#include <map>
+#include <variant>
 
 #include "core/error.h"
 #include "error_of.h"
+#include "io/atomic_file.h"
 #include "io/config.h"
+#include "io/config_schema.h"
 #include "models/registry.h"
 
 using namespace dpt;
 using namespace dpt::io;
+using ::testing::Contains;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 namespace fs = std::filesystem;
 
 namespace {
@@ -85,7 +93,7 @@ TEST_F(ConfigTest, FullFileParsesToTheGivenValues) {
   EXPECT_EQ(c.model.name, "mnist_cnn");
   EXPECT_EQ(c.model.node["dropout"].as<double>(), 0.25);  // model keys are kept for the builder
   EXPECT_EQ(c.model.node["widths"][1].as<int>(), 64);
-  EXPECT_EQ(c.dataset.name, "mnist");
+  EXPECT_EQ(c.dataset.name, DatasetName::mnist);
   EXPECT_EQ(c.dataset.path, "/data/mnist");
   EXPECT_TRUE(c.dataset.augment);
   EXPECT_EQ(c.epochs, 3);
@@ -96,13 +104,13 @@ TEST_F(ConfigTest, FullFileParsesToTheGivenValues) {
   EXPECT_DOUBLE_EQ(c.label_smoothing, 0.1);
   EXPECT_EQ(c.log_every, 20);
   EXPECT_EQ(c.max_steps_per_epoch, 100);
-  EXPECT_EQ(c.optimizer.name, "sgd");
+  EXPECT_EQ(c.optimizer.name, OptimizerName::sgd);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.05);
   EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.8);
   EXPECT_TRUE(c.optimizer.nesterov);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 5e-4);
   EXPECT_FALSE(c.optimizer.no_decay_bias_bn);
-  EXPECT_EQ(c.schedule.name, "multistep");
+  EXPECT_EQ(c.schedule.name, optim::ScheduleKind::multistep);
   EXPECT_EQ(c.schedule.warmup_epochs, 1);
   EXPECT_EQ(c.schedule.milestones, (std::vector<int64_t>{2, 3}));
   EXPECT_DOUBLE_EQ(c.schedule.gamma, 0.5);
@@ -113,7 +121,7 @@ TEST_F(ConfigTest, FullFileParsesToTheGivenValues) {
 TEST_F(ConfigTest, Defaults) {
   Config c = load_config(write("model: {name: mlp}\n", "my_run.yaml"));
   EXPECT_EQ(c.model.name, "mlp");
-  EXPECT_EQ(c.dataset.name, "fashion_mnist");
+  EXPECT_EQ(c.dataset.name, DatasetName::fashion_mnist);
   EXPECT_EQ(c.dataset.path, "/usr/share/datasets/fashion-mnist");
   EXPECT_FALSE(c.dataset.augment);
   EXPECT_EQ(c.epochs, 1);
@@ -124,26 +132,29 @@ TEST_F(ConfigTest, Defaults) {
   EXPECT_EQ(c.label_smoothing, 0);
   EXPECT_EQ(c.log_every, 50);
   EXPECT_EQ(c.max_steps_per_epoch, 0);
-  EXPECT_EQ(c.optimizer.name, "sgd");
+  EXPECT_EQ(c.optimizer.name, OptimizerName::sgd);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.1);
   EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.9);
   EXPECT_FALSE(c.optimizer.nesterov);
   EXPECT_EQ(c.optimizer.weight_decay, 0);
   EXPECT_TRUE(c.optimizer.no_decay_bias_bn);
-  EXPECT_EQ(c.schedule.name, "constant");
+  EXPECT_EQ(c.schedule.name, optim::ScheduleKind::constant);
   EXPECT_EQ(c.schedule.warmup_epochs, 0);
   EXPECT_EQ(c.output.dir, "runs/my_run");
 
   EXPECT_EQ(load("model: {name: m}\ndataset: {name: mnist}\n").dataset.path, "data/mnist");
   Config cifar = load("model: {name: m}\ndataset: {name: cifar10}\n");
   EXPECT_EQ(cifar.dataset.path, "data/cifar10/cifar-10-batches-bin");
-  EXPECT_EQ(cifar.dataset.shape, (std::vector<int64_t>{3, 32, 32}));
-  EXPECT_EQ(cifar.dataset.classes, 10);
+  EXPECT_TRUE(cifar.dataset.shape.empty());  // synthetic's keys do not apply: the files give the shape
+  EXPECT_EQ(cifar.dataset.classes, 0);
   EXPECT_FALSE(cifar.dataset.augment);
   EXPECT_TRUE(load("model: {name: m}\ndataset: {name: cifar10, path: /c, augment: true}\n").dataset.augment);
   EXPECT_TRUE(load("model: {name: m}\ndataset: {name: synthetic, augment: true}\n").dataset.augment);
   EXPECT_TRUE(load("model: {name: m}\n", {"dataset.augment=true"}).dataset.augment);
   Config adamw = load("model: {name: m}\noptimizer: {name: adamw}\n");
+  EXPECT_EQ(adamw.optimizer.momentum, 0);  // keys that do not apply stay value-initialised
+  EXPECT_TRUE(c.optimizer.betas.empty());
+  EXPECT_DOUBLE_EQ(load("model: {name: m}\n", {"optimizer.name=adamw"}).optimizer.lr, 1e-3);
   EXPECT_DOUBLE_EQ(adamw.optimizer.lr, 1e-3);
   EXPECT_DOUBLE_EQ(adamw.optimizer.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(adamw.optimizer.betas[1], 0.999);
@@ -160,14 +171,14 @@ TEST_F(ConfigTest, Defaults) {
 TEST_F(ConfigTest, FaultKeys) {
   Config c = load("model: {name: m}\n");
   EXPECT_DOUBLE_EQ(c.distributed.timeout_s, 1800);
-  EXPECT_EQ(c.debug, "none");
+  EXPECT_EQ(c.debug, DebugMode::none);
   c = load("model: {name: m}\ndistributed: {timeout_s: 2.5}\ndebug: collectives\n");
   EXPECT_DOUBLE_EQ(c.distributed.timeout_s, 2.5);
-  EXPECT_EQ(c.debug, "collectives");
+  EXPECT_EQ(c.debug, DebugMode::collectives);
   EXPECT_DOUBLE_EQ(load("model: {name: m}\n", {"distributed.timeout_s=0"}).distributed.timeout_s, 0);
   Config again = load_config(write(config_to_yaml(c), "again.yaml"));
   EXPECT_DOUBLE_EQ(again.distributed.timeout_s, 2.5);
-  EXPECT_EQ(again.debug, "collectives");
+  EXPECT_EQ(again.debug, DebugMode::collectives);
 }
 
 TEST_F(ConfigTest, SetOverridesScalarsListsAndNewSections) {
@@ -182,12 +193,12 @@ TEST_F(ConfigTest, SetOverridesScalarsListsAndNewSections) {
 
   // Sections the file does not have are created; the last override of a key wins.
   Config d = load("model: {name: m}\n", {"schedule.name=cosine", "schedule.min_lr=0.01", "seed=1", "seed=2"});
-  EXPECT_EQ(d.schedule.name, "cosine");
+  EXPECT_EQ(d.schedule.name, optim::ScheduleKind::cosine);
   EXPECT_DOUBLE_EQ(d.schedule.min_lr, 0.01);
   EXPECT_EQ(d.seed, 2u);
   // A whole section as a YAML map: the way to switch optimizer without leftover keys.
   Config e = load(kFull, {"optimizer={name: adamw, lr: 0.003}"});
-  EXPECT_EQ(e.optimizer.name, "adamw");
+  EXPECT_EQ(e.optimizer.name, OptimizerName::adamw);
   EXPECT_DOUBLE_EQ(e.optimizer.lr, 0.003);
 }
 
@@ -238,6 +249,11 @@ TEST_F(ConfigTest, UnknownKeysAtAnyLevelButModel) {
       error("model: {name: m}\noptimizer: {name: adamw, momentum: 0.9}\n"),
       HasSubstr(
           ":2: key 'optimizer.momentum' does not apply to optimizer 'adamw' (its keys: name, lr, betas"));
+  // The keys listed are those of the chosen optimizer.
+  EXPECT_THAT(
+      error("model: {name: m}\noptimizer: {name: adamw, lrr: 1}\n"),
+      HasSubstr(":2: unknown key 'optimizer.lrr' (expected one of: name, lr, betas, eps, weight_decay, "
+                "no_decay_bias_bn)"));
   EXPECT_THAT(error("model: {name: m}\ndataset: {name: mnist, size: 10}\n"),
               HasSubstr("key 'dataset.size' does not apply to dataset 'mnist'"));
   EXPECT_THAT(
@@ -258,9 +274,11 @@ TEST_F(ConfigTest, CudaGraphsKey) {
   // A graph cannot skip its update, whichever key comes first.
   for (const char* yaml : {"model: {name: m}\non_nonfinite: skip\ncuda_graphs: true\n",
                            "model: {name: m}\ncuda_graphs: true\non_nonfinite: skip\n"})
-    EXPECT_THAT(error(yaml), HasSubstr("cuda_graphs: true needs on_nonfinite: stop (a captured step cannot skip "
-                                       "its update), got on_nonfinite: skip"));
-  EXPECT_TRUE(load("model: {name: m}\non_nonfinite: skip\ncuda_graphs: false\n").on_nonfinite == "skip");
+    EXPECT_THAT(error(yaml),
+                HasSubstr("cuda_graphs: true needs on_nonfinite: stop (a captured step cannot skip "
+                          "its update), got on_nonfinite: skip"));
+  EXPECT_TRUE(load("model: {name: m}\non_nonfinite: skip\ncuda_graphs: false\n").on_nonfinite ==
+              NonfiniteAction::skip);
 }
 
 // One row per bad value: the YAML after "model: {name: m}\n" and what the message must say.
@@ -290,12 +308,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"batch_size: [1]\n", "key 'batch_size': expected a positive integer, got [1]"},
         BadValue{"eval_batch_size: -5\n", "key 'eval_batch_size': expected a positive integer, got '-5'"},
         BadValue{"threads: -1\n", "key 'threads': expected an integer in [0, 1024]"},
-        BadValue{"threads: 100000\n", "key 'threads': expected an integer in [0, 1024] (0 = this process's share "
-                                      "of the cores), got '100000'"},
+        BadValue{"threads: 100000\n",
+                 "key 'threads': expected an integer in [0, 1024] (0 = this process's share "
+                 "of the cores), got '100000'"},
         BadValue{"distributed: {timeout_s: -1}\n",
-                 "key 'distributed.timeout_s': expected a number of seconds in [0, 1e9] (0 = wait forever), got '-1'"},
-        BadValue{"distributed: {timeout_s: soon}\n", "key 'distributed.timeout_s': expected a number of seconds"},
-        BadValue{"debug: all\n", ":2: key 'debug': unknown debug mode 'all' (expected one of: none, collectives)"},
+                 "key 'distributed.timeout_s': expected a number of seconds in [0, 1e9] (0 = wait forever), "
+                 "got '-1'"},
+        BadValue{"distributed: {timeout_s: soon}\n",
+                 "key 'distributed.timeout_s': expected a number of seconds"},
+        BadValue{"debug: all\n",
+                 ":2: key 'debug': unknown debug mode 'all' (expected one of: none, collectives)"},
         BadValue{"seed: -1\n", "key 'seed': expected a non-negative integer, got '-1'"},
         BadValue{"log_every: 0\n", "key 'log_every': expected a positive integer"},
         BadValue{"label_smoothing: 1.0\n", "key 'label_smoothing': expected a number in [0, 1), got '1.0'"},
@@ -373,6 +395,119 @@ TEST(ConfigEma, DecayIsReadAndChecked) {
   fs::remove(path);
 }
 
+// --- the schema itself (io/config_schema.cpp)
+
+// Every name of every choice loads with the defaults of the keys it brings, and is written
+// back under that name.
+TEST_F(ConfigTest, EveryChoiceLoadsWithItsDefaultsAndRoundTrips) {
+  Config scratch{};
+  int choices = 0;
+  for (const Key& key : config_keys(scratch)) {
+    const Choice* choice = std::get_if<Choice>(&key.field);
+    if (!choice) continue;
+    for (const std::string& name : *choice->names) {
+      SCOPED_TRACE(key.path + "=" + name);
+      std::vector<std::string> set = {key.path + "=" + name};
+      if (name == "multistep") set.push_back("schedule.milestones=[1]");  // required there
+      const std::string yaml = config_to_yaml(load("model: {name: m}\n", set));
+      EXPECT_THAT(yaml, HasSubstr(key.path.substr(key.path.rfind('.') + 1) + ": " + name + "\n"));
+      EXPECT_EQ(config_to_yaml(load_config(write(yaml, "x_again.yaml"))), yaml);
+      ++choices;
+    }
+  }
+  EXPECT_EQ(choices, 23);
+}
+
+// A typo in only() or default_if() would make a key apply nowhere, or a default never used.
+TEST(ConfigSchema, OnlyAndDefaultIfNameChoicesOfTheirSection) {
+  Config scratch{};
+  const std::vector<Key> keys = config_keys(scratch);
+  std::map<std::string, const std::vector<std::string>*> selectors;  // section -> its names
+  for (const Key& key : keys) {
+    const Choice* choice = std::get_if<Choice>(&key.field);
+    if (choice && key.path.ends_with(".name"))
+      selectors[key.path.substr(0, key.path.find('.'))] = choice->names;
+  }
+  EXPECT_EQ(selectors.size(), 3u);  // dataset, optimizer, schedule
+  for (const Key& key : keys) {
+    std::vector<std::string> named = key.applies_to;
+    for (const auto& [name, value] : key.name_defaults) named.push_back(name);
+    if (named.empty()) continue;
+    SCOPED_TRACE(key.path);
+    auto it = selectors.find(key.path.substr(0, key.path.find('.')));
+    ASSERT_NE(it, selectors.end()) << "only() or default_if() in a section without a `name` choice";
+    for (const std::string& name : named) EXPECT_THAT(*it->second, Contains(name));
+  }
+}
+
+// kEnumNames lists each enum's names in declaration order; a swap would read bf16 as fp32.
+TEST(ConfigSchema, EnumNamesMatchTheirValues) {
+  EXPECT_EQ(name_of(DatasetName::fashion_mnist), "fashion_mnist");
+  EXPECT_EQ(name_of(DatasetName::mnist), "mnist");
+  EXPECT_EQ(name_of(DatasetName::cifar10), "cifar10");
+  EXPECT_EQ(name_of(DatasetName::synthetic), "synthetic");
+  EXPECT_EQ(name_of(OptimizerName::sgd), "sgd");
+  EXPECT_EQ(name_of(OptimizerName::adamw), "adamw");
+  EXPECT_EQ(name_of(optim::ScheduleKind::constant), "constant");
+  EXPECT_EQ(name_of(optim::ScheduleKind::multistep), "multistep");
+  EXPECT_EQ(name_of(optim::ScheduleKind::cosine), "cosine");
+  EXPECT_EQ(name_of(LrScaling::none), "none");
+  EXPECT_EQ(name_of(LrScaling::linear), "linear");
+  EXPECT_EQ(name_of(CommBackend::automatic), "auto");
+  EXPECT_EQ(name_of(CommBackend::mpi), "mpi");
+  EXPECT_EQ(name_of(CommBackend::nccl), "nccl");
+  EXPECT_EQ(name_of(DebugMode::none), "none");
+  EXPECT_EQ(name_of(DebugMode::collectives), "collectives");
+  EXPECT_EQ(name_of(dist::DeviceSetting::automatic), "auto");
+  EXPECT_EQ(name_of(dist::DeviceSetting::cpu), "cpu");
+  EXPECT_EQ(name_of(dist::DeviceSetting::cuda), "cuda");
+  EXPECT_EQ(name_of(Precision::fp32), "fp32");
+  EXPECT_EQ(name_of(Precision::bf16), "bf16");
+  EXPECT_EQ(name_of(NonfiniteAction::stop), "stop");
+  EXPECT_EQ(name_of(NonfiniteAction::skip), "skip");
+}
+
+TEST(ConfigSchema, DocsTableHasOneRowPerKey) {
+  const std::string table = config_keys_markdown();
+  Config scratch{};
+  const std::vector<Key> keys = config_keys(scratch);
+  for (const Key& key : keys) EXPECT_THAT(table, HasSubstr("\n| `" + key.path + "` | "));
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), static_cast<long>(keys.size() + 2));  // + header
+  // The default per choice, the range as the error message says it, where a key applies.
+  EXPECT_THAT(table, HasSubstr("| `optimizer.lr` | `0.1`; adamw: `0.001` | a number > 0 |  |"));
+  EXPECT_THAT(table, HasSubstr("| `optimizer.momentum` | `0.9` | a number in [0, 1) | `sgd` |"));
+  EXPECT_THAT(table,
+              HasSubstr("| `schedule.milestones` | required | a list of positive, strictly increasing"));
+  EXPECT_THAT(table,
+              HasSubstr("| `distributed.timeout_s` | `1800` | a number of seconds in [0, 1e9] (0 = wait "
+                        "forever) |"));
+  EXPECT_THAT(table, HasSubstr("| `device` | `auto` | `auto`, `cpu`, `cuda` |"));
+}
+
+// build/config_table: --check fails on a stale table and passes once the tool has rewritten
+// it; the text around the markers is kept.
+TEST_F(ConfigTest, ConfigTableRewritesAndChecksAPage) {
+  const char* build_dir = std::getenv("DPT_BUILD_DIR");  // CTest runs tests in the build directory
+  const std::string tool = std::string(build_dir ? build_dir : ".") + "/config_table";
+  ASSERT_TRUE(fs::exists(tool)) << tool << " not built (DPT_BUILD_DIR)";
+  auto run = [&](const std::string& args) {
+    int status = std::system((tool + " " + args + " > /dev/null 2>&1").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const std::string begin =
+      "<!-- config-keys: made by build/config_table from framework/io/config_schema.cpp -->";
+  const std::string page =
+      write("# Page\n\n" + begin + "\n| stale |\n<!-- /config-keys -->\n\nafter\n", "page.md");
+  EXPECT_EQ(run("--check " + page), 1);
+  EXPECT_EQ(run(page), 0);
+  EXPECT_EQ(run("--check " + page), 0);
+  const std::string text = read_file(page);
+  EXPECT_THAT(text,
+              StartsWith("# Page\n\n" + begin + "\n" + config_keys_markdown() + "<!-- /config-keys -->"));
+  EXPECT_THAT(text, EndsWith("-->\n\nafter\n"));
+  EXPECT_EQ(run("--check " + write("no markers\n", "bare.md")), 2);
+}
+
 // Every config the project ships parses, and its model builds for its dataset's shape.
 TEST(ShippedConfigs, AllLoadAndBuildTheirModel) {
   namespace fs = std::filesystem;
@@ -383,9 +518,10 @@ TEST(ShippedConfigs, AllLoadAndBuildTheirModel) {
     if (entry.path().extension() != ".yaml") continue;
     SCOPED_TRACE(entry.path().string());
     dpt::io::Config c = dpt::io::load_config(entry.path().string());
-    bool cifar = c.dataset.name == "cifar10";
+    bool cifar = c.dataset.name == dpt::io::DatasetName::cifar10;
     dpt::models::ModelSpec spec{cifar ? 3 : 1, cifar ? 32 : 28, cifar ? 32 : 28, 10, 0};
-    if (c.dataset.name == "synthetic") spec = {c.dataset.shape[0], c.dataset.shape[1], c.dataset.shape[2], 10, 0};
+    if (c.dataset.name == dpt::io::DatasetName::synthetic)
+      spec = {c.dataset.shape[0], c.dataset.shape[1], c.dataset.shape[2], 10, 0};
     EXPECT_GT(dpt::models::build_model(c.model.node, spec)->parameter_count(), 0);
     ++count;
   }

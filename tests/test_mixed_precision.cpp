@@ -59,14 +59,14 @@ const char* kBase =
 
 TEST_F(MixedPrecision, ConfigKeys) {
   io::Config defaults = io::load_config(write(kBase));
-  EXPECT_EQ(defaults.precision, "fp32");
+  EXPECT_EQ(defaults.precision, io::Precision::fp32);
   EXPECT_FALSE(defaults.channels_last);
   io::Config c = io::load_config(write(std::string(kBase) + "precision: bf16\nchannels_last: true\n"));
-  EXPECT_EQ(c.precision, "bf16");
+  EXPECT_EQ(c.precision, io::Precision::bf16);
   EXPECT_TRUE(c.channels_last);
   // The resolved file written into the run directory reads back the same.
   io::Config again = io::load_config(write(io::config_to_yaml(c)));
-  EXPECT_EQ(again.precision, "bf16");
+  EXPECT_EQ(again.precision, io::Precision::bf16);
   EXPECT_TRUE(again.channels_last);
   EXPECT_THAT(error_of([&] { io::load_config(write(std::string(kBase) + "precision: fp16\n")); }),
               HasSubstr("key 'precision': unknown precision 'fp16' (expected one of: fp32, bf16)"));

@@ -15,40 +15,21 @@
 #include <string>
 #include <thread>
 
+#include "closed_form.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
 #include "mpi_waits.h"
 
 using namespace dpt;
 using namespace dpt::dist;
+using dpt::testing::expect_values;
+using dpt::testing::make;
 
 namespace {
 
 const std::vector<int64_t> kSizes = {0, 1, 7, (1 << 20) + 3};
 const std::vector<int64_t> kChunkedSizes = {0, 1, 2, 3, 5, 7, 10, 1000003};  // most do not divide by np
 constexpr int64_t kBig = int64_t(1) << 33;                                   // i64 values beyond 32 bits
-
-template <class T, class F>
-Tensor make(int64_t n, F value) {
-  Tensor t = Tensor::empty({n}, dtype_of<T>());
-  T* p = t.data<T>();
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(value(i));
-  return t;
-}
-
-// One failure per tensor at most: the first element that differs.
-template <class T, class F>
-void expect_values(const Tensor& t, F expected, const std::string& what) {
-  const T* p = t.data<T>();
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    T want = static_cast<T>(expected(i));
-    if (p[i] != want) {
-      ADD_FAILURE() << what << ": element " << i << " of " << t.numel() << " is " << p[i] << ", expected "
-                    << want;
-      return;
-    }
-  }
-}
 
 std::string error_of(const std::function<void()>& f) {
   try {

@@ -1,8 +1,9 @@
 // Checkpoints end to end, through the train binary: a rank killed mid-epoch ends the run
 // quickly and --resume auto finishes it with the same final parameters, bit for bit, as a
-// run never interrupted (deterministic mode); so does a SIGTERM; a checkpoint from 2 ranks
-// resumes on 1; a full disk leaves the previous checkpoint intact; a NaN stops every rank
-// at the same step (or is skipped); a bad checkpoint is one error line and exit code 2.
+// run never interrupted (deterministic mode); so does a SIGTERM, on 2 and on 3 ranks; a
+// checkpoint from 2 ranks resumes on 1; a full disk leaves the previous checkpoint intact;
+// a NaN stops every rank at the same step (or is skipped); a bad checkpoint is one error
+// line and exit code 2.
 // The faults come from DPT_DEBUG_FAULT (io/fault_injection.h), so they land mid-epoch at
 // a known step however fast the machine is.
 #include <gmock/gmock.h>
@@ -132,6 +133,20 @@ TEST_F(TrainCheckpoint, SigtermOnOneRankCheckpointsMidEpochAndResumesBitForBit) 
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("step 20, epoch 2, step 4 of the epoch"));
   EXPECT_TRUE(read_file(path("stopped/model.safetensors")) == reference(2)) << "final parameters differ";
+}
+
+TEST_F(TrainCheckpoint, SigtermOnThreeRanksCheckpointsMidEpochAndResumesBitForBit) {
+  // 512 samples over 3 ranks: padded shards of 171, so 10 steps of 16 per epoch; an
+  // all-reduce sums three values, and the rest of the epoch is each rank's shard after
+  // the 5 x 16 x 3 samples already trained on.
+  Result stopped = train("stopped3", 3, "", "DPT_DEBUG_FAULT=sigterm@15:2");
+  EXPECT_EQ(stopped.exit_code, 128 + 15) << stopped.err;
+  EXPECT_EQ(io::checkpoint_steps(path("stopped3/checkpoints").string()), (std::vector<int64_t>{10, 15}));
+  Result resumed = train("stopped3", 3, "--resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_THAT(resumed.out, HasSubstr("step 15, epoch 2, step 5 of the epoch"));
+  EXPECT_EQ(lines(read_file(path("stopped3/metrics.jsonl"))), 3);
+  EXPECT_TRUE(read_file(path("stopped3/model.safetensors")) == reference(3)) << "final parameters differ";
 }
 
 TEST_F(TrainCheckpoint, TwoRankCheckpointResumesOnOneRank) {

@@ -26,7 +26,8 @@ dist::RankView gpu(int64_t count, int64_t index, int64_t uuid) { return {count, 
 const dist::RankView kNoGpu{};
 
 TEST(DeviceChoice, CpuIsTheCpuWhateverTheRanksSee) {
-  dist::DeviceChoice c = dist::device_choose("cpu", false, {gpu(2, 0, 1), gpu(2, 1, 2)}, 1, "");
+  dist::DeviceChoice c =
+      dist::device_choose(dist::DeviceSetting::cpu, false, {gpu(2, 0, 1), gpu(2, 1, 2)}, 1, "");
   EXPECT_TRUE(c.device.is_cpu());
   EXPECT_EQ(c.note, "device: cpu");
 }
@@ -34,23 +35,26 @@ TEST(DeviceChoice, CpuIsTheCpuWhateverTheRanksSee) {
 TEST(DeviceChoice, CudaGivesEachRankItsLocalRanksDevice) {
   std::vector<dist::RankView> views = {gpu(2, 0, 11), gpu(2, 1, 12), gpu(2, 0, 21), gpu(2, 1, 22)};
   for (int rank = 0; rank < 4; ++rank) {
-    dist::DeviceChoice c = dist::device_choose("cuda", false, views, rank, "");
+    dist::DeviceChoice c = dist::device_choose(dist::DeviceSetting::cuda, false, views, rank, "");
     EXPECT_EQ(c.device, Device::cuda(rank % 2));
     EXPECT_EQ(c.note, "device: cuda: rank 0 -> cuda:0, rank 1 -> cuda:1, rank 2 -> cuda:0, rank 3 -> cuda:1");
   }
 }
 
 TEST(DeviceChoice, CudaWithoutADeviceNamesTheRankAndTheReason) {
-  std::string mine = error_of([] { dist::device_choose("cuda", false, {kNoGpu}, 0, "driver too old"); });
+  std::string mine =
+      error_of([] { dist::device_choose(dist::DeviceSetting::cuda, false, {kNoGpu}, 0, "driver too old"); });
   EXPECT_EQ(mine, "device: cuda, but no CUDA device: driver too old (set device: cpu or auto)");
-  std::string other = error_of([] { dist::device_choose("cuda", false, {gpu(1, 0, 5), kNoGpu}, 0, ""); });
+  std::string other = error_of([] {
+    dist::device_choose(dist::DeviceSetting::cuda, false, {gpu(1, 0, 5), kNoGpu}, 0, "");
+  });
   EXPECT_THAT(other, HasSubstr("rank 1 sees no CUDA device"));
 }
 
 TEST(DeviceChoice, CudaRefusesTwoRanksOnOneGpu) {
   // Three ranks on a two-GPU machine: rank 2 wraps around onto rank 0's GPU.
   std::vector<dist::RankView> views = {gpu(2, 0, 7), gpu(2, 1, 8), gpu(2, 0, 7)};
-  std::string e = error_of([&] { dist::device_choose("cuda", false, views, 1, ""); });
+  std::string e = error_of([&] { dist::device_choose(dist::DeviceSetting::cuda, false, views, 1, ""); });
   EXPECT_THAT(e, HasSubstr("ranks 0 and 2 would both use one GPU"));
   EXPECT_THAT(e, HasSubstr("NCCL needs a GPU for each rank"));
   EXPECT_THAT(e, HasSubstr("GPU-07000000-0000-0000"));
@@ -59,32 +63,37 @@ TEST(DeviceChoice, CudaRefusesTwoRanksOnOneGpu) {
 TEST(DeviceChoice, OneGpuPerRankThroughVisibleDevicesIsFine) {
   // A launcher gave each rank one GPU (CUDA_VISIBLE_DEVICES): all are cuda:0, all differ.
   std::vector<dist::RankView> views = {gpu(1, 0, 1), gpu(1, 0, 2), gpu(1, 0, 3)};
-  EXPECT_EQ(dist::device_choose("cuda", false, views, 2, "").device, Device::cuda(0));
-  EXPECT_TRUE(dist::device_choose("auto", false, views, 2, "").device.is_cuda());
+  EXPECT_EQ(dist::device_choose(dist::DeviceSetting::cuda, false, views, 2, "").device, Device::cuda(0));
+  EXPECT_TRUE(dist::device_choose(dist::DeviceSetting::automatic, false, views, 2, "").device.is_cuda());
 }
 
 TEST(DeviceChoice, AutoTakesTheGpuOnlyWhereEveryRankCanHaveOne) {
-  dist::DeviceChoice ok = dist::device_choose("auto", false, {gpu(2, 0, 1), gpu(2, 1, 2)}, 1, "");
+  dist::DeviceChoice ok =
+      dist::device_choose(dist::DeviceSetting::automatic, false, {gpu(2, 0, 1), gpu(2, 1, 2)}, 1, "");
   EXPECT_EQ(ok.device, Device::cuda(1));
   EXPECT_EQ(ok.note, "device: auto -> cuda: rank 0 -> cuda:0, rank 1 -> cuda:1");
 
-  dist::DeviceChoice none = dist::device_choose("auto", false, {kNoGpu}, 0, "no driver");
+  dist::DeviceChoice none =
+      dist::device_choose(dist::DeviceSetting::automatic, false, {kNoGpu}, 0, "no driver");
   EXPECT_TRUE(none.device.is_cpu());
   EXPECT_EQ(none.note, "device: auto -> cpu (no CUDA device: no driver)");
 
-  dist::DeviceChoice partly = dist::device_choose("auto", false, {gpu(1, 0, 1), kNoGpu}, 0, "");
+  dist::DeviceChoice partly =
+      dist::device_choose(dist::DeviceSetting::automatic, false, {gpu(1, 0, 1), kNoGpu}, 0, "");
   EXPECT_TRUE(partly.device.is_cpu());
   EXPECT_THAT(partly.note, HasSubstr("rank 1 sees no CUDA device"));
 
-  dist::DeviceChoice shared = dist::device_choose("auto", false, {gpu(1, 0, 4), gpu(1, 0, 4)}, 1, "");
+  dist::DeviceChoice shared =
+      dist::device_choose(dist::DeviceSetting::automatic, false, {gpu(1, 0, 4), gpu(1, 0, 4)}, 1, "");
   EXPECT_TRUE(shared.device.is_cpu());
   EXPECT_THAT(shared.note, HasSubstr("ranks 0 and 1 would both use one GPU"));
 
-  dist::DeviceChoice deterministic = dist::device_choose("auto", true, {gpu(1, 0, 1)}, 0, "");
+  dist::DeviceChoice deterministic =
+      dist::device_choose(dist::DeviceSetting::automatic, true, {gpu(1, 0, 1)}, 0, "");
   EXPECT_TRUE(deterministic.device.is_cpu());
   EXPECT_THAT(deterministic.note, HasSubstr("deterministic: true is a CPU guarantee"));
   // Asked for explicitly, the GPU is used anyway, with a word on what is not guaranteed.
-  dist::DeviceChoice forced = dist::device_choose("cuda", true, {gpu(1, 0, 1)}, 0, "");
+  dist::DeviceChoice forced = dist::device_choose(dist::DeviceSetting::cuda, true, {gpu(1, 0, 1)}, 0, "");
   EXPECT_EQ(forced.device, Device::cuda(0));
   EXPECT_THAT(forced.note, HasSubstr("not CUDA runs"));
 }
@@ -92,7 +101,7 @@ TEST(DeviceChoice, AutoTakesTheGpuOnlyWhereEveryRankCanHaveOne) {
 TEST(DeviceChoice, LongRankListsAreCut) {
   std::vector<dist::RankView> views;
   for (int r = 0; r < 16; ++r) views.push_back(gpu(8, r % 8, 100 + r));
-  std::string note = dist::device_choose("cuda", false, views, 0, "").note;
+  std::string note = dist::device_choose(dist::DeviceSetting::cuda, false, views, 0, "").note;
   EXPECT_THAT(note, HasSubstr("rank 7 -> cuda:7, ... (16 ranks)"));
   EXPECT_THAT(note, Not(HasSubstr("rank 8 ->")));
 }
@@ -109,10 +118,12 @@ TEST(DeviceConfig, KeyTakesAutoCpuCudaAndRejectsTheRest) {
   dpt::testing::TempDir dir("dpt_device_config");
   const std::string path = dir.file("c.yaml");
   std::ofstream(path) << "model: {name: mlp}\n";
-  EXPECT_EQ(io::load_config(path).device, "auto");
-  for (const char* value : {"auto", "cpu", "cuda"}) {
+  EXPECT_EQ(io::load_config(path).device, dist::DeviceSetting::automatic);
+  for (auto [value, setting] :
+       {std::pair{"auto", dist::DeviceSetting::automatic}, std::pair{"cpu", dist::DeviceSetting::cpu},
+        std::pair{"cuda", dist::DeviceSetting::cuda}}) {
     io::Config c = io::load_config(path, {std::string("device=") + value});
-    EXPECT_EQ(c.device, value);
+    EXPECT_EQ(c.device, setting);
     EXPECT_THAT(io::config_to_yaml(c), HasSubstr(std::string("device: ") + value));
   }
   EXPECT_THAT(error_of([&] { io::load_config(path, {"device=cuda:1"}); }),

@@ -59,19 +59,17 @@ std::string shared_gpu(const std::vector<RankView>& views) {
 
 }  // namespace
 
-DeviceChoice device_choose(const std::string& setting, bool deterministic, const std::vector<RankView>& views,
+DeviceChoice device_choose(DeviceSetting setting, bool deterministic, const std::vector<RankView>& views,
                            int rank, const std::string& reason) {
-  DPT_CHECK(setting == "auto" || setting == "cpu" || setting == "cuda")
-      << "device: expected auto, cpu or cuda, got '" << setting << "'";
   DPT_CHECK(rank >= 0 && static_cast<size_t>(rank) < views.size())
       << "device_choose: rank " << rank << " of " << views.size() << " views";
-  if (setting == "cpu") return {Device::cpu(), "device: cpu"};
+  if (setting == DeviceSetting::cpu) return {Device::cpu(), "device: cpu"};
   const int missing = first_without_device(views);
   const std::string shared = views.size() > 1 ? shared_gpu(views) : "";
   const std::string why_missing = missing == rank
                                       ? "no CUDA device: " + reason
                                       : "rank " + std::to_string(missing) + " sees no CUDA device";
-  if (setting == "cuda") {
+  if (setting == DeviceSetting::cuda) {
     DPT_CHECK(missing < 0) << "device: cuda, but " << why_missing << " (set device: cpu or auto)";
     DPT_CHECK(shared.empty())
         << "device: cuda, but " << shared
@@ -92,13 +90,13 @@ DeviceChoice device_choose(const std::string& setting, bool deterministic, const
           "device: auto -> cuda: " + rank_list(views)};
 }
 
-DeviceChoice rank_device_select(const std::string& setting, bool deterministic) {
+DeviceChoice rank_device_select(DeviceSetting setting, bool deterministic) {
   const InitInfo& me = info();
-  if (setting == "cpu") return {Device::cpu(), "device: cpu"};
+  if (setting == DeviceSetting::cpu) return {Device::cpu(), "device: cpu"};
   RankView view;
   view.device_count = device_count(DeviceType::cuda);
   const std::string reason = device_unavailable_reason(DeviceType::cuda);
-  DPT_CHECK(setting != "cuda" || view.device_count > 0)
+  DPT_CHECK(setting != DeviceSetting::cuda || view.device_count > 0)
       << "device: cuda, but no CUDA device: " << reason << " (set device: cpu or auto)";
 #ifdef DPT_WITH_CUDA
   if (view.device_count > 0) {

@@ -13,6 +13,9 @@
 
 namespace dpt::dist {
 
+// The `device` key: where the ranks train.
+enum class DeviceSetting { automatic, cpu, cuda };
+
 // What one rank sees, as the ranks exchange it.
 struct RankView {
   int64_t device_count = 0;              // CUDA devices visible to the rank
@@ -35,12 +38,12 @@ struct DeviceChoice {
 //         `deterministic` (bit-for-bit runs are a CPU guarantee); else the CPU, the note
 //         saying why.
 // `reason`: why this rank sees no device (for the note and the error).
-DeviceChoice device_choose(const std::string& setting, bool deterministic, const std::vector<RankView>& views,
+DeviceChoice device_choose(DeviceSetting setting, bool deterministic, const std::vector<RankView>& views,
                            int rank, const std::string& reason);
 
 // Collective over the world for auto and cuda (every rank calls it once at start-up; cpu
 // needs no communication and touches no driver). Throws Error for `device: cuda` on a
 // rank without a device, naming its reason. Makes the chosen CUDA device current.
-DeviceChoice rank_device_select(const std::string& setting, bool deterministic);
+DeviceChoice rank_device_select(DeviceSetting setting, bool deterministic);
 
 }  // namespace dpt::dist

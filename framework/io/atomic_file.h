@@ -1,5 +1,6 @@
-// Crash-safe file replacement for checkpoints: after a crash, a power cut or a full disk,
-// the path holds either the complete old content or the complete new one, never a mix.
+// Crash-safe writing for every file a run leaves (checkpoints, metrics, summary, config,
+// timeline): after a crash, a power cut or a full disk, the path holds either the complete
+// old content or the complete new one, never a mix.
 #pragma once
 
 #include <string>
@@ -13,6 +14,11 @@ namespace dpt::io {
 // temporary file is removed, `path` is left as it was, and dpt::Error says which file,
 // which system call and the system's reason ("No space left on device").
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
+
+// Appends `line` and a newline to `path` (created if missing) by rewriting the whole file
+// through write_file_atomic: after a crash it holds all of its lines with or without the
+// new one, never half of it. For small files written rarely (metrics.jsonl, once an epoch).
+void append_line(const std::string& path, const std::string& line);
 
 // Removes `path` if it exists; Error (with the reason) if it exists and cannot be removed.
 void remove_file(const std::string& path);

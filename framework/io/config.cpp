@@ -1,77 +1,58 @@
-// YAML -> Config. The schema (which keys exist, which apply to which optimizer, schedule
-// and dataset) is written once as tables at the top; a Reader turns every problem into
-// one line that says where (file:line, or the --set that caused it), which key, what was
-// expected and what was found.
+// YAML <-> Config, driven by the schema's rows (io/config_schema.h): a row says where a
+// value goes, what it may be and what it defaults to, so nothing here names a key except
+// the free-form `model`. A Reader turns every problem into one line that says where
+// (file:line, or the --set that caused it), which key, what was expected and what was found.
 #include "io/config.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/config_schema.h"
 
 namespace dpt::io {
+
+std::string format_number(double value) {
+  char text[32];
+  auto result = std::to_chars(text, text + sizeof text, value);
+  std::string s(text, result.ptr);
+  // Keep it a float to every YAML reader, YAML 1.1 ones (PyYAML) included, which want a
+  // dot: "1" -> "1.0", "5e-04" -> "5.0e-04".
+  if (s.find('.') == std::string::npos) {
+    size_t e = s.find('e');
+    s.insert(e == std::string::npos ? s.size() : e, ".0");
+  }
+  return s;
+}
+
 namespace {
 
-using Keys = std::vector<std::string>;
+using Names = std::vector<std::string>;
 
-const Keys kTopKeys = {"model",     "dataset",  "epochs",          "batch_size", "eval_batch_size",
-                       "threads",   "seed",     "label_smoothing", "log_every",  "max_steps_per_epoch",
-                       "optimizer", "schedule", "output",          "distributed", "lr_scaling", "ema_decay",
-                       "deterministic", "on_nonfinite", "checkpoint", "debug",
-                       "device", "cuda_graphs", "precision", "channels_last"};
-// Every key each section may hold; `model` is free-form and not listed.
-const std::map<std::string, Keys> kSectionKeys = {
-    {"dataset", {"name", "path", "shape", "classes", "size", "augment"}},
-    {"optimizer", {"name", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bias_bn", "betas", "eps"}},
-    {"schedule", {"name", "warmup_epochs", "milestones", "gamma", "min_lr"}},
-    {"output", {"dir"}},
-    {"checkpoint", {"every_epochs", "keep_last"}},
-    {"distributed", {"bucket_cap_mb", "sync_bn", "find_unused_parameters", "backend", "timeout_s"}},
-};
-// The keys that apply to each choice of `name`.
-const std::map<std::string, Keys> kDatasetKeys = {
-    {"fashion_mnist", {"name", "path", "augment"}},
-    {"mnist", {"name", "path", "augment"}},
-    {"cifar10", {"name", "path", "augment"}},
-    {"synthetic", {"name", "shape", "classes", "size", "augment"}},
-};
-const std::map<std::string, Keys> kOptimizerKeys = {
-    {"sgd", {"name", "lr", "momentum", "nesterov", "weight_decay", "no_decay_bias_bn"}},
-    {"adamw", {"name", "lr", "betas", "eps", "weight_decay", "no_decay_bias_bn"}},
-};
-const std::map<std::string, Keys> kScheduleKeys = {
-    {"constant", {"name", "warmup_epochs"}},
-    {"multistep", {"name", "warmup_epochs", "milestones", "gamma"}},
-    {"cosine", {"name", "warmup_epochs", "min_lr"}},
-};
-// Sorted by how the schema lists them, not alphabetically: the first is the default.
-const Keys kDatasetNames = {"fashion_mnist", "mnist", "cifar10", "synthetic"};
-const Keys kOptimizerNames = {"sgd", "adamw"};
-const Keys kScheduleNames = {"constant", "multistep", "cosine"};
-const Keys kLrScalingNames = {"none", "linear"};
-const Keys kBackendNames = {"auto", "mpi", "nccl"};
-const Keys kDebugNames = {"none", "collectives"};
-const Keys kPrecisionNames = {"fp32", "bf16"};
-const Keys kNonfiniteActions = {"stop", "skip"};
-const Keys kDeviceNames = {"auto", "cpu", "cuda"};
-
-std::string join(const Keys& keys) {
+std::string join(const Names& names, const std::string& quote = "") {
   std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + quote + n + quote;
   return out;
 }
 
-bool contains(const Keys& keys, const std::string& key) {
-  return std::find(keys.begin(), keys.end(), key) != keys.end();
+bool contains(const Names& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 std::string child_path(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;
+}
+
+// "optimizer.lr" -> {"optimizer", "lr"}; "epochs" -> {"", "epochs"}.
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  const size_t dot = path.find('.');
+  if (dot == std::string::npos) return {"", path};
+  return {path.substr(0, dot), path.substr(dot + 1)};
 }
 
 std::string describe(const YAML::Node& node) {
@@ -92,26 +73,165 @@ std::string describe(const YAML::Node& node) {
   }
 }
 
-std::string format_double(double v) {
-  char text[32];
-  auto result = std::to_chars(text, text + sizeof text, v);
-  std::string s(text, result.ptr);
-  // Keep it a float to every YAML reader, YAML 1.1 ones (PyYAML) included, which want a
-  // dot: "1" -> "1.0", "5e-04" -> "5.0e-04".
-  if (s.find('.') == std::string::npos) {
-    size_t e = s.find('e');
-    s.insert(e == std::string::npos ? s.size() : e, ".0");
+// --- what a row allows
+
+// A row's range: "> 0", ">= 1", "[0, 1)", "(0, 1]", "[0, 1024]"; "" allows anything.
+struct Range {
+  double low = -INFINITY, high = INFINITY;
+  bool low_open = false, high_open = false;
+  bool holds(double v) const { return (low_open ? v > low : v >= low) && (high_open ? v < high : v <= high); }
+};
+
+Range range_of(const Key& key) {
+  const std::string& text = key.range;
+  auto bound = [&](const std::string& part) {
+    char* end = nullptr;
+    double value = std::strtod(part.c_str(), &end);
+    DPT_CHECK(!part.empty() && *end == '\0')
+        << "config schema: key '" << key.path << "': range '" << text << "' has a bad bound '" << part << "'";
+    return value;
+  };
+  Range r;
+  if (text.empty()) return r;
+  if (text.rfind(">= ", 0) == 0) {
+    r.low = bound(text.substr(3));
+    return r;
   }
-  return s;
+  if (text.rfind("> ", 0) == 0) {
+    r.low = bound(text.substr(2));
+    r.low_open = true;
+    return r;
+  }
+  const size_t comma = text.find(", ");
+  DPT_CHECK(text.size() > 5 && (text.front() == '[' || text.front() == '(') &&
+            (text.back() == ']' || text.back() == ')') && comma != std::string::npos)
+      << "config schema: key '" << key.path << "': range '" << text
+      << "' is none of '> a', '>= a', '[a, b]', '[a, b)', '(a, b]'";
+  r.low = bound(text.substr(1, comma - 1));
+  r.high = bound(text.substr(comma + 2, text.size() - comma - 3));
+  r.low_open = text.front() == '(';
+  r.high_open = text.back() == ')';
+  return r;
 }
 
-// An integer >= min written in full ("3", not "3.0" or "3 epochs").
-bool parse_int(const YAML::Node& node, int64_t min, int64_t& value) {
+// What a value of `key` must be, for messages and the docs: "a positive integer",
+// "a number of seconds in [0, 1e9] (0 = wait forever)".
+std::string expected_text(const Key& key) {
+  std::string text;
+  const bool integer =
+      std::holds_alternative<int64_t*>(key.field) || std::holds_alternative<uint64_t*>(key.field);
+  if (!key.list_expected.empty()) {
+    text = key.list_expected;
+  } else if (std::holds_alternative<bool*>(key.field)) {
+    text = "true or false";
+  } else if (std::holds_alternative<std::string*>(key.field)) {
+    text = "a non-empty string";
+  } else if (const Choice* choice = std::get_if<Choice>(&key.field)) {
+    text = "one of " + join(*choice->names);
+  } else if (integer && key.range == ">= 1") {
+    text = "a positive integer";
+  } else if (integer && key.range == ">= 0") {
+    text = "a non-negative integer";
+  } else {
+    text = integer ? "an integer" : "a number";
+    if (!key.number_unit.empty()) text += " of " + key.number_unit;
+    if (!key.range.empty()) text += (key.range[0] == '>' ? " " : " in ") + key.range;
+  }
+  if (!key.zero_meaning.empty()) text += " (0 = " + key.zero_meaning + ")";
+  return text;
+}
+
+// A scalar read as the field's type: an integer written in full ("3", not "3.0" or
+// "3 epochs"), or a finite number; false when it is not one or is outside `range`.
+template <class Integer>
+bool parse_scalar(const YAML::Node& node, const Range& range, Integer& value) {
   if (!node.IsScalar()) return false;
   const std::string& text = node.Scalar();
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  return ec == std::errc() && end == text.data() + text.size() && value >= min;
+  return ec == std::errc() && end == text.data() + text.size() && range.holds(static_cast<double>(value));
 }
+
+bool parse_scalar(const YAML::Node& node, const Range& range, double& value) {
+  if (!node.IsScalar()) return false;
+  const std::string& text = node.Scalar();
+  char* end = nullptr;
+  value = std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size() && std::isfinite(value) && range.holds(value);
+}
+
+// --- the schema's rows as the YAML nests them
+
+// Consecutive rows of one section ("" for the top level). A section's `name` key, when it
+// is a choice, is its selector: the other keys may apply to some names only.
+struct Section {
+  std::string name;
+  std::vector<const Key*> keys;
+
+  Names key_names() const {
+    Names names;
+    for (const Key* k : keys) names.push_back(split_path(k->path).second);
+    return names;
+  }
+  const Key* selector() const {
+    const Key* first = keys.front();
+    bool is_selector =
+        !name.empty() && first->path == name + ".name" && std::holds_alternative<Choice>(first->field);
+    return is_selector ? first : nullptr;
+  }
+  // The selector's current value ("adamw"), or "" without a selector.
+  std::string chosen() const {
+    const Key* s = selector();
+    if (!s) return "";
+    const Choice& c = std::get<Choice>(s->field);
+    return c.names->at(c.get());
+  }
+  Names applicable(const std::string& chosen) const {
+    Names names;
+    for (const Key* k : keys)
+      if (k->applies_to.empty() || contains(k->applies_to, chosen))
+        names.push_back(split_path(k->path).second);
+    return names;
+  }
+};
+
+std::vector<Section> sections_of(const std::vector<Key>& keys) {
+  std::vector<Section> sections;
+  for (const Key& key : keys) {
+    const std::string section = split_path(key.path).first;
+    if (sections.empty() || sections.back().name != section) {
+      for (const Section& s : sections)
+        DPT_CHECK(section.empty() || s.name != section) << "config schema: the keys of section '" << section
+                                                        << "' are not consecutive (at " << key.path << ")";
+      sections.push_back({section, {}});
+    }
+    sections.back().keys.push_back(&key);
+  }
+  return sections;
+}
+
+// The names the top level holds, in order: its own keys and the sections.
+Names top_names(const std::vector<Section>& sections) {
+  Names names;
+  for (const Section& s : sections) {
+    if (!s.name.empty()) {
+      names.push_back(s.name);
+      continue;
+    }
+    for (const std::string& n : s.key_names()) names.push_back(n);
+  }
+  return names;
+}
+
+const Section* section_named(const std::vector<Section>& sections, const std::string& name) {
+  for (const Section& s : sections)
+    if (!name.empty() && s.name == name) return &s;
+  return nullptr;
+}
+
+// `model:` is the model builder's: any key beside `name` is allowed and kept.
+bool is_open(const Section& s) { return s.name == "model"; }
+
+// --- reading
 
 struct Override {
   std::string key;
@@ -142,8 +262,10 @@ class Reader {
     fail(node, path, "key '" + path + "': expected " + expected + ", got " + describe(node));
   }
 
-  // Checks `map` is a mapping whose keys are unique scalars from `known`.
-  void check_keys(const YAML::Node& map, const std::string& path, const Keys& known) const {
+  // Checks `map` is a mapping whose keys are unique plain names from `known` that apply to
+  // the section's `chosen` name (`applicable`: all of `known` without a selector).
+  void check_keys(const YAML::Node& map, const std::string& path, const Names& known, const Names& applicable,
+                  const std::string& chosen) const {
     if (!map.IsMap()) fail_value(map, path, "a mapping of keys (" + join(known) + ")");
     std::map<std::string, int> seen;  // key -> line
     for (const auto& pair : map) {
@@ -156,7 +278,12 @@ class Reader {
       const std::string name = key.Scalar();
       const std::string full = child_path(path, name);
       if (!contains(known, name)) {
-        fail(key, full, "unknown key '" + full + "' (expected one of: " + join(known) + ")");
+        fail(key, full, "unknown key '" + full + "' (expected one of: " + join(applicable) + ")");
+      }
+      if (!contains(applicable, name)) {
+        fail(key, full,
+             "key '" + full + "' does not apply to " + path + " '" + chosen +
+                 "' (its keys: " + join(applicable) + ")" + switch_hint(path, chosen));
       }
       int line = key.Mark().line + 1;
       if (!seen.emplace(name, line).second) {
@@ -166,99 +293,71 @@ class Reader {
     }
   }
 
-  // Checks every key of `map` applies to the chosen `name` (e.g. no momentum for adamw).
-  void check_applicable(const YAML::Node& map, const std::string& path, const std::string& kind,
-                        const std::string& name, const Keys& applicable) const {
-    // When --set changed only the name, the fix is to replace the whole section.
-    std::string hint;
-    auto is_name = [&](const Override& o) { return o.key == path + ".name"; };
-    if (std::any_of(overrides_.begin(), overrides_.end(), is_name)) {
-      hint = "; to switch " + kind + " with --set, give the whole section: --set " + path +
-             "={name: " + name + ", ...}";
+  // Reads `node` into the member `key` points to, or fails saying what was expected.
+  void read(const Key& key, const YAML::Node& node) const {
+    const Range range = range_of(key);
+    bool ok = true;
+    if (auto* p = std::get_if<int64_t*>(&key.field)) {
+      ok = parse_scalar(node, range, **p);
+    } else if (auto* p = std::get_if<uint64_t*>(&key.field)) {
+      ok = parse_scalar(node, range, **p);
+    } else if (auto* p = std::get_if<double*>(&key.field)) {
+      ok = parse_scalar(node, range, **p);
+    } else if (auto* p = std::get_if<bool*>(&key.field)) {
+      ok = node.IsScalar() && YAML::convert<bool>::decode(node, **p);
+    } else if (auto* p = std::get_if<std::string*>(&key.field)) {
+      ok = node.IsScalar() && !node.Scalar().empty();
+      if (ok) **p = node.Scalar();
+    } else if (auto* p = std::get_if<std::vector<int64_t>*>(&key.field)) {
+      ok = parse_list(node, key, range, **p);
+    } else if (auto* p = std::get_if<std::vector<double>*>(&key.field)) {
+      ok = parse_list(node, key, range, **p);
+    } else {
+      return read_choice(key, node);
     }
-    for (const auto& pair : map) {
-      const std::string key = pair.first.Scalar();
-      if (!contains(applicable, key)) {
-        const std::string full = child_path(path, key);
-        fail(pair.first, full,
-             "key '" + full + "' does not apply to " + kind + " '" + name +
-                 "' (its keys: " + join(applicable) + ")" + hint);
-      }
-    }
-  }
-
-  int64_t get_int(const YAML::Node& node, const std::string& path, int64_t min,
-                  const std::string& expected) const {
-    int64_t value = 0;
-    if (!parse_int(node, min, value)) fail_value(node, path, expected);
-    return value;
-  }
-
-  uint64_t get_u64(const YAML::Node& node, const std::string& path) const {
-    const std::string expected = "a non-negative integer";
-    if (!node.IsScalar()) fail_value(node, path, expected);
-    const std::string& text = node.Scalar();
-    uint64_t value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size()) fail_value(node, path, expected);
-    return value;
-  }
-
-  // A finite number in [low, high], or [low, high) when high_open.
-  double get_double(const YAML::Node& node, const std::string& path, double low, double high, bool low_open,
-                    bool high_open, const std::string& expected) const {
-    if (!node.IsScalar()) fail_value(node, path, expected);
-    const std::string& text = node.Scalar();
-    char* end = nullptr;
-    double value = std::strtod(text.c_str(), &end);
-    bool ok = !text.empty() && end == text.c_str() + text.size() && std::isfinite(value);
-    ok = ok && (low_open ? value > low : value >= low) && (high_open ? value < high : value <= high);
-    if (!ok) fail_value(node, path, expected);
-    return value;
-  }
-
-  bool get_bool(const YAML::Node& node, const std::string& path) const {
-    bool value = false;
-    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value))
-      fail_value(node, path, "true or false");
-    return value;
-  }
-
-  std::string get_string(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsScalar() || node.Scalar().empty()) fail_value(node, path, "a non-empty string");
-    return node.Scalar();
-  }
-
-  std::string get_choice(const YAML::Node& node, const std::string& path, const std::string& kind,
-                         const Keys& choices) const {
-    std::string value = get_string(node, path);
-    if (!contains(choices, value)) {
-      fail(node, path,
-           "key '" + path + "': unknown " + kind + " '" + value + "' (expected one of: " + join(choices) +
-               ")");
-    }
-    return value;
-  }
-
-  std::vector<int64_t> get_int_list(const YAML::Node& node, const std::string& path, int64_t min,
-                                    const std::string& expected) const {
-    if (!node.IsSequence()) fail_value(node, path, expected);
-    std::vector<int64_t> values;
-    for (size_t i = 0; i < node.size(); ++i) {
-      int64_t value = 0;
-      if (!parse_int(node[i], min, value)) fail_value(node, path, expected);  // the whole list, for context
-      values.push_back(value);
-    }
-    return values;
+    if (!ok) fail_value(node, key.path, expected_text(key));
   }
 
  private:
+  // When --set changed only a section's name, the fix is to give the whole section.
+  std::string switch_hint(const std::string& path, const std::string& chosen) const {
+    auto is_name = [&](const Override& o) { return o.key == path + ".name"; };
+    if (std::none_of(overrides_.begin(), overrides_.end(), is_name)) return "";
+    return "; to switch " + path + " with --set, give the whole section: --set " + path +
+           "={name: " + chosen + ", ...}";
+  }
+
+  template <class T>
+  static bool parse_list(const YAML::Node& node, const Key& key, const Range& range, std::vector<T>& values) {
+    if (!node.IsSequence()) return false;
+    values.assign(node.size(), T{});
+    for (size_t i = 0; i < node.size(); ++i)
+      if (!parse_scalar(node[i], range, values[i])) return false;
+    const bool length_ok = key.list_length > 0 ? values.size() == key.list_length : !values.empty();
+    const bool order_ok = !key.list_increasing || std::adjacent_find(values.begin(), values.end(),
+                                                                     std::greater_equal<>()) == values.end();
+    return length_ok && order_ok;
+  }
+
+  void read_choice(const Key& key, const YAML::Node& node) const {
+    const Choice& choice = std::get<Choice>(key.field);
+    if (!node.IsScalar() || node.Scalar().empty()) fail_value(node, key.path, "a non-empty string");
+    const Names& names = *choice.names;
+    const auto it = std::find(names.begin(), names.end(), node.Scalar());
+    if (it == names.end()) {
+      fail(node, key.path,
+           "key '" + key.path + "': unknown " + choice.noun + " '" + node.Scalar() +
+               "' (expected one of: " + join(names) + ")");
+    }
+    choice.set(static_cast<size_t>(it - names.begin()));
+  }
+
   std::string source_;
   std::vector<Override> overrides_;
 };
 
 // Splits "a.b=v", checks the key path against the schema and sets it in `root`.
-Override override_apply(YAML::Node& root, const std::string& text) {
+Override override_apply(YAML::Node& root, const std::string& text, const std::vector<Section>& sections) {
   const size_t eq = text.find('=');
   DPT_CHECK(eq != std::string::npos && eq > 0)
       << "--set " << text << ": expected key=value, e.g. --set optimizer.lr=0.1";
@@ -273,15 +372,16 @@ Override override_apply(YAML::Node& root, const std::string& text) {
                          << "', expected names joined by '.'";
 
   // The same rule as for the file: only `model` may hold keys the schema does not know.
-  DPT_CHECK(contains(kTopKeys, parts[0]))
-      << "--set " << text << ": unknown key '" << o.key << "' (expected one of: " << join(kTopKeys) << ")";
-  auto section = kSectionKeys.find(parts[0]);
-  if (parts[0] != "model" && parts.size() > 1) {
-    DPT_CHECK(section != kSectionKeys.end()) << "--set " << text << ": unknown key '" << o.key << "' ('"
-                                             << parts[0] << "' holds a value, not keys)";
-    DPT_CHECK(parts.size() == 2 && contains(section->second, parts[1]))
-        << "--set " << text << ": unknown key '" << o.key << "' (expected one of: " << join(section->second)
-        << ")";
+  const Names top = top_names(sections);
+  DPT_CHECK(contains(top, parts[0])) << "--set " << text << ": unknown key '" << o.key
+                                     << "' (expected one of: " << join(top) << ")";
+  const Section* section = section_named(sections, parts[0]);
+  if (parts.size() > 1 && !(section && is_open(*section))) {
+    DPT_CHECK(section) << "--set " << text << ": unknown key '" << o.key << "' ('" << parts[0]
+                       << "' holds a value, not keys)";
+    DPT_CHECK(parts.size() == 2 && contains(section->key_names(), parts[1]))
+        << "--set " << text << ": unknown key '" << o.key
+        << "' (expected one of: " << join(section->key_names()) << ")";
   }
 
   YAML::Node value;
@@ -313,108 +413,63 @@ Override override_apply(YAML::Node& root, const std::string& text) {
   return o;
 }
 
-DatasetConfig parse_dataset(const Reader& r, const YAML::Node& given) {
-  DatasetConfig d;
-  YAML::Node map = given ? given : YAML::Node(YAML::NodeType::Map);
-  r.check_keys(map, "dataset", kSectionKeys.at("dataset"));
-  if (map["name"]) d.name = r.get_choice(map["name"], "dataset.name", "dataset", kDatasetNames);
-  r.check_applicable(map, "dataset", "dataset", d.name, kDatasetKeys.at(d.name));
-  if (map["augment"]) d.augment = r.get_bool(map["augment"], "dataset.augment");
-  if (d.name == "synthetic") {
-    if (map["shape"]) {
-      d.shape =
-          r.get_int_list(map["shape"], "dataset.shape", 1, "3 positive integers [channels, height, width]");
-      if (d.shape.size() != 3)
-        r.fail_value(map["shape"], "dataset.shape", "3 positive integers [channels, height, width]");
+// The node the file (or an override) gave for `path`; undefined when there is none.
+YAML::Node node_at(const YAML::Node& root, const std::string& path) {
+  const auto [section, name] = split_path(path);
+  const YAML::Node map = section.empty() ? root : root[section];
+  return map.IsMap() ? map[name] : YAML::Node(YAML::NodeType::Undefined);
+}
+
+// The default of `key` for the section's chosen name, "" when it is required.
+std::string default_of(const Key& key, const std::string& chosen) {
+  for (const auto& [name, value] : key.name_defaults)
+    if (name == chosen) return value;
+  return key.default_value;
+}
+
+// Reads every key of section `s` that applies to its chosen name, from `root` or the
+// default. Keys that do not apply are left value-initialised.
+void read_section(const Reader& r, const YAML::Node& root, const Section& s, const std::string& stem) {
+  const YAML::Node map = s.name.empty() ? root : root[s.name];
+  if (map && !map.IsMap()) r.fail_value(map, s.name, "a mapping of keys (" + join(s.key_names()) + ")");
+  // A default is checked like a value from the file; a bad one is the schema's fault.
+  const Reader defaults("the default in io/config_schema.cpp", {});
+  auto read_key = [&](const Key& key, const std::string& chosen) {
+    const std::string name = split_path(key.path).second;
+    if (map && map[name]) return r.read(key, map[name]);
+    const std::string fallback = default_of(key, chosen);
+    if (fallback.empty()) {
+      const std::string missing = chosen.empty() ? "missing key '" + key.path + "'"
+                                                 : s.name + " '" + chosen + "' needs key '" + key.path + "'";
+      r.fail(map ? map : root, key.path, missing + " (" + expected_text(key) + ")");
     }
-    if (map["classes"]) d.classes = r.get_int(map["classes"], "dataset.classes", 2, "an integer >= 2");
-    if (map["size"]) d.size = r.get_int(map["size"], "dataset.size", 1, "a positive integer");
-  } else if (d.name == "cifar10") {
-    d.path = "data/cifar10/cifar-10-batches-bin";
-    if (map["path"]) d.path = r.get_string(map["path"], "dataset.path");
-    d.shape = {3, 32, 32};
-    d.classes = 10;
-  } else {
-    d.path = d.name == "mnist" ? "data/mnist" : "/usr/share/datasets/fashion-mnist";
-    if (map["path"]) d.path = r.get_string(map["path"], "dataset.path");
-    d.shape = {1, 28, 28};
-    d.classes = 10;
-  }
-  return d;
-}
-
-OptimizerConfig parse_optimizer(const Reader& r, const YAML::Node& given) {
-  OptimizerConfig o;
-  YAML::Node m = given ? given : YAML::Node(YAML::NodeType::Map);
-  r.check_keys(m, "optimizer", kSectionKeys.at("optimizer"));
-  if (m["name"]) o.name = r.get_choice(m["name"], "optimizer.name", "optimizer", kOptimizerNames);
-  r.check_applicable(m, "optimizer", "optimizer", o.name, kOptimizerKeys.at(o.name));
-  if (o.name == "adamw") {
-    o.lr = 1e-3;
-    o.weight_decay = 0.01;
-  }
-  if (m["lr"]) o.lr = r.get_double(m["lr"], "optimizer.lr", 0, INFINITY, true, false, "a number > 0");
-  if (m["weight_decay"]) {
-    o.weight_decay =
-        r.get_double(m["weight_decay"], "optimizer.weight_decay", 0, INFINITY, false, false, "a number >= 0");
-  }
-  if (m["no_decay_bias_bn"])
-    o.no_decay_bias_bn = r.get_bool(m["no_decay_bias_bn"], "optimizer.no_decay_bias_bn");
-  if (m["momentum"]) {
-    o.momentum = r.get_double(m["momentum"], "optimizer.momentum", 0, 1, false, true, "a number in [0, 1)");
-  }
-  if (m["nesterov"]) o.nesterov = r.get_bool(m["nesterov"], "optimizer.nesterov");
-  if (o.name == "sgd" && o.nesterov && o.momentum == 0) {
-    r.fail(m["nesterov"], "optimizer.nesterov",
-           "key 'optimizer.nesterov': Nesterov momentum needs momentum > 0");
-  }
-  if (m["betas"]) {
-    const YAML::Node& b = m["betas"];
-    const std::string expected = "two numbers in [0, 1), e.g. [0.9, 0.999]";
-    if (!b.IsSequence() || b.size() != 2) r.fail_value(b, "optimizer.betas", expected);
-    for (size_t i = 0; i < 2; ++i)
-      o.betas[i] = r.get_double(b[i], "optimizer.betas", 0, 1, false, true, expected);
-  }
-  if (m["eps"]) o.eps = r.get_double(m["eps"], "optimizer.eps", 0, INFINITY, true, false, "a number > 0");
-  return o;
-}
-
-ScheduleConfig parse_schedule(const Reader& r, const YAML::Node& map, double lr) {
-  ScheduleConfig s;
-  if (!map) return s;
-  r.check_keys(map, "schedule", kSectionKeys.at("schedule"));
-  if (map["name"]) s.name = r.get_choice(map["name"], "schedule.name", "schedule", kScheduleNames);
-  r.check_applicable(map, "schedule", "schedule", s.name, kScheduleKeys.at(s.name));
-  if (map["warmup_epochs"]) {
-    s.warmup_epochs = r.get_int(map["warmup_epochs"], "schedule.warmup_epochs", 0, "a non-negative integer");
-  }
-  if (map["milestones"]) {
-    const std::string expected = "a list of positive, strictly increasing epochs, e.g. [30, 60]";
-    s.milestones = r.get_int_list(map["milestones"], "schedule.milestones", 1, expected);
-    if (!std::is_sorted(s.milestones.begin(), s.milestones.end(), std::less_equal<>())) {
-      r.fail_value(map["milestones"], "schedule.milestones", expected);
+    YAML::Node node = YAML::Load(fallback);
+    const std::string placeholder = "<config file stem>";
+    if (node.IsScalar() && node.Scalar().find(placeholder) != std::string::npos) {
+      std::string text = node.Scalar();
+      node = YAML::Node(text.replace(text.find(placeholder), placeholder.size(), stem));
     }
+    defaults.read(key, node);
+  };
+
+  const Key* selector = s.selector();
+  if (selector) read_key(*selector, "");
+  const std::string chosen = s.chosen();
+  const Names applicable = s.applicable(chosen);
+  if (map && !s.name.empty() && !is_open(s)) r.check_keys(map, s.name, s.key_names(), applicable, chosen);
+  for (const Key* key : s.keys) {
+    if (key != selector && contains(applicable, split_path(key->path).second)) read_key(*key, chosen);
   }
-  if (s.name == "multistep" && s.milestones.empty()) {
-    r.fail(map, "schedule",
-           "schedule 'multistep' needs key 'schedule.milestones' (a list of epochs, e.g. [30, 60])");
-  }
-  if (map["gamma"])
-    s.gamma = r.get_double(map["gamma"], "schedule.gamma", 0, 1, true, false, "a number in (0, 1]");
-  if (map["min_lr"]) {
-    s.min_lr = r.get_double(map["min_lr"], "schedule.min_lr", 0, lr, false, false,
-                            "a number in [0, optimizer.lr = " + format_double(lr) + "]");
-  }
-  return s;
 }
 
-Config parse_config(const Reader& r, const YAML::Node& root, const std::string& path) {
-  Config c;
+void parse_config(const Reader& r, const YAML::Node& root, const std::vector<Section>& sections,
+                  const std::string& path, Config& c) {
   c.source = path;
   if (!root.IsDefined() || root.IsNull())
     r.fail(root, "", "the config is empty; it needs at least model: {name: ...}");
   if (!root.IsMap()) r.fail(root, "", "expected a mapping of keys at the top level, got " + describe(root));
-  r.check_keys(root, "", kTopKeys);
+  const Names top = top_names(sections);
+  r.check_keys(root, "", top, top, "");
 
   const YAML::Node& model = root["model"];
   if (!model)
@@ -423,83 +478,40 @@ Config parse_config(const Reader& r, const YAML::Node& root, const std::string& 
   if (!model.IsMap()) r.fail_value(model, "model", "a mapping with at least 'name', e.g. {name: mnist_cnn}");
   if (!model["name"])
     r.fail(model, "model.name", "missing key 'model.name' (the model's registry name, e.g. mnist_cnn)");
-  c.model.name = r.get_string(model["name"], "model.name");
   c.model.node = YAML::Clone(model);
 
-  c.dataset = parse_dataset(r, root["dataset"]);
-  const std::string positive = "a positive integer";
-  const std::string non_negative = "a non-negative integer";
-  if (root["epochs"]) c.epochs = r.get_int(root["epochs"], "epochs", 1, positive);
-  if (root["batch_size"]) c.batch_size = r.get_int(root["batch_size"], "batch_size", 1, positive);
-  if (root["eval_batch_size"])
-    c.eval_batch_size = r.get_int(root["eval_batch_size"], "eval_batch_size", 1, positive);
-  if (root["threads"]) {
-    // OpenMP cannot start an absurd number of threads, and crashes trying.
-    const std::string expected = "an integer in [0, 1024] (0 = this process's share of the cores)";
-    c.threads = r.get_int(root["threads"], "threads", 0, expected);
-    if (c.threads > 1024) r.fail_value(root["threads"], "threads", expected);
+  const std::string stem = std::filesystem::path(path).stem().string();
+  for (const Section& s : sections) read_section(r, root, s, stem);
+  for (const Rule& rule : config_rules()) {
+    const std::string problem = rule.check(c);
+    if (!problem.empty()) r.fail(node_at(root, rule.key), rule.key, problem);
   }
-  if (root["seed"]) c.seed = r.get_u64(root["seed"], "seed");
-  if (root["label_smoothing"]) {
-    c.label_smoothing =
-        r.get_double(root["label_smoothing"], "label_smoothing", 0, 1, false, true, "a number in [0, 1)");
-  }
-  if (root["log_every"]) c.log_every = r.get_int(root["log_every"], "log_every", 1, positive);
-  if (root["max_steps_per_epoch"]) {
-    c.max_steps_per_epoch =
-        r.get_int(root["max_steps_per_epoch"], "max_steps_per_epoch", 0, non_negative + " (0 = all)");
-  }
-  c.optimizer = parse_optimizer(r, root["optimizer"]);
-  c.schedule = parse_schedule(r, root["schedule"], c.optimizer.lr);
+}
 
-  if (root["ema_decay"])
-    c.ema_decay = r.get_double(root["ema_decay"], "ema_decay", 0, 1, false, true, "a number in [0, 1) (0 = off)");
-  if (root["lr_scaling"]) c.lr_scaling = r.get_choice(root["lr_scaling"], "lr_scaling", "lr scaling", kLrScalingNames);
-  if (const YAML::Node& d = root["distributed"]) {
-    r.check_keys(d, "distributed", kSectionKeys.at("distributed"));
-    if (d["bucket_cap_mb"])
-      c.distributed.bucket_cap_mb = r.get_double(d["bucket_cap_mb"], "distributed.bucket_cap_mb", 0, 1e6, false,
-                                                 false, "a number of MB >= 0 (0 = one bucket per parameter)");
-    if (d["sync_bn"]) c.distributed.sync_bn = r.get_bool(d["sync_bn"], "distributed.sync_bn");
-    if (d["find_unused_parameters"])
-      c.distributed.find_unused_parameters =
-          r.get_bool(d["find_unused_parameters"], "distributed.find_unused_parameters");
-    if (d["backend"]) c.distributed.backend = r.get_choice(d["backend"], "distributed.backend", "backend", kBackendNames);
-    if (d["timeout_s"])
-      c.distributed.timeout_s = r.get_double(d["timeout_s"], "distributed.timeout_s", 0, 1e9, false, false,
-                                             "a number of seconds in [0, 1e9] (0 = wait forever)");
-  }
-  if (root["debug"]) c.debug = r.get_choice(root["debug"], "debug", "debug mode", kDebugNames);
-  if (root["device"]) c.device = r.get_choice(root["device"], "device", "device", kDeviceNames);
+// --- writing
 
-  if (root["precision"]) c.precision = r.get_choice(root["precision"], "precision", "precision", kPrecisionNames);
-  if (root["channels_last"]) c.channels_last = r.get_bool(root["channels_last"], "channels_last");
-  if (root["deterministic"]) c.deterministic = r.get_bool(root["deterministic"], "deterministic");
-  if (root["on_nonfinite"])
-    c.on_nonfinite = r.get_choice(root["on_nonfinite"], "on_nonfinite", "action", kNonfiniteActions);
-  if (root["cuda_graphs"]) {
-    c.cuda_graphs = r.get_bool(root["cuda_graphs"], "cuda_graphs");
-    // A replayed graph applies its update whatever the gradients held; it cannot skip one.
-    if (c.cuda_graphs && c.on_nonfinite == "skip")
-      r.fail(root["cuda_graphs"], "cuda_graphs",
-             "cuda_graphs: true needs on_nonfinite: stop (a captured step cannot skip its update), got "
-             "on_nonfinite: skip");
+void write_value(YAML::Emitter& out, const Key& key) {
+  out << YAML::Key << split_path(key.path).second << YAML::Value;
+  if (auto* p = std::get_if<int64_t*>(&key.field)) {
+    out << **p;
+  } else if (auto* p = std::get_if<uint64_t*>(&key.field)) {
+    out << **p;
+  } else if (auto* p = std::get_if<double*>(&key.field)) {
+    out << format_number(**p);
+  } else if (auto* p = std::get_if<bool*>(&key.field)) {
+    out << **p;
+  } else if (auto* p = std::get_if<std::string*>(&key.field)) {
+    out << **p;
+  } else if (auto* p = std::get_if<std::vector<int64_t>*>(&key.field)) {
+    out << YAML::Flow << **p;
+  } else if (auto* p = std::get_if<std::vector<double>*>(&key.field)) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (double v : **p) out << format_number(v);
+    out << YAML::EndSeq;
+  } else {
+    const Choice& choice = std::get<Choice>(key.field);
+    out << choice.names->at(choice.get());
   }
-  if (const YAML::Node& k = root["checkpoint"]) {
-    r.check_keys(k, "checkpoint", kSectionKeys.at("checkpoint"));
-    if (k["every_epochs"])
-      c.checkpoint.every_epochs =
-          r.get_int(k["every_epochs"], "checkpoint.every_epochs", 0, "a non-negative integer (0 = only on a signal)");
-    if (k["keep_last"])
-      c.checkpoint.keep_last = r.get_int(k["keep_last"], "checkpoint.keep_last", 0, "a non-negative integer (0 = all)");
-  }
-
-  c.output.dir = "runs/" + std::filesystem::path(path).stem().string();
-  if (const YAML::Node& output = root["output"]) {
-    r.check_keys(output, "output", kSectionKeys.at("output"));
-    if (output["dir"]) c.output.dir = r.get_string(output["dir"], "output.dir");
-  }
-  return c;
 }
 
 }  // namespace
@@ -509,112 +521,63 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   DPT_CHECK(std::filesystem::exists(path, ec)) << "config file '" << path << "' not found";
   DPT_CHECK(std::filesystem::is_regular_file(path, ec))
       << "config file '" << path << "' is not a regular file";
-  std::ifstream file(path);
-  DPT_CHECK(file) << "config file '" << path << "' cannot be read";
-  std::stringstream text;
-  text << file.rdbuf();
+  const std::string text = read_file(path);
 
   YAML::Node root;
   try {
-    root = YAML::Load(text.str());
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     DPT_FAIL() << path << ":" << e.mark.line + 1 << ":" << e.mark.column + 1 << ": malformed YAML: " << e.msg;
   }
+  Config config{};
+  const std::vector<Key> keys = config_keys(config);
+  const std::vector<Section> sections = sections_of(keys);
   std::vector<Override> applied;
-  for (const auto& o : overrides) applied.push_back(override_apply(root, o));
+  for (const auto& o : overrides) applied.push_back(override_apply(root, o, sections));
   Reader reader(path, std::move(applied));
   try {
-    return parse_config(reader, root, path);
+    parse_config(reader, root, sections, path, config);
   } catch (const YAML::Exception& e) {
     // Anything yaml-cpp throws past the checks above is still a bad config, not a crash.
     DPT_FAIL() << path << ": " << e.what();
   }
+  return config;
 }
 
-std::string config_to_yaml(const Config& c) {
+std::string config_to_yaml(const Config& config) {
+  Config c = config;
+  const std::vector<Key> keys = config_keys(c);
   YAML::Emitter out;
-  auto number = [&](const char* key, double v) {
-    out << YAML::Key << key << YAML::Value << format_double(v);
-  };
   out << YAML::BeginMap;
-  out << YAML::Key << "model" << YAML::Value << c.model.node;
-
-  out << YAML::Key << "dataset" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << c.dataset.name;
-  if (c.dataset.name == "synthetic") {
-    out << YAML::Key << "shape" << YAML::Value << YAML::Flow << c.dataset.shape;
-    out << YAML::Key << "classes" << YAML::Value << c.dataset.classes;
-    out << YAML::Key << "size" << YAML::Value << c.dataset.size;
-  } else {
-    out << YAML::Key << "path" << YAML::Value << c.dataset.path;
+  for (const Section& s : sections_of(keys)) {
+    if (is_open(s)) {
+      out << YAML::Key << s.name << YAML::Value << c.model.node;
+      continue;
+    }
+    if (!s.name.empty()) out << YAML::Key << s.name << YAML::Value << YAML::BeginMap;
+    const Names applicable = s.applicable(s.chosen());
+    for (const Key* key : s.keys)
+      if (contains(applicable, split_path(key->path).second)) write_value(out, *key);
+    if (!s.name.empty()) out << YAML::EndMap;
   }
-  out << YAML::Key << "augment" << YAML::Value << c.dataset.augment;
-  out << YAML::EndMap;
-
-  out << YAML::Key << "epochs" << YAML::Value << c.epochs;
-  out << YAML::Key << "batch_size" << YAML::Value << c.batch_size;
-  out << YAML::Key << "eval_batch_size" << YAML::Value << c.eval_batch_size;
-  out << YAML::Key << "threads" << YAML::Value << c.threads;
-  out << YAML::Key << "seed" << YAML::Value << c.seed;
-  number("label_smoothing", c.label_smoothing);
-  out << YAML::Key << "log_every" << YAML::Value << c.log_every;
-  out << YAML::Key << "max_steps_per_epoch" << YAML::Value << c.max_steps_per_epoch;
-
-  const OptimizerConfig& o = c.optimizer;
-  out << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << o.name;
-  number("lr", o.lr);
-  if (o.name == "sgd") {
-    number("momentum", o.momentum);
-    out << YAML::Key << "nesterov" << YAML::Value << o.nesterov;
-  } else {
-    out << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq << format_double(o.betas[0])
-        << format_double(o.betas[1]) << YAML::EndSeq;
-    number("eps", o.eps);
-  }
-  number("weight_decay", o.weight_decay);
-  out << YAML::Key << "no_decay_bias_bn" << YAML::Value << o.no_decay_bias_bn;
-  out << YAML::EndMap;
-
-  const ScheduleConfig& s = c.schedule;
-  out << YAML::Key << "schedule" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << s.name;
-  out << YAML::Key << "warmup_epochs" << YAML::Value << s.warmup_epochs;
-  if (s.name == "multistep") {
-    out << YAML::Key << "milestones" << YAML::Value << YAML::Flow << s.milestones;
-    number("gamma", s.gamma);
-  }
-  if (s.name == "cosine") number("min_lr", s.min_lr);
-  out << YAML::EndMap;
-
-  out << YAML::Key << "lr_scaling" << YAML::Value << c.lr_scaling;
-  number("ema_decay", c.ema_decay);
-  const DistributedConfig& d = c.distributed;
-  out << YAML::Key << "distributed" << YAML::Value << YAML::BeginMap;
-  number("bucket_cap_mb", d.bucket_cap_mb);
-  out << YAML::Key << "sync_bn" << YAML::Value << d.sync_bn;
-  out << YAML::Key << "find_unused_parameters" << YAML::Value << d.find_unused_parameters;
-  out << YAML::Key << "backend" << YAML::Value << d.backend;
-  number("timeout_s", d.timeout_s);
-  out << YAML::EndMap;
-  out << YAML::Key << "debug" << YAML::Value << c.debug;
-  out << YAML::Key << "device" << YAML::Value << c.device;
-
-  out << YAML::Key << "precision" << YAML::Value << c.precision;
-  out << YAML::Key << "channels_last" << YAML::Value << c.channels_last;
-  out << YAML::Key << "deterministic" << YAML::Value << c.deterministic;
-  out << YAML::Key << "on_nonfinite" << YAML::Value << c.on_nonfinite;
-  out << YAML::Key << "cuda_graphs" << YAML::Value << c.cuda_graphs;
-  out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "every_epochs" << YAML::Value << c.checkpoint.every_epochs;
-  out << YAML::Key << "keep_last" << YAML::Value << c.checkpoint.keep_last;
-  out << YAML::EndMap;
-
-  out << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "dir" << YAML::Value << c.output.dir;
-  out << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+std::string config_keys_markdown() {
+  Config c{};
+  std::string table =
+      "| key | default | values | applies to | meaning |\n"
+      "|---|---|---|---|---|\n";
+  for (const Key& key : config_keys(c)) {
+    std::string fallback = key.default_value.empty() ? "required" : "`" + key.default_value + "`";
+    for (const auto& [name, value] : key.name_defaults) fallback += "; " + name + ": `" + value + "`";
+    const Choice* choice = std::get_if<Choice>(&key.field);
+    const std::string values = choice ? join(*choice->names, "`") : expected_text(key);
+    table += "| `" + key.path + "` | " + fallback + " | " + values + " | " + join(key.applies_to, "`") +
+             " | " + key.doc + " |\n";
+  }
+  return table;
 }
 
 }  // namespace dpt::io

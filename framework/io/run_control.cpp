@@ -37,7 +37,7 @@ RunControl::RunControl(const Config& config, const TrainingObjects& objects, Pro
       progress_(progress),
       dir_(config.output.dir + "/checkpoints"),
       faults_(FaultInjection::from_env(dist::info().rank)),
-      guard_(objects.model, config.on_nonfinite == "skip", dist::info().world_size == 1) {}
+      guard_(objects.model, config.on_nonfinite == NonfiniteAction::skip, dist::info().world_size == 1) {}
 
 void RunControl::resume(const std::string& arg) {
   const bool main_rank = dist::info().rank == 0;
@@ -118,7 +118,7 @@ RunControl::StepAction RunControl::after_backward(bool finite, float loss, int64
 
 RunControl::StepAction RunControl::nonfinite_action(float loss, int64_t epoch, int64_t step_in_epoch,
                                                     int64_t steps) {
-  const bool skip = config_.on_nonfinite == "skip";
+  const bool skip = config_.on_nonfinite == NonfiniteAction::skip;
   if (dist::info().rank == 0) {
     progress_.finish_line();
     std::fprintf(

@@ -31,8 +31,8 @@ using Metadata = std::vector<std::pair<std::string, std::string>>;
 
 // What a buffer holds, pointing into it by offsets (the buffer must outlive the use of them).
 struct SafetensorsView {
-  std::vector<SafetensorsEntry> tensors;  // in header order
-  Metadata metadata;                      // "__metadata__", string to string
+  std::vector<SafetensorsEntry> tensors;  // in the order of their data (as written, for dpt's files)
+  Metadata metadata;                      // "__metadata__", string to string, by key
   uint64_t data_start = 0;                // offset of the data section in the buffer
   uint64_t data_size = 0;
   const SafetensorsEntry* find(const std::string& name) const;  // nullptr if absent
