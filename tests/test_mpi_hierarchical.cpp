@@ -1,10 +1,11 @@
-// The hierarchical all-reduce (distributed/hierarchical.h) across simulated hosts
-// (tools/cluster.sh: 2 hosts x 2 and 2 x 1 processes; CTest runs nothing else of it): for
-// every op and dtype, on the world and on a group whose ranks run in reverse order across the
-// hosts, every rank ends with the same bits, those of a plain loop that adds in the
-// algorithm's order, and within f32 rounding of the flat all-reduce; the host and across
-// sub-groups carry it; bf16 compression against a plain loop that rounds to bf16 by another
-// method, ties included.
+// The hierarchical all-reduce (distributed/hierarchical.h) across hosts: under
+// tools/cluster.sh (2 hosts x 2 and 2 x 1 processes) the real ones; under a plain mpirun
+// -np 2/3/4 hosts simulated by the node each rank passes to make_host_groups (2 x 1, 3 x 1,
+// 2 x 2 with a host's ranks interleaved). For every op and dtype, on the world (or its
+// simulated twin) and on a group whose ranks run in reverse order across the hosts, every rank
+// ends with the same bits, those of a plain loop that adds in the algorithm's order, and within
+// f32 rounding of the flat all-reduce; the host and across sub-groups carry it; bf16
+// compression against a plain loop that rounds to bf16 by another method, ties included.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -30,6 +31,36 @@ constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, Reduce
 constexpr int64_t kSizes[] = {1, 3, 1001, 100003};
 
 MpiProcessGroup& mpi(const GroupPtr& group) { return dynamic_cast<MpiProcessGroup&>(*group); }
+
+// The hosts the tests run across: the real ones when the world spans several; else, on one
+// machine, 2 simulated hosts (3 for an odd world), world rank r on host r % hosts.
+bool hosts_are_real() { return mpi(world()).host_groups().across != nullptr; }
+
+int node_of(int world_rank) {
+  if (hosts_are_real()) {
+    static const std::vector<int> nodes = [] {
+      std::vector<int> all(static_cast<size_t>(info().world_size));
+      int mine = info().node;
+      MPI_Allgather(&mine, 1, MPI_INT, all.data(), 1, MPI_INT, MPI_COMM_WORLD);
+      return all;
+    }();
+    return nodes[static_cast<size_t>(world_rank)];
+  }
+  const int size = info().world_size;
+  return world_rank % (size % 2 == 0 ? 2 : size);
+}
+
+// The groups under test: the world, and the world in reverse order (its group rank 0 on the
+// last host); on one machine, copies of them with simulated host groups.
+const std::vector<GroupPtr>& groups_to_test() {
+  static const std::vector<GroupPtr> groups = [] {
+    if (hosts_are_real()) return std::vector<GroupPtr>{world(), split(world(), 0, -world()->rank())};
+    std::vector<GroupPtr> twins = {split(world(), 0, world()->rank()), split(world(), 0, -world()->rank())};
+    for (const GroupPtr& g : twins) mpi(g).make_host_groups(node_of(world()->rank()));
+    return twins;
+  }();
+  return groups;
+}
 
 // Element i of world rank r: values of many magnitudes and signs, so the order of additions
 // shows in the low bits; i64: integers of both signs.
@@ -69,11 +100,8 @@ struct Layout {
 };
 
 Layout layout_of(const ProcessGroup& group) {
-  std::vector<int> nodes(static_cast<size_t>(info().world_size));
-  int mine = info().node;
-  MPI_Allgather(&mine, 1, MPI_INT, nodes.data(), 1, MPI_INT, MPI_COMM_WORLD);
   std::map<int, std::vector<int>> by_node;
-  for (int g = 0; g < group.size(); ++g) by_node[nodes[group.world_ranks()[g]]].push_back(g);
+  for (int g = 0; g < group.size(); ++g) by_node[node_of(group.world_ranks()[g])].push_back(g);
   Layout layout;
   for (auto& [node, members] : by_node) layout.members_of_host.push_back(members);
   layout.per_host = static_cast<int>(layout.members_of_host.front().size());
@@ -157,18 +185,10 @@ void expect_equal(const Tensor& t, const std::vector<T>& want, const std::string
 
 class AcrossHosts : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (!mpi(world()).host_groups().across)
-      GTEST_SKIP() << "the world is on one host (run under tools/cluster.sh)";
+  void TearDown() override {
+    for (const GroupPtr& g : groups_to_test()) mpi(g).set_hierarchical(Hierarchical::automatic);
   }
-  void TearDown() override { set_hierarchical(Hierarchical::automatic); }
 };
-
-// The world, and the world in reverse order (its group rank 0 on the last host).
-std::vector<GroupPtr> groups_to_test() {
-  static std::vector<GroupPtr> groups = {world(), split(world(), 0, -world()->rank())};
-  return groups;
-}
 
 void check_all_reduce(const GroupPtr& group, DType dtype, ReduceOp op, int64_t n) {
   const std::string what =
@@ -227,20 +247,47 @@ TEST_F(AcrossHosts, EveryOpAndDtypeIsBitIdenticalAndMatchesFlat) {
 }
 
 TEST_F(AcrossHosts, AutomaticNeedsMoreThanOneRankOnAHost) {
-  MpiProcessGroup& w = mpi(world());
-  const int per_host = w.host_groups().per_host;
-  const std::string text = w.all_reduce_text();
-  EXPECT_EQ(text.substr(0, text.find(':')), per_host > 1 ? "hierarchical all-reduce" : "flat all-reduce")
-      << text;
-  EXPECT_NE(
-      text.find(std::to_string(w.host_groups().across->size()) + " hosts x " + std::to_string(per_host)),
-      std::string::npos)
-      << text;
-  EXPECT_EQ(w.host_groups().host != nullptr, per_host > 1);
-  // The host groups hold this host's ranks; the across group one per host, of this local index.
-  if (w.host_groups().host) EXPECT_EQ(w.host_groups().host->rank(), info().local_rank);
-  EXPECT_EQ(w.host_groups().across->size(), info().node_count);
-  EXPECT_EQ(w.host_groups().across->rank(), info().node);
+  const GroupPtr& group = groups_to_test().front();
+  MpiProcessGroup& g = mpi(group);
+  const Layout layout = layout_of(*group);
+  const int hosts = static_cast<int>(layout.members_of_host.size());
+  const HostGroups& sub = g.host_groups();
+  const std::string text = g.all_reduce_text();
+  EXPECT_EQ(text, std::string(layout.per_host > 1 ? "hierarchical" : "flat") + " all-reduce: " +
+                      std::to_string(hosts) + " hosts x " + std::to_string(layout.per_host) + " rank" +
+                      (layout.per_host > 1 ? "s" : ""));
+  EXPECT_EQ(sub.per_host, layout.per_host);
+  ASSERT_EQ(sub.host != nullptr, layout.per_host > 1);
+  // The host group holds this host's ranks in group-rank order; the across group one rank a
+  // host, those of this rank's local index, in the order of their group ranks.
+  const int node = node_of(world()->rank());
+  const std::vector<int>& mates = layout.members_of_host[static_cast<size_t>(node)];
+  const int local = static_cast<int>(std::find(mates.begin(), mates.end(), group->rank()) - mates.begin());
+  if (sub.host) {
+    EXPECT_EQ(sub.host->rank(), local);
+    EXPECT_EQ(sub.host->size(), layout.per_host);
+  }
+  const std::vector<int>& order = layout.hosts_of_index[static_cast<size_t>(local)];
+  EXPECT_EQ(sub.across->size(), hosts);
+  EXPECT_EQ(sub.across->rank(), std::find(order.begin(), order.end(), node) - order.begin());
+}
+
+// Hosts that hold different numbers of the group's ranks: no host groups, the reason in the
+// world table's text, and the all_reduce flat (and right) whatever the mode.
+TEST(UnevenHosts, StayFlat) {
+  const int size = world()->size(), rank = world()->rank();
+  if (hosts_are_real() || size < 3) GTEST_SKIP() << "simulates hosts of 1 and size - 1 ranks on one machine: np >= 3";
+  GroupPtr group = split(world(), 0, rank);
+  mpi(group).make_host_groups(rank == 0 ? 0 : 1);
+  EXPECT_EQ(mpi(group).host_groups().across, nullptr);
+  EXPECT_EQ(mpi(group).all_reduce_text(), "flat all-reduce: its hosts hold between 1 and " +
+                                              std::to_string(size - 1) +
+                                              " of its ranks (the hierarchical all-reduce needs the same "
+                                              "number on every host)");
+  mpi(group).set_hierarchical(Hierarchical::on);
+  Tensor t = Tensor::full({5}, static_cast<float>(rank + 1));
+  with_compression(group, Compression::bf16)->all_reduce(t, ReduceOp::sum)->wait();
+  for (float v : t.to_vector()) EXPECT_EQ(v, size * (size + 1) / 2);
 }
 
 TEST_F(AcrossHosts, Bf16CompressionMatchesPlainLoopRounding) {
@@ -272,16 +319,18 @@ TEST_F(AcrossHosts, Bf16CompressionMatchesPlainLoopRounding) {
 // 256 + 1 = 257 rounds to 256 again (unrounded: 258). (b) host 0's add to 259 (to 260, even),
 // host 1's to 2: 262 (unrounded: 261, a tie, 260; truncated: 258 + 2 = 260).
 TEST_F(AcrossHosts, Bf16RoundsTiesToEven) {
-  MpiProcessGroup& w = mpi(world());
-  if (w.host_groups().per_host != 2 || w.host_groups().across->size() != 2)
-    GTEST_SKIP() << "needs 2 hosts x 2 ranks";
+  const GroupPtr& group = groups_to_test().front();
+  const Layout layout = layout_of(*group);
+  if (layout.per_host != 2 || layout.members_of_host.size() != 2) GTEST_SKIP() << "needs 2 hosts x 2 ranks";
+  const int node = node_of(world()->rank());
+  const int local = group->rank() == layout.members_of_host[static_cast<size_t>(node)][0] ? 0 : 1;
   // parts[case][node][local rank]
   const float parts[2][2][2] = {{{256, 1}, {1, 0}}, {{256, 3}, {2, 0}}};
   const float want[2] = {256, 262};
   Tensor t = Tensor::empty({32});
   auto scale = [](int64_t i) { return std::ldexp(1.0f, static_cast<int>(i / 2) - 8); };
   for (int64_t i = 0; i < 32; ++i)
-    t.data<float>()[i] = parts[i % 2][info().node][info().local_rank] * scale(i);
-  with_compression(world(), Compression::bf16)->all_reduce(t, ReduceOp::sum)->wait();
+    t.data<float>()[i] = parts[i % 2][node][local] * scale(i);
+  with_compression(group, Compression::bf16)->all_reduce(t, ReduceOp::sum)->wait();
   for (int64_t i = 0; i < 32; ++i) EXPECT_EQ(t.data<float>()[i], want[i % 2] * scale(i)) << "element " << i;
 }

@@ -2,7 +2,7 @@
 // rank 0's table against what every rank reports of itself (its hostname; its host's number
 // and its local rank worked out from the hostnames), and the groups with their members and
 // group-relative ranks: the world, the even ranks, and the odd ranks in reverse order, a group
-// rank 0 is not a member of.
+// rank 0 is not a member of; across hosts, the world's all-reduce and its host groups.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -47,6 +47,27 @@ std::pair<std::vector<std::string>, std::vector<std::string>> group_rows(const s
   }
   ADD_FAILURE() << "no group " << name << " in\n" << table;
   return {};
+}
+
+// The line that starts "group NAME: " and the `count` lines after it.
+std::vector<std::string> group_lines(const std::string& table, const std::string& name, int count) {
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("group " + name + ": ", 0) != 0) continue;
+    std::vector<std::string> lines = {line};
+    for (int k = 0; k < count && std::getline(in, line); ++k) lines.push_back(line);
+    return lines;
+  }
+  return {};
+}
+
+std::string bracketed(const std::vector<int>& ranks) {
+  std::string text = "[";
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    if (k > 0) text += ',';
+    text += std::to_string(ranks[k]);
+  }
+  return text + "]";
 }
 
 }  // namespace
@@ -107,6 +128,34 @@ TEST(WorldTable, RanksHostsAndGroups) {
     EXPECT_EQ(group_row, want_group) << table;
   };
   expect_group("world", all);
+  // Across hosts (each holding the same number of ranks): how the world all-reduces, and its
+  // host groups (a host's ranks) and across groups (the ranks of one local index), by name.
+  std::vector<std::vector<int>> on_host(hosts.size());
+  for (int k = 0; k < n; ++k) {
+    const std::string host(names.data() + 256 * k);
+    on_host[std::find(hosts.begin(), hosts.end(), host) - hosts.begin()].push_back(k);
+  }
+  if (hosts.size() > 1 && n % hosts.size() == 0) {
+    const size_t per_host = n / hosts.size();
+    std::string host_line = "  host groups:", across_line = "  across groups:";
+    for (const auto& members : on_host) host_line += " world.host" + bracketed(members);
+    for (size_t l = 0; l < per_host; ++l) {
+      std::vector<int> members;
+      for (const auto& host_members : on_host) members.push_back(host_members[l]);
+      across_line += " world.across" + bracketed(members);
+    }
+    std::vector<std::string> want = {
+        "group world: " + std::to_string(n) + " ranks; " + (per_host > 1 ? "hierarchical" : "flat") +
+            " all-reduce: " + std::to_string(hosts.size()) + " hosts x " + std::to_string(per_host) + " rank" +
+            (per_host > 1 ? "s" : ""),
+        "", ""};
+    if (per_host > 1) want.push_back(host_line);
+    want.push_back(across_line);
+    std::vector<std::string> got = group_lines(table, "world", static_cast<int>(want.size()) - 1);
+    got.resize(want.size());
+    got[1] = got[2] = "";  // the rank rows, checked above
+    EXPECT_EQ(got, want) << table;
+  }
   expect_group(even_group->name(), evens);
   if (n > 1) expect_group("split(color 1)" + ranks_str(odds_reversed), odds_reversed);
 }

@@ -88,7 +88,7 @@ std::shared_ptr<MpiProcessGroup> world_checked(const char* what) {
 GroupPtr make_group(MPI_Comm comm, const std::string& label) {
   std::vector<int> ranks = comm_world_ranks(comm);
   auto group = std::make_shared<MpiProcessGroup>(comm, ranks, label + ranks_str(ranks));
-  group->make_host_groups();  // collective over the new group
+  group->make_host_groups(state().info.node);  // collective over the new group
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.timeout) group->set_timeout(*s.timeout);
@@ -187,7 +187,7 @@ const InitInfo& init() {
   std::vector<int> ranks(info.world_size);
   std::iota(ranks.begin(), ranks.end(), 0);
   s.world = std::make_shared<MpiProcessGroup>(comm, std::move(ranks), "world");
-  s.world->make_host_groups();
+  s.world->make_host_groups(info.node);
   s.groups.push_back(s.world);
   if (!s.at_exit_registered) {
     // Registered after state() exists, so it runs before anything constructed earlier is

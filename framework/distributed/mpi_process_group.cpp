@@ -391,10 +391,12 @@ std::vector<MpiProcessGroup*> MpiProcessGroup::sub_groups() const {
   return subs;
 }
 
-void MpiProcessGroup::make_host_groups() {
+void MpiProcessGroup::make_host_groups(int node) {
+  DPT_CHECK(!host_groups_.across) << name() << " has host groups already";
+  flat_reason_.clear();
   // This group's ranks on this host, and how many each host holds.
   MPI_Comm host = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(creation_comm(), MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &host));
+  MPI_CHECK(MPI_Comm_split(creation_comm(), node, rank(), &host));
   int local_rank = 0, local_size = 1;
   MPI_CHECK(MPI_Comm_rank(host, &local_rank));
   MPI_CHECK(MPI_Comm_size(host, &local_size));

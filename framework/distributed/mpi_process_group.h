@@ -78,11 +78,14 @@ class MpiProcessGroup final : public ProcessGroup {
   // over shared memory instead of MPI. Otherwise ordinary memory.
   Tensor collective_buffer(int64_t numel, DType dtype, Device device) override;
 
-  // Collective over the group, once, right after it is made (dist.cpp does): when its ranks
-  // span more than one host and every host holds the same number of them, makes its host
-  // groups (HostGroups: sub-groups named "<name>.host[...]" and "<name>.across[...]", owned by
-  // this group, shut down with it); otherwise notes why its all_reduce stays flat.
-  void make_host_groups();
+  // Collective over the group, right after it is made (dist.cpp does, with
+  // dist::info().node): when its ranks span more than one node and every node holds the same
+  // number of them, makes its host groups (HostGroups: sub-groups named "<name>.host[...]"
+  // and "<name>.across[...]", owned by this group, shut down with it); otherwise notes why its
+  // all_reduce stays flat. `node`: this rank's host index; a test may pass another to
+  // simulate hosts on one machine (the host groups then meet in this machine's memory).
+  // requires: no host groups yet (else Error).
+  void make_host_groups(int node);
   // Empty `across` when the group has no host groups.
   const HostGroups& host_groups() const { return host_groups_; }
   // For the world table: "hierarchical all-reduce: 2 hosts x 2 ranks", "flat all-reduce: its

@@ -20,26 +20,46 @@ namespace {
 
 constexpr size_t kListed = 64;  // rows of the world, and columns of a group, before "... (N more)"
 
-void describe_group(std::ostringstream& text, const ProcessGroup& group, const std::string& note) {
-  text << group.name() << '\t';
-  for (int r : group.world_ranks()) text << r << ' ';
-  text << '\t' << note << '\n';
-}
+constexpr size_t kSubGroupsListed = 16;  // host or across groups of a group, before "... (N more)"
 
-// This rank's lines: "host\tnode\tlocal rank\tdevice", then "name\tworld ranks\tnote" per
-// group, each group followed by the host groups it all-reduces through.
+// This rank's lines: "host\tnode\tlocal rank\tdevice", then per group
+// "name\tworld ranks\tnote\tparent": a group's note says how it all-reduces; its host groups
+// follow it with the note "host" or "across" and its name as their parent.
 std::string describe_rank(const std::string& device) {
   const InitInfo& me = info();
   std::ostringstream text;
   text << me.host << '\t' << me.node << '\t' << me.local_rank << '\t' << device << '\n';
+  auto describe = [&](const ProcessGroup& group, const std::string& note, const std::string& parent) {
+    text << group.name() << '\t';
+    for (int r : group.world_ranks()) text << r << ' ';
+    text << '\t' << note << '\t' << parent << '\n';
+  };
   for (const GroupPtr& group : live_groups()) {
     const auto* mpi = dynamic_cast<const MpiProcessGroup*>(group.get());
-    describe_group(text, *group, mpi ? mpi->all_reduce_text() : "");
+    describe(*group, mpi ? mpi->all_reduce_text() : "", "");
     if (!mpi) continue;
-    for (const GroupPtr& sub : {mpi->host_groups().host, mpi->host_groups().across})
-      if (sub) describe_group(text, *sub, "");
+    if (const GroupPtr& host = mpi->host_groups().host) describe(*host, "host", group->name());
+    if (const GroupPtr& across = mpi->host_groups().across) describe(*across, "across", group->name());
   }
   return text.str();
+}
+
+std::vector<std::string> split_fields(const std::string& line, char separator) {
+  std::vector<std::string> fields;
+  std::istringstream in(line);
+  for (std::string field; std::getline(in, field, separator);)
+    if (!field.empty()) fields.push_back(field);
+  return fields;
+}
+
+// "  host groups: world.host[0,1] world.host[2,3]" (the names hold the members' world ranks in
+// group-rank order); "" for none.
+std::string sub_group_line(const char* kind, const std::vector<std::string>& names) {
+  if (names.empty()) return "";
+  std::string line = std::string("  ") + kind + " groups:";
+  for (size_t k = 0; k < names.size() && k < kSubGroupsListed; ++k) line += " " + names[k];
+  if (names.size() > kSubGroupsListed) line += " ... (" + std::to_string(names.size() - kSubGroupsListed) + " more)";
+  return line + '\n';
 }
 
 // Every rank's text on rank 0 (empty elsewhere).
@@ -64,14 +84,6 @@ std::vector<std::string> gather_on_rank0(const std::string& mine) {
   return texts;
 }
 
-std::vector<std::string> split_fields(const std::string& line, char separator) {
-  std::vector<std::string> fields;
-  std::istringstream in(line);
-  for (std::string field; std::getline(in, field, separator);)
-    if (!field.empty()) fields.push_back(field);
-  return fields;
-}
-
 std::string pad(const std::string& text, size_t width, bool right) {
   const std::string spaces(width > text.size() ? width - text.size() : 0, ' ');
   return right ? spaces + text : text + spaces;
@@ -88,10 +100,14 @@ std::string world_table(const std::string& device) {
   std::vector<Row> rows;
   struct Group {
     std::string name, note;
-    std::vector<std::string> members;  // world ranks
+    std::vector<std::string> members;           // world ranks
+    std::vector<std::string> hosts, acrosses;   // its host groups' names
   };
   std::vector<Group> groups;
   std::set<std::string> seen;
+  auto group_named = [&](const std::string& name) {
+    return std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.name == name; });
+  };
   for (const std::string& text : texts) {
     std::istringstream lines(text);
     std::string line;
@@ -99,10 +115,18 @@ std::string world_table(const std::string& device) {
     rows.push_back({split_fields(line, '\t')});
     rows.back().fields.resize(4);
     while (std::getline(lines, line)) {
-      const size_t tab = line.find('\t'), note = line.find('\t', tab + 1);
-      const std::string name = line.substr(0, tab);
-      if (seen.insert(name).second)
-        groups.push_back({name, line.substr(note + 1), split_fields(line.substr(tab + 1, note - tab - 1), ' ')});
+      std::vector<std::string> f;  // name, world ranks, note, parent: split by hand, as note and parent may be empty
+      for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
+        end = line.find('\t', begin);
+        f.push_back(line.substr(begin, end == std::string::npos ? end : end - begin));
+      }
+      f.resize(4);
+      if (!seen.insert(f[0]).second) continue;
+      if (f[3].empty()) {
+        groups.push_back({f[0], f[2], split_fields(f[1], ' '), {}, {}});
+      } else if (auto parent = group_named(f[3]); parent != groups.end()) {
+        (f[2] == "host" ? parent->hosts : parent->acrosses).push_back(f[0]);
+      }
     }
   }
   std::set<std::string> hosts;
@@ -122,7 +146,7 @@ std::string world_table(const std::string& device) {
         << pad(f[1], 4, true) << "  " << pad(f[2], 10, true) << "  " << f[3] << '\n';
   }
   if (rows.size() > kListed) out << "  ... (" << rows.size() - kListed << " more)\n";
-  for (const auto& [name, note, members] : groups) {
+  for (const auto& [name, note, members, host_groups, across_groups] : groups) {
     size_t width = 1;
     for (const std::string& m : members) width = std::max(width, m.size());
     out << "group " << name << ": " << members.size() << " rank" << (members.size() == 1 ? "" : "s")
@@ -137,6 +161,7 @@ std::string world_table(const std::string& device) {
       group_row += "  ...";
     }
     out << world_row << '\n' << group_row << '\n';
+    out << sub_group_line("host", host_groups) << sub_group_line("across", across_groups);
   }
   return out.str();
 }

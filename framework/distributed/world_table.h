@@ -13,11 +13,19 @@ namespace dpt::dist {
 //     rank  host     node  local rank  device
 //        0  dpt1-n0     0           0  cpu
 //        ...
-//   group split(color 0)[0,2]: 2 ranks
+//   group world: 4 ranks; hierarchical all-reduce: 2 hosts x 2 ranks
+//     world rank  0  1  2  3
+//     group rank  0  1  2  3
+//     host groups: world.host[0,1] world.host[2,3]
+//     across groups: world.across[0,2] world.across[1,3]
+//   group split(color 0)[0,2]: 2 ranks; flat all-reduce: 2 hosts x 1 rank
 //     world rank  0  2
 //     group rank  0  1
+//     across groups: split(color 0)[0,2].across[0,2]
 // The groups are those alive on any rank (a rank lists only groups it is a member of), world
-// first, then in the order rank 0, 1, ... made them. Long lists end with "... (N more)".
+// first, then in the order rank 0, 1, ... made them; a group that spans hosts says how its
+// all_reduce runs and lists its host groups (MpiProcessGroup::make_host_groups: names with
+// the members' world ranks in group-rank order). Long lists end with "... (N more)".
 // requires: dist::init().
 std::string world_table(const std::string& device);
 
