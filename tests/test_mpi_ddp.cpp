@@ -5,7 +5,8 @@
 // parameters and mismatched models; replicas built from different seeds (the initial
 // broadcast), BatchNorm buffers without sync_bn, a data set that does not divide by the
 // world size, and DDP on a proper sub-group; rank-dependent unused parameters beside
-// sync_bn, and the steps after an error in backward.
+// sync_bn, and the steps after an error in backward; DDP's buckets through the hierarchical
+// all-reduce, with and without bf16 between hosts.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "datasets/sampler.h"
 #include "datasets/shuffle.h"
 #include "datasets/synthetic.h"
+#include "distributed/comm_thread.h"
 #include "distributed/ddp.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
@@ -235,6 +237,55 @@ TEST(Ddp, NRanksEqualOneRankForSeveralBucketSizes) {
     SCOPED_TRACE("bucket_cap_mb " + std::to_string(cap));
     EXPECT_LE(ddp_vs_single(false, {.bucket_cap_mb = cap}), 1e-5);
   }
+}
+
+namespace {
+
+// A copy of the world whose all_reduce is hierarchical: across the real hosts under
+// tools/cluster.sh; on one machine across simulated ones (world rank r on host r % 2, or
+// r % 3 for an odd world: MpiProcessGroup::make_host_groups).
+dist::GroupPtr hierarchical_world() {
+  const int n = dist::world()->size(), r = dist::world()->rank();
+  dist::GroupPtr group = dist::split(dist::world(), 0, r);
+  auto& mpi = dynamic_cast<dist::MpiProcessGroup&>(*group);
+  if (!mpi.host_groups().across) mpi.make_host_groups(r % (n % 2 == 0 ? 2 : n));
+  mpi.set_hierarchical(dist::Hierarchical::on);
+  return group;
+}
+
+// The number of collectives `group` has made, counted by a barrier's number.
+int64_t collectives_made(const dist::GroupPtr& group) {
+  dist::WorkPtr work = group->barrier();
+  work->wait();
+  const std::string text = dynamic_cast<dist::CommTask&>(*work).describe();
+  return std::stoll(text.substr(text.rfind('#') + 1)) - 1;
+}
+
+}  // namespace
+
+// DDP's buckets through the hierarchical all-reduce: 20 steps as one rank, within f32
+// rounding; with bf16 between hosts, one step's gradients within bf16 rounding of one rank's
+// (and not equal: they did travel as bf16), each bucket through the across group.
+TEST(Ddp, HierarchicalAndCompressedBucketsEqualOneRank) {
+  if (dist::world()->size() < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  dist::GroupPtr group = hierarchical_world();
+  EXPECT_LE(ddp_vs_single(false, {.bucket_cap_mb = 0.002}, 20, 1, group), 1e-5);
+
+  const int n = group->size(), r = group->rank();
+  const int64_t per_rank = kBatch / n;
+  auto reference = small_cnn(false);
+  Data global = global_batch(0), mine = rows(global, r * per_rank, (r + 1) * per_rank);
+  cross_entropy((*reference)(global.images), global.labels).backward();
+  dist::DistributedDataParallel ddp(small_cnn(false), group,
+                                    {.bucket_cap_mb = 0.002, .compress = dist::Compression::bf16});
+  const dist::GroupPtr& across = dynamic_cast<dist::MpiProcessGroup&>(*group).host_groups().across;
+  const int64_t across_before = collectives_made(across);
+  cross_entropy(ddp(mine.images), mine.labels).backward();
+  const double difference = max_relative_difference(gradients(ddp.module()), gradients(*reference));
+  EXPECT_LE(difference, 1e-2);
+  EXPECT_GT(difference, 1e-6) << "the gradients equal the f32 ones: they did not travel as bf16";
+  // Two collectives of the across group per bucket (all_to_all, all_gather) and the barrier.
+  EXPECT_GE(collectives_made(across), across_before + 2 * 2 + 1);
 }
 
 TEST(Ddp, BucketsFollowReverseOrderThenArrivalOrder) {
