@@ -253,9 +253,9 @@ TEST_F(AcrossHosts, AutomaticNeedsMoreThanOneRankOnAHost) {
   const int hosts = static_cast<int>(layout.members_of_host.size());
   const HostGroups& sub = g.host_groups();
   const std::string text = g.all_reduce_text();
-  EXPECT_EQ(text, std::string(layout.per_host > 1 ? "hierarchical" : "flat") + " all-reduce: " +
-                      std::to_string(hosts) + " hosts x " + std::to_string(layout.per_host) + " rank" +
-                      (layout.per_host > 1 ? "s" : ""));
+  EXPECT_EQ(text, std::string(layout.per_host > 1 ? "hierarchical" : "flat") +
+                      " all-reduce: " + std::to_string(hosts) + " hosts x " +
+                      std::to_string(layout.per_host) + " rank" + (layout.per_host > 1 ? "s" : ""));
   EXPECT_EQ(sub.per_host, layout.per_host);
   ASSERT_EQ(sub.host != nullptr, layout.per_host > 1);
   // The host group holds this host's ranks in group-rank order; the across group one rank a
@@ -276,7 +276,8 @@ TEST_F(AcrossHosts, AutomaticNeedsMoreThanOneRankOnAHost) {
 // world table's text, and the all_reduce flat (and right) whatever the mode.
 TEST(UnevenHosts, StayFlat) {
   const int size = world()->size(), rank = world()->rank();
-  if (hosts_are_real() || size < 3) GTEST_SKIP() << "simulates hosts of 1 and size - 1 ranks on one machine: np >= 3";
+  if (hosts_are_real() || size < 3)
+    GTEST_SKIP() << "simulates hosts of 1 and size - 1 ranks on one machine: np >= 3";
   GroupPtr group = split(world(), 0, rank);
   mpi(group).make_host_groups(rank == 0 ? 0 : 1);
   EXPECT_EQ(mpi(group).host_groups().across, nullptr);
@@ -329,8 +330,7 @@ TEST_F(AcrossHosts, Bf16RoundsTiesToEven) {
   const float want[2] = {256, 262};
   Tensor t = Tensor::empty({32});
   auto scale = [](int64_t i) { return std::ldexp(1.0f, static_cast<int>(i / 2) - 8); };
-  for (int64_t i = 0; i < 32; ++i)
-    t.data<float>()[i] = parts[i % 2][node][local] * scale(i);
+  for (int64_t i = 0; i < 32; ++i) t.data<float>()[i] = parts[i % 2][node][local] * scale(i);
   with_compression(group, Compression::bf16)->all_reduce(t, ReduceOp::sum)->wait();
   for (int64_t i = 0; i < 32; ++i) EXPECT_EQ(t.data<float>()[i], want[i % 2] * scale(i)) << "element " << i;
 }

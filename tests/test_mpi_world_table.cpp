@@ -144,11 +144,11 @@ TEST(WorldTable, RanksHostsAndGroups) {
       for (const auto& host_members : on_host) members.push_back(host_members[l]);
       across_line += " world.across" + bracketed(members);
     }
-    std::vector<std::string> want = {
-        "group world: " + std::to_string(n) + " ranks; " + (per_host > 1 ? "hierarchical" : "flat") +
-            " all-reduce: " + std::to_string(hosts.size()) + " hosts x " + std::to_string(per_host) + " rank" +
-            (per_host > 1 ? "s" : ""),
-        "", ""};
+    std::vector<std::string> want = {"group world: " + std::to_string(n) + " ranks; " +
+                                         (per_host > 1 ? "hierarchical" : "flat") +
+                                         " all-reduce: " + std::to_string(hosts.size()) + " hosts x " +
+                                         std::to_string(per_host) + " rank" + (per_host > 1 ? "s" : ""),
+                                     "", ""};
     if (per_host > 1) want.push_back(host_line);
     want.push_back(across_line);
     std::vector<std::string> got = group_lines(table, "world", static_cast<int>(want.size()) - 1);

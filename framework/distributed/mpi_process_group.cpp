@@ -147,9 +147,10 @@ struct MpiOp final : public CommTask {
   std::shared_ptr<ShmBuffer> shared;      // all_reduce in place: `out` lies in this buffer
   size_t shared_offset = 0;               // of `out` in it, in bytes
   bool shared_reduced = false;            // this rank's share is done
-  std::unique_ptr<HierarchicalAllReduce> hierarchical;  // all_reduce across hosts, in stages
-  ControlChannel* control = nullptr;      // the group's, which outlives its pending work
-  int64_t seq = 0;                        // the collective's number in its group; 0 for send/recv
+  // all_reduce across hosts, in stages (hierarchical.h); null for every other collective.
+  std::unique_ptr<HierarchicalAllReduce> hierarchical;
+  ControlChannel* control = nullptr;  // the group's, which outlives its pending work
+  int64_t seq = 0;                    // the collective's number in its group; 0 for send/recv
 
   CallSignature signature() const {
     const bool rooted = kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
@@ -174,7 +175,8 @@ struct MpiOp final : public CommTask {
   }
 
   std::string timeout_detail() const override {
-    return (hierarchical ? hierarchical->stage_text() : "") + (seq > 0 ? control->diagnose(seq, signature()) : "");
+    return (hierarchical ? hierarchical->stage_text() : "") +
+           (seq > 0 ? control->diagnose(seq, signature()) : "");
   }
 
  protected:
@@ -507,7 +509,8 @@ void MpiProcessGroup::check_tensor(const char* op, const Tensor& t, const char* 
                                  << "; the MPI backend takes CPU tensors";
   DPT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i64 || (moves_only && t.dtype() == DType::bf16))
       << op << " on " << name() << ": " << what << " has dtype " << dtype_name(t.dtype())
-      << "; the MPI backend supports f32 and i64" << (moves_only ? ", and bf16 for collectives that move data" : "");
+      << "; the MPI backend supports f32 and i64"
+      << (moves_only ? ", and bf16 for collectives that move data" : "");
   DPT_CHECK(t.is_contiguous()) << op << " on " << name() << ": " << what << " (shape " << shape_str(t.shape())
                                << ") must be contiguous";
   DPT_CHECK(t.numel() <= INT_MAX) << op << " on " << name() << ": " << what << " has " << t.numel()
@@ -556,7 +559,8 @@ void set_chunks(MpiOp& op, int64_t n, int size) {
 
 bool MpiProcessGroup::use_hierarchy(const Tensor& t, ReduceOp op, Compression compress) const {
   if (!host_groups_.across || t.numel() == 0) return false;
-  if (compress == Compression::bf16 && t.dtype() == DType::f32 && (op == ReduceOp::sum || op == ReduceOp::avg))
+  if (compress == Compression::bf16 && t.dtype() == DType::f32 &&
+      (op == ReduceOp::sum || op == ReduceOp::avg))
     return true;
   switch (hierarchical_.load()) {
     case Hierarchical::on:

@@ -58,7 +58,8 @@ std::string sub_group_line(const char* kind, const std::vector<std::string>& nam
   if (names.empty()) return "";
   std::string line = std::string("  ") + kind + " groups:";
   for (size_t k = 0; k < names.size() && k < kSubGroupsListed; ++k) line += " " + names[k];
-  if (names.size() > kSubGroupsListed) line += " ... (" + std::to_string(names.size() - kSubGroupsListed) + " more)";
+  if (names.size() > kSubGroupsListed)
+    line += " ... (" + std::to_string(names.size() - kSubGroupsListed) + " more)";
   return line + '\n';
 }
 
@@ -100,8 +101,8 @@ std::string world_table(const std::string& device) {
   std::vector<Row> rows;
   struct Group {
     std::string name, note;
-    std::vector<std::string> members;           // world ranks
-    std::vector<std::string> hosts, acrosses;   // its host groups' names
+    std::vector<std::string> members;          // world ranks
+    std::vector<std::string> hosts, acrosses;  // its host groups' names
   };
   std::vector<Group> groups;
   std::set<std::string> seen;
@@ -115,7 +116,8 @@ std::string world_table(const std::string& device) {
     rows.push_back({split_fields(line, '\t')});
     rows.back().fields.resize(4);
     while (std::getline(lines, line)) {
-      std::vector<std::string> f;  // name, world ranks, note, parent: split by hand, as note and parent may be empty
+      // name, world ranks, note, parent: split by hand, as note and parent may be empty.
+      std::vector<std::string> f;
       for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
         end = line.find('\t', begin);
         f.push_back(line.substr(begin, end == std::string::npos ? end : end - begin));

@@ -2,8 +2,11 @@
 keeps the best run of each kind.
     report.py vs_torch   (bench_train / torch_train.py lines)
     report.py scaling    (bench_ddp / torch_ddp.py lines)
-    report.py variants   (any lines with framework and images_per_sec: one row per framework)"""
+    report.py variants   (any lines with framework and images_per_sec: one row per framework)
+    report.py all_reduce (bench_ddp lines of several all-reduce configurations: median and
+                          spread of each, not the best, and each against the first)"""
 import json
+import statistics
 import sys
 
 
@@ -48,6 +51,33 @@ def variants(runs):
         print(f"{f:<34}{r['images_per_sec']:>12.1f}")
 
 
+def all_reduce(runs):
+    names = list(dict.fromkeys(r["all_reduce"] for r in runs))  # in the order they ran
+    m = runs[0]
+    print(f"{m['model']}, {m['np']} ranks on {m['hosts']} hosts, batch {m['batch_per_rank']} per rank, "
+          f"{len(runs) // len(names)} alternating runs each: median (min-max)")
+    columns = [("ms_per_step", "ms/step", 1), ("exposed_comm_ms", "exposed comm ms", 1),
+               ("link_bytes_per_step", "link MB/step", 1e-6)]
+    print(f"| all-reduce (hierarchical/compress) | " + " | ".join(c[1] for c in columns) +
+          " | link bytes vs first | exposed comm vs first |")
+    print("|---" * (len(columns) + 3) + "|")
+    medians = {}
+    for name in names:
+        mine = [r for r in runs if r["all_reduce"] == name]
+        cells = []
+        for key, _, scale in columns:
+            values = [r[key] * scale for r in mine if key in r]
+            if not values:
+                cells.append("-")
+                continue
+            medians[(name, key)] = statistics.median(values)
+            cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
+        ratio = lambda key: (f"{medians[(name, key)] / medians[(names[0], key)]:.2f}x"
+                             if (name, key) in medians and medians.get((names[0], key)) else "-")
+        print(f"| {name} | " + " | ".join(cells) + f" | {ratio('link_bytes_per_step')} | "
+              f"{ratio('exposed_comm_ms')} |")
+
+
 if __name__ == "__main__":
     lines = [json.loads(line) for line in sys.stdin if line.strip().startswith("{")]
-    {"vs_torch": vs_torch, "scaling": scaling, "variants": variants}[sys.argv[1]](lines)
+    {"vs_torch": vs_torch, "scaling": scaling, "variants": variants, "all_reduce": all_reduce}[sys.argv[1]](lines)
