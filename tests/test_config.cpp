@@ -415,7 +415,7 @@ TEST_F(ConfigTest, EveryChoiceLoadsWithItsDefaultsAndRoundTrips) {
       ++choices;
     }
   }
-  EXPECT_EQ(choices, 23);
+  EXPECT_EQ(choices, 28);
 }
 
 // A typo in only() or default_if() would make a key apply nowhere, or a default never used.
