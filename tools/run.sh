@@ -3,6 +3,7 @@
 #   tools/run.sh [CONFIG] [-np N] [--nodes H] [--set key=value ...] [--resume PATH|auto]
 # CONFIG defaults to configs/default.yaml, N to 2. Runs `mpirun -np N build/train CONFIG`;
 # with --nodes, N/H processes on each of H simulated hosts (tools/cluster.sh).
+# DPT_BUILD_DIR: another build folder, as for tools/test.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
@@ -27,7 +28,7 @@ cd "$DPT_ROOT"
 if [ -n "$nodes" ]; then
   [[ "$nodes" =~ ^[1-9][0-9]*$ ]] && [ $((np % nodes)) -eq 0 ] ||
     { echo "run.sh: --nodes expects a count of hosts that divides -np $np, got '$nodes'" >&2; exit 2; }
-  exec tools/cluster.sh --nodes "$nodes" --per-node $((np / nodes)) -- build/train "$config" "${train_args[@]}"
+  exec tools/cluster.sh --nodes "$nodes" --per-node $((np / nodes)) -- "$DPT_BUILD/train" "$config" "${train_args[@]}"
 fi
 
 # Open MPI binds each rank to one core when np <= 2, which would leave a rank with one
@@ -40,4 +41,4 @@ else
   binding=(--oversubscribe --bind-to none)
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # these machines run as root
-exec mpirun -np "$np" "${binding[@]}" -x DPT_TTY "$DPT_ROOT/build/train" "$config" "${train_args[@]}"
+exec mpirun -np "$np" "${binding[@]}" -x DPT_TTY "$DPT_BUILD/train" "$config" "${train_args[@]}"
