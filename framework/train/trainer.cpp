@@ -162,8 +162,7 @@ int Trainer::run() {
                                              .epoch_time_s = seconds_since(epoch_start),
                                              .elapsed_s = seconds_since(run_start),
                                              .lr = last_lr,
-                                             .phases = phases,
-                                     .traffic = profiler_->run_traffic()});
+                                             .phases = phases});
     }
     control_->epoch_end(epoch, last_lr);  // after the metrics line
   }
