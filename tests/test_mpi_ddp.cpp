@@ -412,9 +412,10 @@ void copy_into(const nn::NamedTensors& tensors, const std::vector<Tensor>& value
 
 // BatchNorm without sync_bn: each rank normalises with its own shard's statistics, so the
 // parameters follow the average of per-shard gradients. The running statistics a rank
-// holds after a step are those it started the step from, moved by its own shard: rank 0's
-// of the step before (broadcast_buffers), or its own (without). The reference replays
-// every shard from the right starting statistics and keeps what this rank must hold.
+// holds after a step are rank 0's, moved by rank 0's shard, on every rank
+// (broadcast_buffers: broadcast after the forward), or its own moved by its own shard
+// (without). The reference replays every shard from the right starting statistics and
+// keeps what this rank must hold.
 double ddp_local_batch_norm_vs_single(bool broadcast_buffers, int steps) {
   auto group = dist::world();
   const int n = group->size(), r = group->rank();
@@ -426,17 +427,16 @@ double ddp_local_batch_norm_vs_single(bool broadcast_buffers, int steps) {
       *reference,
       [&](int k, optim::Sgd&) {
         Data d = global_batch(k);
-        std::vector<Tensor> next_chain, mine;
+        std::vector<Tensor> next_chain;
         for (int s = 0; s < n; ++s) {
           copy_into(buffers, chain);
           Data shard = rows(d, s * per_rank, (s + 1) * per_rank);
           mul(cross_entropy((*reference)(shard.images), shard.labels), 1.0f / static_cast<float>(n))
               .backward();
           if (s == (broadcast_buffers ? 0 : r)) next_chain = clones(buffers);
-          if (s == r) mine = clones(buffers);
         }
         chain = next_chain;
-        copy_into(buffers, mine);
+        copy_into(buffers, chain);
       },
       steps);
 

@@ -161,6 +161,7 @@ void Reducer::finish_backward(bool failed) {
     complete_ms_.push_back((now_ns() - start_ns_) / 1e6);
   }
   exposed_wait_ms_ = (now_ns() - start_ns_) / 1e6 - backward_end_ms_;
+  if (backward_done_) backward_done_();
 
   if (!rebuilt_) {
     // Rebuild once in rank 0's arrival order, so the first buckets are the first ready.
