@@ -223,7 +223,7 @@ std::string two_ranks(const fs::path& train, const std::string& config, const st
 
 TEST_F(TrainCli, DebugCollectivesStopsRanksThatDisagreeAtTheCall) {
   // Rank 1 takes one step more per epoch: where rank 0 sums its epoch's loss (1 f32), rank 1
-  // all-reduces its gradient bucket (2212 f32). Without the check this is undefined
+  // starts the step's stop vote (1 i64, max). Without the check this is undefined
   // behaviour in MPI (Open MPI may corrupt memory); with it both ranks stop at the call.
   std::string config = write("ok.yaml", synthetic_config()).string();
   dpt::testing::MpiJob job(two_ranks(train_, config, "--set debug=collectives --set max_steps_per_epoch=3",
@@ -237,7 +237,7 @@ TEST_F(TrainCli, DebugCollectivesStopsRanksThatDisagreeAtTheCall) {
   EXPECT_THAT(r.first_err_line(), HasSubstr("] error: world: collective #")) << r.err;
   EXPECT_THAT(r.first_err_line(),
               HasSubstr(" differs between ranks (debug: collectives): rank 0 calls "
-                        "all_reduce(sum) of 1 f32, rank 1 calls all_reduce(avg) of 2212 f32"))
+                        "all_reduce(sum) of 1 f32, rank 1 calls all_reduce(max) of 1 i64"))
       << r.err;
 }
 
