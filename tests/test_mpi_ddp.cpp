@@ -549,7 +549,8 @@ TEST(Ddp, AStepMakesOneAllReducePerBucketAndOneBufferBroadcast) {
           }
           const dist::CollectiveCounts step = dist::collective_counts() - before;
           EXPECT_EQ(step.collectives, params + (k == 0 ? 1 : 0) + micro_batches * broadcasts) << "step " << k;
-          EXPECT_EQ(step.bytes, param_bytes + (k == 0 ? 8 * params : 0) + micro_batches * broadcasts * buffer_bytes)
+          EXPECT_EQ(step.bytes,
+                    param_bytes + (k == 0 ? 8 * params : 0) + micro_batches * broadcasts * buffer_bytes)
               << "step " << k;
         },
         4);
