@@ -2,8 +2,8 @@
 // collective in the step: after each training forward, the buffers are packed into one
 // flat buffer (one per dtype; batch norm's are all f32) and broadcast from rank 0 while
 // backward runs; at the end of backward (or before the next forward) each rank copies
-// rank 0's values in. One round trip a step, off the critical path, instead of one
-// blocking broadcast per tensor before every forward.
+// rank 0's values in. One round trip a step, off the critical path (a blocking broadcast
+// of each tensor before the forward would put one per tensor on it).
 #pragma once
 
 #include <vector>

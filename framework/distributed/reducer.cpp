@@ -160,8 +160,8 @@ void Reducer::finish_backward(bool failed) {
     buckets_[b].work->wait();
     complete_ms_.push_back((now_ns() - start_ns_) / 1e6);
   }
+  if (backward_done_) backward_done_();  // its wait, if any, is exposed communication too
   exposed_wait_ms_ = (now_ns() - start_ns_) / 1e6 - backward_end_ms_;
-  if (backward_done_) backward_done_();
 
   if (!rebuilt_) {
     // Rebuild once in rank 0's arrival order, so the first buckets are the first ready.
