@@ -55,7 +55,9 @@ class MpiProcessGroup final : public ProcessGroup {
   // each rank's own). avg on i64 divides with truncation toward zero (reduce: on root).
   // all_reduce is hierarchical (hierarchical.h) when the group has host groups and the mode
   // asks for it (set_hierarchical), or when `compress` is bf16 and the tensor is f32 with sum
-  // or avg; else flat: shared memory on one host, MPI otherwise.
+  // or avg; else flat: shared memory on one host, MPI otherwise. Each call counts in counts()
+  // as it is made, whichever backend runs it (a hierarchical one once, not its stages: those
+  // count in its sub-groups).
   WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override {
     return all_reduce(t, op, Compression::none);
   }
