@@ -63,8 +63,11 @@ mkdir -p "$state" 2>/dev/null || unable "cannot create $state"
 if [ "$check" = 1 ]; then
   probe="dpt-probe-$$"
   ip netns add "$probe" 2>"$state/probe.$$" || { reason=$(head -1 "$state/probe.$$"); rm -f "$state/probe.$$"; unable "ip netns add: $reason"; }
+  # Entering one can still fail (in a chroot, / is no mount point for ip's private remount).
+  ip -n "$probe" link set lo up 2>"$state/probe.$$" || reason=$(head -1 "$state/probe.$$")
   ip netns del "$probe"
   rm -f "$state/probe.$$"
+  [ -z "${reason:-}" ] || unable "cannot enter one: $reason"
   exit 0
 fi
 
@@ -135,6 +138,7 @@ link_limit() {  # namespace device
 }
 
 ip netns add "$prefix-sw" 2>"$work/err" || unable "ip netns add: $(head -1 "$work/err")"
+ip -n "$prefix-sw" link set lo up 2>"$work/err" || unable "cannot enter one: $(head -1 "$work/err")"
 ip -n "$prefix-sw" link add br0 type bridge && ip -n "$prefix-sw" link set br0 up ||
   fail "cannot make a bridge in namespace $prefix-sw"
 cores=$(nproc)
