@@ -80,9 +80,11 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr 
       if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m))
         bn->set_sum_across_ranks([g](const Tensor& t) { g->all_reduce(t, ReduceOp::sum)->wait(); });
   }
-  reducer_ = std::make_unique<Reducer>(
-      params, group_,
-      ReducerOptions{.bucket_cap_mb = options_.bucket_cap_mb, .find_unused_parameters = options_.find_unused_parameters});
+  reducer_ =
+      std::make_unique<Reducer>(params, group_,
+                                ReducerOptions{.bucket_cap_mb = options_.bucket_cap_mb,
+                                               .find_unused_parameters = options_.find_unused_parameters,
+                                               .shard = options_.shard_gradients});
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {

@@ -16,6 +16,9 @@ struct DdpOptions {
   bool find_unused_parameters = false;  // else a parameter without gradient is an error naming it
   bool sync_bn = false;                 // synchronised batch-norm statistics
   bool broadcast_buffers = true;        // without sync_bn: rank 0's buffers before each forward
+  // Reduce-scatter the gradients, for a sharded optimizer (zero.h): each rank gets the
+  // average of its chunk of each bucket only.
+  bool shard_gradients = false;
 };
 
 class DistributedDataParallel : public nn::Module {
@@ -27,6 +30,8 @@ class DistributedDataParallel : public nn::Module {
   std::string describe() const override { return "DistributedDataParallel(" + module_->describe() + ")"; }
   nn::Module& module() { return *module_; }
   const Reducer& reducer() const { return *reducer_; }
+  const GroupPtr& group() const { return group_; }
+  const DdpOptions& options() const { return options_; }
 
   // While alive, backward passes accumulate gradients locally with no communication (for
   // gradient accumulation over micro-batches); the next synchronised backward
