@@ -1,6 +1,6 @@
 // The NCCL backend of ProcessGroup, for CUDA tensors (built only with DPT_WITH_CUDA).
 // Users never make one: an MPI group hands its CUDA tensors to the NCCL group it makes on
-// first use (mpi_process_group.cpp), so DDP, sync batch-norm and train.cpp run unchanged
+// first use (mpi_process_group.cpp), so DDP, sync batch-norm and the Trainer run unchanged
 // on GPUs — the PyTorch "cpu:gloo,cuda:nccl" arrangement.
 //
 // Streams: each group owns a communication stream on its device. A collective waits (on
