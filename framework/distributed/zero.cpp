@@ -58,7 +58,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
   for (size_t b = 0; b < layout.size(); ++b) {
     const BucketInfo& info = layout[b];
     const Tensor& first = params_[info.indices.front()].second;
-    FlatBucket bucket{Tensor::zeros({info.numel}, DType::f32, first.device()),
+    FlatBucket bucket{group_->collective_buffer(info.numel, DType::f32, first.device()),
                       chunk_of(info.numel, group_->size(), group_->rank())};
     for (size_t k = 0; k < info.indices.size(); ++k) {
       const size_t i = info.indices[k];
