@@ -60,6 +60,9 @@ std::vector<Key> config_keys(Config& c) {
           .default_if("adamw", "0.01"),
       Key("optimizer.no_decay_bias_bn", &c.optimizer.no_decay_bias_bn, "true", "",
           "no weight decay on 1-D parameters: biases and batch-norm scales and shifts"),
+      Key("optimizer.shard", &c.optimizer.shard, "false", "",
+          "ZeRO-1: each rank keeps and updates 1/N of the optimizer state; gradients are "
+          "reduce-scattered and the parameters all-gathered ([hybrid](hybrid.md#zero-1))"),
       Key("lr_scaling", choice(&c.lr_scaling, "lr scaling"), "none", "",
           "linear: lr x world size (Goyal et al. 2017; pair it with schedule.warmup_epochs)"),
 
@@ -136,6 +139,13 @@ std::vector<Rule> config_rules() {
          if (c.schedule.min_lr <= c.optimizer.lr) return "";
          return "key 'schedule.min_lr': expected a number in [0, optimizer.lr = " +
                 format_number(c.optimizer.lr) + "], got '" + format_number(c.schedule.min_lr) + "'";
+       }},
+      // The sharded step all-gathers the parameters, which a captured graph cannot hold.
+      {"optimizer.shard",
+       [](const Config& c) -> std::string {
+         if (!c.optimizer.shard || !c.cuda_graphs) return "";
+         return "key 'optimizer.shard': a sharded optimizer cannot run in a CUDA graph; set cuda_graphs: "
+                "false";
        }},
       // A replayed graph applies its update whatever the gradients held; it cannot skip one.
       {"cuda_graphs",

@@ -38,6 +38,7 @@ void summary_write(const std::string& dir, const RunSummary& s) {
                          {"model", s.model},
                          {"params", s.params},
                          {"skipped_steps", s.skipped_steps},
+                         {"optimizer_state_bytes", s.optimizer_state_bytes},
                          {"device", s.device}};
   io::write_file_atomic(dir + "/summary.json",
                         {io::json_text(io::json_rounded(s.phases.add_to(summary)), 2) + "\n"});

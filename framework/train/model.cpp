@@ -26,14 +26,16 @@ nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spe
   return net;
 }
 
-nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config) {
+nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config,
+                               bool shard_gradients) {
   net->to(device);
   if (dist::info().world_size == 1) return net;
   return std::make_shared<dist::DistributedDataParallel>(
       net, dist::world(),
       dist::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb,
                        .find_unused_parameters = config.find_unused_parameters,
-                       .sync_bn = config.sync_bn});
+                       .sync_bn = config.sync_bn,
+                       .shard_gradients = shard_gradients});
 }
 
 }  // namespace dpt::train
