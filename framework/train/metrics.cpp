@@ -39,7 +39,9 @@ void summary_write(const std::string& dir, const RunSummary& s) {
                          {"params", s.params},
                          {"skipped_steps", s.skipped_steps},
                          {"optimizer_state_bytes", s.optimizer_state_bytes},
-                         {"device", s.device}};
+                         {"device", s.device},
+                         {"collectives_per_step", s.traffic.collectives},
+                         {"bytes_per_step", s.traffic.bytes}};
   io::write_file_atomic(dir + "/summary.json",
                         {io::json_text(io::json_rounded(s.phases.add_to(summary)), 2) + "\n"});
 }
