@@ -403,7 +403,8 @@ TEST(Sampler, RestOfAShardAfterAResume) {
 TEST(NonfiniteGuard, SpotsNanAndInfGradientsAndRestoresBuffersWhenSkipping) {
   auto bn = std::make_shared<nn::BatchNorm2d>(2);
   const std::vector<float> before = flat(bn->named_buffers());
-  optim::NonfiniteGuard guard(*bn, true, true);
+  optim::Sgd sgd(optim::param_groups(*bn, 0.0f, false), {});
+  optim::NonfiniteGuard guard(*bn, sgd, true, true);
   Tensor x = Tensor::empty({4, 2, 3, 3});
   Rng(3).fill_normal(x, 1, 2);
   for (float bad : {NAN, INFINITY, -INFINITY, 1.0f}) {
@@ -422,9 +423,9 @@ TEST(NonfiniteGuard, SpotsNanAndInfGradientsAndRestoresBuffersWhenSkipping) {
     bn->named_parameters()[0].second.grad().zero_();
     bn->named_parameters()[1].second.grad().zero_();
   }
-  optim::NonfiniteGuard loss_only(*bn, false, true);
+  optim::NonfiniteGuard loss_only(*bn, sgd, false, true);
   EXPECT_FALSE(loss_only.step_finite(Tensor::full({}, NAN)));
-  optim::NonfiniteGuard ranks(*bn, false, false);  // several ranks: the local loss does not count
+  optim::NonfiniteGuard ranks(*bn, sgd, false, false);  // several ranks: the local loss does not count
   EXPECT_TRUE(ranks.step_finite(Tensor::full({}, NAN)));
 }
 

@@ -253,7 +253,7 @@ TEST_F(ConfigTest, UnknownKeysAtAnyLevelButModel) {
   EXPECT_THAT(
       error("model: {name: m}\noptimizer: {name: adamw, lrr: 1}\n"),
       HasSubstr(":2: unknown key 'optimizer.lrr' (expected one of: name, lr, betas, eps, weight_decay, "
-                "no_decay_bias_bn)"));
+                "no_decay_bias_bn, shard)"));
   EXPECT_THAT(error("model: {name: m}\ndataset: {name: mnist, size: 10}\n"),
               HasSubstr("key 'dataset.size' does not apply to dataset 'mnist'"));
   EXPECT_THAT(

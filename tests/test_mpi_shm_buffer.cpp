@@ -112,6 +112,43 @@ TEST(ShmBuffer, WholeBuffersAndPartsInFlightTogether) {
   }
 }
 
+// reduce_scatter from a shared buffer and all_gather into one (ZeRO-1's pair, distributed/zero.h):
+// sizes that leave ranks uneven or empty chunks, parts of a buffer, and all_gather's `in`
+// both in place and private; against closed forms, with every rank's result poisoned first.
+TEST(ShmBuffer, ReduceScatterAndAllGatherThroughSharedBuffers) {
+  GroupPtr w = world();
+  const int n = w->size(), r = w->rank();
+  for (int64_t size : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{1025}, int64_t{100003}}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    Tensor grads = w->collective_buffer(size + 5, DType::f32, Device::cpu());
+    Tensor params = w->collective_buffer(size + 5, DType::f32, Device::cpu());
+    EXPECT_EQ(in_shared_memory(grads.raw_data(), 4), n > 1 && info().node_count == 1);
+    const Tensor in = grads.as_strided({size}, {1}, 5), out_all = params.as_strided({size}, {1}, 3);
+    const Chunk c = chunk_of(size, n, r);
+    for (int round = 0; round < 3; ++round) {
+      fill(in, r, round);
+      Tensor sum = Tensor::full({c.end - c.begin}, -1.0f), avg = sum.clone();
+      WorkPtr a = w->reduce_scatter(sum, in), b = w->reduce_scatter(avg, in, ReduceOp::avg);
+      b->wait();
+      a->wait();
+      for (int64_t j = 0; j < c.end - c.begin; ++j) {
+        ASSERT_EQ(sum.data<float>()[j], expected_sum(n, c.begin + j, round)) << "element " << c.begin + j;
+        ASSERT_EQ(avg.data<float>()[j], expected_sum(n, c.begin + j, round) / static_cast<float>(n));
+      }
+      std::fill_n(out_all.data<float>(), size, -1.0f);
+      const bool in_place = round != 1;
+      Tensor mine = in_place ? out_all.as_strided({c.end - c.begin}, {1}, out_all.offset() + c.begin)
+                             : Tensor::empty({c.end - c.begin});
+      for (int64_t j = 0; j < c.end - c.begin; ++j)
+        mine.data<float>()[j] = static_cast<float>(3 * (c.begin + j) + round);
+      w->all_gather(out_all, mine)->wait();
+      for (int64_t i = 0; i < size; ++i)
+        ASSERT_EQ(out_all.data<float>()[i], static_cast<float>(3 * i + round))
+            << "all_gather element " << i << (in_place ? ", in place" : "");
+    }
+  }
+}
+
 // f32: against a plain loop over every rank's input (gathered) in rank order, bit for bit —
 // MPI's own order varies with the group size, so it is no reference for rounding. i64 (exact):
 // against MPI on private memory.

@@ -23,6 +23,9 @@ struct DdpOptions {
   bool broadcast_buffers = true;
   // How the gradient buckets cross between hosts (with_compression, hierarchical.h); CPU only.
   Compression compress = Compression::none;
+  // Reduce-scatter the gradients, for a sharded optimizer (zero.h): each rank gets the
+  // average of its chunk of each bucket only.
+  bool shard_gradients = false;
 };
 
 class DistributedDataParallel : public nn::Module {
@@ -34,6 +37,8 @@ class DistributedDataParallel : public nn::Module {
   std::string describe() const override { return "DistributedDataParallel(" + module_->describe() + ")"; }
   nn::Module& module() { return *module_; }
   const Reducer& reducer() const { return *reducer_; }
+  const GroupPtr& group() const { return group_; }
+  const DdpOptions& options() const { return options_; }
 
   // While alive, backward passes accumulate gradients locally with no communication (for
   // gradient accumulation over micro-batches); the next synchronised backward

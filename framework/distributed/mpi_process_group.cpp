@@ -144,8 +144,9 @@ struct MpiOp final : public CommTask {
   bool in_place = false;                  // all_gather's `in` is its own chunk of `out`
   ShmSegment* shm = nullptr;              // all_reduce: through shared memory instead of MPI
   uint64_t shm_seq = 0;                   // its op number, once started
-  std::shared_ptr<ShmBuffer> shared;      // all_reduce in place: `out` lies in this buffer
-  size_t shared_offset = 0;               // of `out` in it, in bytes
+  // all_reduce and all_gather in place: `out`, reduce_scatter: `in` lies in this buffer.
+  std::shared_ptr<ShmBuffer> shared;
+  size_t shared_offset = 0;  // of that tensor in it, in bytes
   bool shared_reduced = false;            // this rank's share is done
   // all_reduce across hosts, in stages (hierarchical.h); null for every other collective.
   std::unique_ptr<HierarchicalAllReduce> hierarchical;
@@ -206,12 +207,22 @@ struct MpiOp final : public CommTask {
         MPI_CHECK(MPI_Ibcast(out.raw_data(), count, type, peer, comm, &r));
         break;
       case OpKind::all_gather:
+      case OpKind::reduce_scatter:
+        if (shared) {
+          if (kind == OpKind::all_gather && !in_place)  // this rank's chunk where the others read it
+            std::memcpy(static_cast<char*>(out.raw_data()) + displs[rank] * dtype_size(dtype), in.raw_data(),
+                        static_cast<size_t>(counts[rank]) * dtype_size(dtype));
+          shm_seq = shared->next_sequence();
+          shared->arrive(shm_seq, shared_offset, static_cast<size_t>(n) * dtype_size(dtype));
+          break;  // progress() completes it
+        }
+        if (kind == OpKind::reduce_scatter) {
+          MPI_CHECK(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(), type, mpi_op(reduce),
+                                        comm, &r));
+          break;
+        }
         MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : in.raw_data(), counts[rank], type, out.raw_data(),
                                   counts.data(), displs.data(), type, comm, &r));
-        break;
-      case OpKind::reduce_scatter:
-        MPI_CHECK(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(), type, mpi_op(reduce),
-                                      comm, &r));
         break;
       case OpKind::reduce:
         MPI_CHECK(MPI_Ireduce(root ? MPI_IN_PLACE : out.raw_data(), root ? out.raw_data() : nullptr, count,
@@ -248,7 +259,12 @@ struct MpiOp final : public CommTask {
     if (shared) {
       if (!shared_reduced) {
         if (!shared->all_arrived(shm_seq, describe())) return false;
-        shared->reduce_share(shm_seq, shared_offset, n, dtype, reduce);  // divides for avg
+        if (kind == OpKind::reduce_scatter)
+          shared->reduce_chunk(shm_seq, shared_offset, n, dtype, reduce, out.raw_data());  // divides for avg
+        else if (kind == OpKind::all_gather)
+          shared->gather_chunks(shm_seq, shared_offset, n, dtype);
+        else
+          shared->reduce_share(shm_seq, shared_offset, n, dtype, reduce);  // divides for avg
         shared_reduced = true;
       }
       return shared->all_reduced(shm_seq);
@@ -621,6 +637,15 @@ Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device dev
                       dtype);
 }
 
+void MpiProcessGroup::share_buffer(MpiOp& task, const Tensor& t) {
+  std::shared_ptr<ShmBuffer> buffer =
+      shared_buffer_of(t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
+  if (!buffer) return;
+  task.shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
+  task.scratch = {buffer->control_begin(), buffer->control_end()};
+  task.shared = std::move(buffer);
+}
+
 std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const void* data, size_t bytes) {
   if (bytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(buffers_mutex_);
@@ -668,6 +693,7 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   task->dtype = out.dtype();
   task->n = n;
   set_chunks(*task, n, size());
+  share_buffer(*task, out);
   return post_collective(std::move(task));
 }
 
@@ -693,6 +719,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
   task->dtype = in.dtype();
   task->n = n;
   set_chunks(*task, n, size());
+  share_buffer(*task, in);
   return post_collective(std::move(task));
 }
 

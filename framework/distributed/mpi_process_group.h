@@ -146,6 +146,8 @@ class MpiProcessGroup final : public ProcessGroup {
   void check_tag(const char* op, int tag) const;
   // The live collective_buffer holding [data, data + bytes), or null.
   std::shared_ptr<ShmBuffer> shared_buffer_of(const void* data, size_t bytes);
+  // When `t` lies in a collective_buffer: the task goes through it (ShmBuffer), not MPI.
+  void share_buffer(MpiOp& task, const Tensor& t);
 
   MPI_Comm comm_ = MPI_COMM_NULL;      // the collectives' (called by the poll token's holder)
   MPI_Comm creation_ = MPI_COMM_NULL;  // sub-group creation only

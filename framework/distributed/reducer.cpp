@@ -17,7 +17,11 @@ double now_ns() {
 }  // namespace
 
 Reducer::Reducer(nn::NamedTensors params, GroupPtr group, ReducerOptions options)
-    : params_(std::move(params)), group_(std::move(group)), options_(options), ready_(params_.size(), false) {
+    : params_(std::move(params)),
+      group_(std::move(group)),
+      options_(options),
+      ready_(params_.size(), false),
+      rebuilt_(options.shard) {
   std::vector<size_t> reverse(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) reverse[i] = params_.size() - 1 - i;
   build_buckets(reverse);
@@ -73,12 +77,24 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       if (old_grads[i].defined()) view.copy_from(old_grads[i]);
       p.set_grad(view);
       bucket_of_[i] = b;
-      offset += p.numel();
       info.params.push_back(params_[i].first);
+      info.indices.push_back(i);
+      info.offsets.push_back(offset);
+      offset += p.numel();
     }
     info.bytes = numel * 4;
+    info.numel = numel;
+    if (options_.shard) {
+      const Chunk mine = chunk_of(numel, group_->size(), group_->rank());
+      bucket.shard = Tensor::zeros({mine.end - mine.begin}, DType::f32, bucket.flat.device());
+    }
     bucket_info_.push_back(std::move(info));
   }
+}
+
+const Tensor& Reducer::shard(size_t b) const {
+  DPT_CHECK(options_.shard) << "DDP on " << group_->name() << ": gradients are all-reduced, not sharded";
+  return buckets_.at(b).shard;
 }
 
 void Reducer::prepare_for_backward(bool synchronize) {
@@ -121,7 +137,9 @@ void Reducer::on_gradient_ready(size_t index) {
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
-    bucket.work = group_->all_reduce(bucket.flat, ReduceOp::avg);  // may throw (debug: collectives)
+    // may throw (debug: collectives)
+    bucket.work = options_.shard ? group_->reduce_scatter(bucket.shard, bucket.flat, ReduceOp::avg)
+                                 : group_->all_reduce(bucket.flat, ReduceOp::avg);
     ++next_bucket_;
     launch_ms_.push_back((now_ns() - start_ns_) / 1e6);
   }

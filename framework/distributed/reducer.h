@@ -2,6 +2,8 @@
 // bucket buffer; when the last gradient of a bucket has been accumulated (the autograd
 // post-accumulate hook), the bucket's all-reduce starts at once, while backward goes on.
 // Buckets launch in index order on every rank, so collectives match across ranks.
+// With `shard` a bucket is reduce-scattered instead: each rank receives the average of its
+// chunk of it alone (for the sharded optimizer, zero.h).
 // A backward that throws waits for the all-reduces it had started before the error leaves
 // backward() and starts none, so when every rank fails alike the ranks stay in step and the
 // next step starts clean.
@@ -20,11 +22,17 @@ struct ReducerOptions {
   double first_bucket_mb = 1.0;  // small, so the first all-reduce starts early
   double bucket_cap_mb = 25.0;   // 0: one bucket per parameter
   bool find_unused_parameters = false;
+  // Reduce-scatter each bucket into shard(b) instead of all-reducing it; the buckets keep
+  // their first layout (never rebuilt), which the shards' owners rely on.
+  bool shard = false;
 };
 
 struct BucketInfo {
   std::vector<std::string> params;  // in bucket order
   int64_t bytes = 0;
+  int64_t numel = 0;
+  std::vector<size_t> indices;   // the parameters' places in the Reducer's list, in bucket order
+  std::vector<int64_t> offsets;  // where each one's gradient starts in the bucket, in elements
 };
 
 class Reducer {
@@ -43,6 +51,10 @@ class Reducer {
   // all-reduces (DDP finishes its buffer broadcast there).
   void set_backward_done(std::function<void()> done) { backward_done_ = std::move(done); }
   const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
+  // With `shard`: this rank's chunk (chunk_of(numel, group size, group rank)) of bucket b's
+  // averaged gradients, after each synchronised backward. The parameters' .grad then hold
+  // this rank's own gradients outside that chunk, not averaged.
+  const Tensor& shard(size_t b) const;
   // Milliseconds since prepare_for_backward at which each bucket's all-reduce was launched
   // in the last backward, and when the backward pass itself ended (for overlap checks).
   const std::vector<double>& launch_times_ms() const { return launch_ms_; }
@@ -61,6 +73,7 @@ class Reducer {
  private:
   struct Bucket {
     Tensor flat;
+    Tensor shard;                // with options_.shard: this rank's chunk of the average
     std::vector<size_t> params;  // indices into params_
     int pending = 0;
     WorkPtr work;

@@ -29,10 +29,12 @@ bool wanted_by_environment() {
   return !text || std::strcmp(text, "0") != 0;
 }
 
-// Elements [begin, end) of every rank's buffer (regions[r] + offset) become their reduction:
-// a block at a time through a buffer that stays in L1, so each byte is read and written once.
+// The reduction of elements [begin, end) over every rank's buffer (regions[r] + offset) goes
+// into `dest` (from its element 0), or with no dest back into every rank's buffer: a block at
+// a time through a buffer that stays in L1, so each byte is read and written once.
 template <class T>
-void reduce_into_all(char* const* regions, int size, size_t offset, int64_t begin, int64_t end, ReduceOp op) {
+void reduce_into(char* const* regions, int size, size_t offset, int64_t begin, int64_t end, ReduceOp op,
+                 T* dest) {
   constexpr int64_t kBlock = 2048;
   alignas(64) T acc[kBlock];
   const T divisor = static_cast<T>(size);
@@ -43,6 +45,10 @@ void reduce_into_all(char* const* regions, int size, size_t offset, int64_t begi
     for (int r = 1; r < size; ++r) combine(acc, at(r, b), n, op);
     if (op == ReduceOp::avg)
       for (int64_t i = 0; i < n; ++i) acc[i] /= divisor;  // as the MPI path divides its sum
+    if (dest) {
+      std::memcpy(dest + (b - begin), acc, static_cast<size_t>(n) * sizeof(T));
+      continue;
+    }
     for (int r = 0; r < size; ++r) std::memcpy(at(r, b), acc, static_cast<size_t>(n) * sizeof(T));
   }
 }
@@ -100,9 +106,29 @@ void ShmBuffer::reduce_share(uint64_t seq, size_t offset, int64_t count, DType d
   const Chunk mine = chunk_of((count + per_block - 1) / per_block, size_, rank_);
   const int64_t begin = std::min(count, mine.begin * per_block), end = std::min(count, mine.end * per_block);
   if (dtype == DType::i64)
-    reduce_into_all<int64_t>(regions_.data(), size_, offset, begin, end, op);
+    reduce_into<int64_t>(regions_.data(), size_, offset, begin, end, op, nullptr);
   else
-    reduce_into_all<float>(regions_.data(), size_, offset, begin, end, op);
+    reduce_into<float>(regions_.data(), size_, offset, begin, end, op, nullptr);
+  control(rank_).reduced.store(seq, std::memory_order_release);
+}
+
+void ShmBuffer::reduce_chunk(uint64_t seq, size_t offset, int64_t count, DType dtype, ReduceOp op, void* out) {
+  const Chunk mine = chunk_of(count, size_, rank_);
+  if (dtype == DType::i64)
+    reduce_into<int64_t>(regions_.data(), size_, offset, mine.begin, mine.end, op, static_cast<int64_t*>(out));
+  else
+    reduce_into<float>(regions_.data(), size_, offset, mine.begin, mine.end, op, static_cast<float*>(out));
+  control(rank_).reduced.store(seq, std::memory_order_release);
+}
+
+void ShmBuffer::gather_chunks(uint64_t seq, size_t offset, int64_t count, DType dtype) {
+  const size_t element = dtype_size(dtype);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const Chunk theirs = chunk_of(count, size_, r);
+    const size_t at = offset + static_cast<size_t>(theirs.begin) * element;
+    std::memcpy(region(rank_) + at, region(r) + at, static_cast<size_t>(theirs.end - theirs.begin) * element);
+  }
   control(rank_).reduced.store(seq, std::memory_order_release);
 }
 

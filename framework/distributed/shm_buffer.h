@@ -14,6 +14,9 @@
 // once every rank has reduced. Others write a rank's buffer only between its arrival and its
 // completion, when its owner leaves it alone (the contract of all_reduce); a rank arrives at
 // s+1 only after every rank reduced s, so no rank still reads s's data then.
+// reduce_scatter and all_gather (in place) follow the same steps, but each rank writes only
+// its own memory: the reduction of its chunk_of(count) into its `out`, or the other ranks'
+// chunks, read from their buffers, into its own.
 #pragma once
 
 #include <mpi.h>
@@ -59,6 +62,15 @@ class ShmBuffer {
   // divides by the group size as the MPI path does) into every buffer, then publishes it.
   // requires all_arrived.
   void reduce_share(uint64_t seq, size_t offset, int64_t count, DType dtype, ReduceOp op);
+  // reduce_scatter: this rank's chunk_of(count, size, rank) of the reduction of the op's
+  // range over every rank's buffer (rank order, as reduce_share) into `out`, then publishes
+  // it. requires all_arrived.
+  void reduce_chunk(uint64_t seq, size_t offset, int64_t count, DType dtype, ReduceOp op, void* out);
+  // all_gather in place: copies every other rank r's chunk_of(count, size, r) of the op's
+  // range from its buffer into this rank's, then publishes it. requires all_arrived.
+  void gather_chunks(uint64_t seq, size_t offset, int64_t count, DType dtype);
+  // Whether every rank has finished its part of op seq (reduce_share, reduce_chunk or
+  // gather_chunks): only then may a rank change its buffer again.
   bool all_reduced(uint64_t seq) const;
 
  private:

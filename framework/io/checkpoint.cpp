@@ -36,12 +36,14 @@ std::vector<nn::Dropout*> dropouts(nn::Module& model) {
   return out;
 }
 
-// The optimizer's and EMA's tensors under their checkpoint names.
-nn::NamedTensors state_tensors(const TrainingObjects& o, bool with_ema) {
+// The optimizer's state (whole, Optimizer::state_for_save / state_for_load) and the EMA's
+// tensors under their checkpoint names.
+nn::NamedTensors state_tensors(const TrainingObjects& o,
+                               const std::vector<optim::Optimizer::StateTensor>& state, bool with_ema) {
   std::map<const TensorImpl*, std::string> names;
   for (const auto& [name, p] : o.model.named_parameters()) names.emplace(p.impl(), name);
   nn::NamedTensors out;
-  for (const auto& s : o.optimizer.state_tensors()) {
+  for (const auto& s : state) {
     auto it = names.find(s.param.impl());
     DPT_CHECK(it != names.end()) << "checkpoint: the optimizer holds a parameter of shape "
                                  << shape_str(s.param.shape()) << " that is not in the model";
@@ -166,6 +168,12 @@ JsonOut checkpoint_json(const TrainingObjects& objects, const CheckpointInfo& in
 
 std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
                             const CheckpointInfo& info, int64_t keep_last) {
+  return checkpoint_save(dir, objects, objects.optimizer.state_for_save(), info, keep_last);
+}
+
+std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
+                            const std::vector<optim::Optimizer::StateTensor>& optimizer_state,
+                            const CheckpointInfo& info, int64_t keep_last) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   DPT_CHECK(!ec) << dir << ": cannot create the checkpoint directory: " << ec.message();
@@ -179,7 +187,8 @@ std::string checkpoint_save(const std::string& dir, const TrainingObjects& objec
   remove_file(json_path);
   try {
     safetensors_write(dir + "/" + model_file, objects.model.state_dict(), metadata);
-    safetensors_write(dir + "/" + state_file, state_tensors(objects, objects.ema != nullptr), metadata);
+    safetensors_write(dir + "/" + state_file, state_tensors(objects, optimizer_state, objects.ema != nullptr),
+                      metadata);
 
     const std::string text = json_text(checkpoint_json(objects, info, model_file, state_file), 2) + "\n";
     write_file_atomic(json_path, {text});
@@ -301,7 +310,7 @@ CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObj
   SafetensorsFile model_file = safetensors_read((dir / r.model_file).string(), read);
   SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string(), read);
   const bool load_ema = objects.ema && r.has_ema;
-  const nn::NamedTensors model = objects.model.state_dict(), state = state_tensors(objects, load_ema);
+  const nn::NamedTensors model = objects.model.state_dict(), state = state_tensors(objects, objects.optimizer.state_for_load(), load_ema);
   const std::string model_what = "the model '" + objects.model_name + "'";
   const std::string state_what =
       "the " + objects.optimizer_name + " optimizer" + (load_ema ? " and EMA" : "") + " state";
@@ -310,6 +319,7 @@ CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObj
   safetensors_check_into(state_file, state, state_what, ignore_ema);
   safetensors_load_into(model_file, model, model_what);
   safetensors_load_into(state_file, state, state_what, ignore_ema);
+  objects.optimizer.state_loaded();
   objects.optimizer.set_step_count(r.optimizer_steps);
   for (size_t i = 0; i < drops.size(); ++i) drops[i]->rng().set_state(r.dropout_rng[i]);
   if (objects.ema) {

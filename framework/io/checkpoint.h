@@ -76,6 +76,12 @@ struct CheckpointRecord {
 // a run resumed from an earlier one) and before the `keep_last` newest up to S (0 keeps
 // all), with any files a crashed writer left behind. Returns the JSON's path. On failure throws dpt::Error
 // naming the file and the reason; the checkpoints already in `dir` are intact.
+// `optimizer_state` is objects.optimizer.state_for_save(), which a sharded optimizer
+// (distributed/zero.h) gathers with every rank of its group before its rank 0 saves.
+std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
+                            const std::vector<optim::Optimizer::StateTensor>& optimizer_state,
+                            const CheckpointInfo& info, int64_t keep_last);
+// The same, calling state_for_save() itself: for an optimizer that is not sharded.
 std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
                             const CheckpointInfo& info, int64_t keep_last);
 
@@ -98,9 +104,11 @@ CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string&
 // Reads the checkpoint, checks it (checkpoint_parse_json), the model and optimizer names
 // against `objects`, and every tensor's name, dtype and shape in both tensor files, then
 // copies the tensors and RNG states into `objects`. With an EMA but no EMA state in the
-// checkpoint, the EMA restarts from the loaded weights. Throws dpt::Error with one line
-// naming the file, the key or tensor, and what was expected. `read` gives a file's bytes
-// (RunControl passes one that reads on rank 0 and hands the bytes to every rank).
+// checkpoint, the EMA restarts from the loaded weights. A sharded optimizer keeps its part
+// of the whole state the file holds (Optimizer::state_for_load / state_loaded), so a
+// checkpoint resumes with or without sharding and at another world size. Throws dpt::Error
+// with one line naming the file, the key or tensor, and what was expected. `read` gives a
+// file's bytes (RunControl passes one that reads on rank 0 and hands the bytes to every rank).
 CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects,
                                  const FileReader& read = read_file);
 

@@ -101,6 +101,7 @@ struct OptimizerConfig {
   double eps;
   double weight_decay;
   bool no_decay_bias_bn;
+  bool shard;  // ZeRO-1 over the data-parallel ranks (distributed/zero.h)
 };
 
 struct ScheduleConfig {

@@ -60,6 +60,9 @@ std::vector<Key> config_keys(Config& c) {
           .default_if("adamw", "0.01"),
       Key("optimizer.no_decay_bias_bn", &c.optimizer.no_decay_bias_bn, "true", "",
           "no weight decay on 1-D parameters: biases and batch-norm scales and shifts"),
+      Key("optimizer.shard", &c.optimizer.shard, "false", "",
+          "ZeRO-1: each rank keeps and updates 1/N of the optimizer state; gradients are "
+          "reduce-scattered and the parameters all-gathered ([hybrid](hybrid.md#zero-1))"),
       Key("lr_scaling", choice(&c.lr_scaling, "lr scaling"), "none", "",
           "linear: lr x world size (Goyal et al. 2017; pair it with schedule.warmup_epochs)"),
 
@@ -152,6 +155,20 @@ std::vector<Rule> config_rules() {
            return "";
          return "key 'distributed.compress': bf16 compresses the between-hosts stage of the hierarchical "
                 "all-reduce, so it needs distributed.hierarchical: auto or true, got false";
+       }},
+      // The sharded step all-gathers the parameters, which a captured graph cannot hold.
+      {"optimizer.shard",
+       [](const Config& c) -> std::string {
+         if (!c.optimizer.shard || !c.cuda_graphs) return "";
+         return "key 'optimizer.shard': a sharded optimizer cannot run in a CUDA graph; set cuda_graphs: "
+                "false";
+       }},
+      // Compression covers the all-reduce; a sharded optimizer's gradients are reduce-scattered.
+      {"distributed.compress",
+       [](const Config& c) -> std::string {
+         if (!c.optimizer.shard || c.distributed.compress == dist::Compression::none) return "";
+         return "key 'distributed.compress': bf16 compresses all-reduced gradients, but optimizer.shard: true "
+                "reduce-scatters them; set distributed.compress: none";
        }},
       // A replayed graph applies its update whatever the gradients held; it cannot skip one.
       {"cuda_graphs",

@@ -64,7 +64,8 @@ RunControl::RunControl(const Config& config, const TrainingObjects& objects, Pro
       progress_(progress),
       dir_(config.output.dir + "/checkpoints"),
       faults_(FaultInjection::from_env(dist::info().rank)),
-      guard_(objects.model, config.on_nonfinite == NonfiniteAction::skip, dist::info().world_size == 1) {}
+      guard_(objects.model, objects.optimizer, config.on_nonfinite == NonfiniteAction::skip,
+             dist::info().world_size == 1) {}
 
 void RunControl::resume(const std::string& arg) {
   const bool main_rank = dist::info().rank == 0;
@@ -135,7 +136,8 @@ Tensor RunControl::loss_hook(const Tensor& loss) const {
 RunControl::StepAction RunControl::after_backward(const Tensor& loss, int64_t epoch, int64_t step_in_epoch,
                                                   int64_t steps) {
   ++at_.step;
-  // Every rank holds the same all-reduced gradients, so every rank decides the same.
+  // Every rank decides the same: the all-reduced gradients are the same everywhere, and a
+  // sharded optimizer's ranks combine their verdicts.
   if (guard_.step_finite(loss)) return StepAction::apply;
   return nonfinite_action(loss.item(), epoch, step_in_epoch, steps);
 }
@@ -180,8 +182,8 @@ int RunControl::stop_requested(int64_t epoch, int64_t step_in_epoch, float lr,
   if (dist::info().rank == 0) {
     progress_.finish_line();
     std::printf("signal %d: stopping after step %lld\n", signal, static_cast<long long>(at_.step));
-    save(lr);
   }
+  save(lr);
   barrier();  // no rank exits (and has mpirun end the others) before the checkpoint is written
   return signal;
 }
@@ -196,7 +198,7 @@ double RunControl::epoch_loss(int64_t epoch, double loss_sum, int64_t applied) c
 void RunControl::epoch_end(int64_t epoch, float lr) {
   move_to(epoch + 1, 0);
   const int64_t every = config_.checkpoint.every_epochs;
-  if (dist::info().rank == 0 && every > 0 && (epoch + 1) % every == 0) save(lr);
+  if (every > 0 && (epoch + 1) % every == 0) save(lr);
 }
 
 void RunControl::move_to(int64_t epoch, int64_t step_in_epoch) {
@@ -210,9 +212,13 @@ void RunControl::move_to(int64_t epoch, int64_t step_in_epoch) {
 }
 
 void RunControl::save(float lr) {
+  // On every rank: a sharded optimizer gathers its state to rank 0 here.
+  const std::vector<optim::Optimizer::StateTensor> state = objects_.optimizer.state_for_save();
+  if (dist::info().rank != 0) return;
   CheckpointInfo info{at_, dist::info().world_size, config_.batch_size, threads_get(), config_.deterministic,
                       lr,  config_to_yaml(config_)};
-  std::printf("checkpoint %s\n", checkpoint_save(dir_, objects_, info, config_.checkpoint.keep_last).c_str());
+  std::printf("checkpoint %s\n",
+              checkpoint_save(dir_, objects_, state, info, config_.checkpoint.keep_last).c_str());
   std::fflush(stdout);
 }
 

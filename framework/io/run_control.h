@@ -69,13 +69,14 @@ class RunControl {
   double epoch_loss(int64_t epoch, double loss_sum, int64_t applied) const;
 
   // After epoch `epoch` (from 0) on every rank: training now stands at the next epoch's
-  // start, and rank 0 saves a checkpoint when every_epochs says so.
+  // start, and rank 0 saves a checkpoint when every_epochs says so (collective then: a
+  // sharded optimizer gathers its state).
   void epoch_end(int64_t epoch, float lr);
 
  private:
   StepAction nonfinite_action(float loss, int64_t epoch, int64_t step_in_epoch, int64_t steps);
   void move_to(int64_t epoch, int64_t step_in_epoch);  // every rank
-  void save(float lr);                                 // rank 0
+  void save(float lr);                                 // every rank; rank 0 writes
   // Rank 0's part of resume(): refuses or clears an earlier run's checkpoints, and returns
   // the checkpoint's JSON path ("" for a fresh start).
   std::string choose_checkpoint(const std::string& arg);

@@ -18,7 +18,10 @@ class AdamW : public Optimizer {
   void step(float lr) override;
   void step_prepare(float lr) override;
   void step_apply() override;
-  std::vector<StateTensor> state_tensors() const override;  // "exp_avg", "exp_avg_sq" (PyTorch's names)
+  std::vector<StateTensor> state_tensors() const override;
+  std::vector<std::string> state_kinds() const override {
+    return {"exp_avg", "exp_avg_sq"};
+  }  // PyTorch's names
   int64_t step_count() const override { return steps_; }
   void set_step_count(int64_t steps) override { steps_ = steps; }
 

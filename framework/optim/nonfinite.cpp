@@ -58,8 +58,9 @@ bool gradients_finite(const std::vector<Tensor>& params) {
   return tensors_finite(grads);
 }
 
-NonfiniteGuard::NonfiniteGuard(const nn::Module& model, bool keep_buffers, bool check_loss)
-    : params_(model.parameters()),
+NonfiniteGuard::NonfiniteGuard(const nn::Module& model, const Optimizer& optimizer, bool keep_buffers,
+                               bool check_loss)
+    : optimizer_(optimizer),
       buffers_(model.named_buffers()),
       keep_buffers_(keep_buffers),
       check_loss_(check_loss) {
@@ -74,10 +75,9 @@ void NonfiniteGuard::before_forward() {
 
 bool NonfiniteGuard::step_finite(const Tensor& loss) {
   // The loss joins the gradients' check, so a CUDA step reads back one flag.
-  std::vector<Tensor> checked;
-  for (const Tensor& p : params_) checked.push_back(p.grad());
+  std::vector<Tensor> checked = optimizer_.step_gradients();
   if (check_loss_) checked.push_back(loss.detach());
-  bool ok = tensors_finite(checked);
+  const bool ok = optimizer_.all_ranks(tensors_finite(checked));
   if (!ok && keep_buffers_) {
     autograd::NoGrad no_grad;
     for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].second.copy_from(saved_[i].second);

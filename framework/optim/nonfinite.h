@@ -1,14 +1,17 @@
 // Numerical faults: whether a step's update may be applied. After DDP's all-reduce every
 // rank holds the same averaged gradients, so "are they all finite?" has the same answer on
 // every rank without any communication (a NaN or Inf on one rank reaches every rank's
-// sum). The loss differs by rank, so it only counts where there is one rank; a non-finite
-// loss makes its gradients non-finite anyway (the softmax of an Inf logit is NaN).
+// sum). A sharded optimizer's ranks each hold the average of their own shard only, so
+// their answers are combined (Optimizer::all_ranks). The loss differs by rank, so it only
+// counts where there is one rank; a non-finite loss makes its gradients non-finite anyway
+// (the softmax of an Inf logit is NaN).
 #pragma once
 
 #include <vector>
 
 #include "core/tensor.h"
 #include "nn/module.h"
+#include "optim/optimizer.h"
 
 namespace dpt::optim {
 
@@ -19,14 +22,16 @@ class NonfiniteGuard {
  public:
   // `model` is the bare model; `keep_buffers` (skip mode) saves its buffers before each
   // forward pass so that a skipped step leaves the batch-norm statistics as they were.
-  NonfiniteGuard(const nn::Module& model, bool keep_buffers, bool check_loss);
+  // The gradients checked are those `optimizer`'s step reads (Optimizer::step_gradients).
+  NonfiniteGuard(const nn::Module& model, const Optimizer& optimizer, bool keep_buffers, bool check_loss);
   void before_forward();
-  // After backward (and DDP's all-reduce): true if the step may be applied. When false and
-  // keep_buffers, the buffers are back to what they were before the forward pass.
+  // After backward (and DDP's all-reduce): true if the step may be applied, the same on
+  // every rank (collective for a sharded optimizer). When false and keep_buffers, the
+  // buffers are back to what they were before the forward pass.
   bool step_finite(const Tensor& loss);
 
  private:
-  std::vector<Tensor> params_;
+  const Optimizer& optimizer_;
   nn::NamedTensors buffers_, saved_;
   bool keep_buffers_, check_loss_;
 };

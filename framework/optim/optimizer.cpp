@@ -33,6 +33,20 @@ void Optimizer::zero_grad() {
       if (p.grad().defined()) p.grad().zero_();
 }
 
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& s : state_tensors())
+    bytes += s.value.numel() * static_cast<int64_t>(dtype_size(s.value.dtype()));
+  return bytes;
+}
+
+std::vector<Tensor> Optimizer::step_gradients() const {
+  std::vector<Tensor> grads;
+  for (const auto& group : groups_)
+    for (const auto& p : group.params) grads.push_back(p.grad());
+  return grads;
+}
+
 const DeviceScalars& Optimizer::prepared_scalars(const char* owner) const {
   DPT_CHECK(device_scalars_) << owner << ": step_apply() before any step_prepare(lr)";
   return *device_scalars_;

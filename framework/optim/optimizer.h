@@ -39,18 +39,42 @@ class Optimizer {
   // Sets every gradient to zero in place (a gradient may be a view DDP owns).
   void zero_grad();
 
-  // Per-parameter state for checkpoints: `kind` names it ("momentum", "exp_avg",
-  // "exp_avg_sq"), `param` is the parameter it belongs to, `value` the optimizer's own
-  // tensor (loading a checkpoint copies into it). In group order.
+  // Per-parameter state: `kind` names it ("momentum", "exp_avg", "exp_avg_sq"), `param` is
+  // the parameter it belongs to, `value` the optimizer's own tensor, in group order. A
+  // sharded optimizer (distributed/zero.h) lists its shard: `param` is then a 1-D view of
+  // the elements of a parameter that this rank updates, and `value` is as long.
   struct StateTensor {
     std::string kind;
     Tensor param;
     Tensor value;
   };
   virtual std::vector<StateTensor> state_tensors() const = 0;
+  // The kinds of state each parameter has, in state_tensors()' order (none for plain SGD).
+  virtual std::vector<std::string> state_kinds() const = 0;
+  // Bytes of state_tensors() on this rank.
+  int64_t state_bytes() const;
   // Updates taken, where the rule depends on it (AdamW's bias correction); else 0.
   virtual int64_t step_count() const { return 0; }
   virtual void set_step_count(int64_t) {}
+
+  // Checkpoints hold the state whole, one tensor of its parameter's shape per kind and
+  // parameter, in group order, whether the optimizer is sharded or not.
+  // state_for_save: an unsharded optimizer's own tensors. A sharded one gathers them:
+  // collective over its group (every rank calls it), whole on the group's rank 0 and
+  // empty elsewhere.
+  virtual std::vector<StateTensor> state_for_save() { return state_tensors(); }
+  // state_for_load: tensors of that form to read a checkpoint into (an unsharded
+  // optimizer's own), then state_loaded() (a sharded one keeps its part of them).
+  virtual std::vector<StateTensor> state_for_load() { return state_tensors(); }
+  virtual void state_loaded() {}
+
+  // The gradients step() reads: every parameter's .grad (a sharded optimizer's: this
+  // rank's shard of them), for the non-finite check (optim/nonfinite.h).
+  virtual std::vector<Tensor> step_gradients() const;
+  // Whether `ok` holds on every rank that shares the update: `ok` itself, or for a sharded
+  // optimizer, whose ranks each check their own shard, the agreement of its group
+  // (collective: every rank calls it).
+  virtual bool all_ranks(bool ok) const { return ok; }
 
  protected:
   // The device values of step_prepare: `count` of them, made on the first call, on the

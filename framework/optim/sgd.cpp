@@ -77,9 +77,14 @@ void Sgd::update(float lr, const float* lr_on_device) {
   }
 }
 
+std::vector<std::string> Sgd::state_kinds() const {
+  if (options_.momentum == 0.0f) return {};  // plain SGD keeps no state
+  return {"momentum"};
+}
+
 std::vector<Optimizer::StateTensor> Sgd::state_tensors() const {
   std::vector<StateTensor> out;
-  if (options_.momentum == 0.0f) return out;  // plain SGD keeps no state
+  if (state_kinds().empty()) return out;
   size_t k = 0;
   for (const auto& group : groups_)
     for (const auto& p : group.params) out.push_back({"momentum", p, velocity_[k++]});

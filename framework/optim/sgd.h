@@ -19,7 +19,8 @@ class Sgd : public Optimizer {
   void step_apply() override;
   // Momentum buffers, one per parameter in group order (for checkpoints).
   const std::vector<Tensor>& momentum_buffers() const { return velocity_; }
-  std::vector<StateTensor> state_tensors() const override;  // "momentum" when momentum > 0
+  std::vector<StateTensor> state_tensors() const override;
+  std::vector<std::string> state_kinds() const override;  // "momentum" when momentum > 0
 
  private:
   // lr_on_device: null for step(lr), the uploaded learning rate for step_apply().

@@ -38,6 +38,7 @@ void summary_write(const std::string& dir, const RunSummary& s) {
                          {"model", s.model},
                          {"params", s.params},
                          {"skipped_steps", s.skipped_steps},
+                         {"optimizer_state_bytes", s.optimizer_state_bytes},
                          {"device", s.device},
                          {"collectives_per_step", s.traffic.collectives},
                          {"bytes_per_step", s.traffic.bytes}};

@@ -32,7 +32,8 @@ struct RunSummary {
   int64_t global_batch = 0;
   std::string model;
   int64_t params = 0;
-  int64_t skipped_steps = 0;  // for non-finite gradients
+  int64_t skipped_steps = 0;          // for non-finite gradients
+  int64_t optimizer_state_bytes = 0;  // rank 0's: 1/N of the whole under optimizer.shard
   std::string device;
   profile::StepPhases phases;    // mean per step after the warm-up steps, over the ranks
   profile::StepTraffic traffic;  // collectives and bytes per step, the same steps, on rank 0

@@ -26,7 +26,8 @@ nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spe
   return net;
 }
 
-nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config) {
+nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config,
+                               bool shard_gradients) {
   // A group carries each tensor where it lives (MPI for host memory, NCCL for device memory):
   // `backend` states which of the two the user expects, and is refused where the other one is.
   const bool cuda = device.is_cuda();
@@ -43,7 +44,8 @@ nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io
       dist::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb,
                        .find_unused_parameters = config.find_unused_parameters,
                        .sync_bn = config.sync_bn,
-                       .compress = config.compress});
+                       .compress = config.compress,
+                       .shard_gradients = shard_gradients});
 }
 
 }  // namespace dpt::train

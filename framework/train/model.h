@@ -25,8 +25,10 @@ models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed);
 nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec, nn::Compute compute);
 
 // Moves `net` to `device` and, when the world has several ranks, wraps it in DDP over the
-// world (which broadcasts rank 0's parameters and buffers). Returns what a step calls:
-// the wrapper, or `net` itself on one rank. Collective over the world.
-nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config);
+// world (which broadcasts rank 0's parameters and buffers; reduce-scatters the gradients
+// for a sharded optimizer when `shard_gradients`). Returns what a step calls: the wrapper,
+// or `net` itself on one rank. Collective over the world.
+nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config,
+                               bool shard_gradients);
 
 }  // namespace dpt::train

@@ -1,17 +1,24 @@
 #include "train/optimizer.h"
 
+#include "distributed/zero.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
 
 namespace dpt::train {
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, const nn::Module& model) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, nn::Module& model) {
+  auto rule = [&c](std::vector<optim::ParamGroup> groups) -> std::unique_ptr<optim::Optimizer> {
+    if (c.name == io::OptimizerName::adamw)
+      return std::make_unique<optim::AdamW>(
+          std::move(groups), optim::AdamWOptions{static_cast<float>(c.betas[0]),
+                                                 static_cast<float>(c.betas[1]), static_cast<float>(c.eps)});
+    return std::make_unique<optim::Sgd>(std::move(groups),
+                                        optim::SgdOptions{static_cast<float>(c.momentum), c.nesterov});
+  };
   auto groups = optim::param_groups(model, static_cast<float>(c.weight_decay), c.no_decay_bias_bn);
-  if (c.name == io::OptimizerName::adamw)
-    return std::make_unique<optim::AdamW>(
-        groups, optim::AdamWOptions{static_cast<float>(c.betas[0]), static_cast<float>(c.betas[1]),
-                                    static_cast<float>(c.eps)});
-  return std::make_unique<optim::Sgd>(groups, optim::SgdOptions{static_cast<float>(c.momentum), c.nesterov});
+  auto* ddp = dynamic_cast<dist::DistributedDataParallel*>(&model);
+  if (c.shard && ddp) return std::make_unique<dist::ZeroOptimizer>(*ddp, std::move(groups), rule);
+  return rule(std::move(groups));
 }
 
 optim::LrSchedule make_schedule(const io::Config& config, int64_t steps_per_epoch, int world_size) {

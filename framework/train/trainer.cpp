@@ -74,7 +74,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
         static_cast<long long>(global_batch_));
   // On its device before the optimizer and the EMA (their state is made where the
   // parameters are) and before the checkpoint is loaded into them.
-  model_ = model_distribute(net_, device_, config_.distributed);
+  model_ = model_distribute(net_, device_, config_.distributed, config_.optimizer.shard);
   if (world.world_size > 1) {  // after DDP made its group, so the table lists it
     const std::string world_text = dist::world_table(device_.str());  // collective
     if (main_rank) std::printf("%s", world_text.c_str());
@@ -83,6 +83,10 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   make_loaders();
 
   optimizer_ = make_optimizer(config_.optimizer, *model_);
+  if (main_rank)
+    std::printf("optimizer state: %lld bytes on rank 0%s\n",
+                static_cast<long long>(optimizer_->state_bytes()),
+                config_.optimizer.shard && world.world_size > 1 ? " (its shard: optimizer.shard)" : "");
   if (config_.ema_decay > 0)
     ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
   schedule_.emplace(make_schedule(config_, steps_, world.world_size));
@@ -235,6 +239,7 @@ int Trainer::finish(Clock::time_point run_start) {
                                      .model = config_.model.name,
                                      .params = model_->parameter_count(),
                                      .skipped_steps = at.skipped_steps,
+                                     .optimizer_state_bytes = optimizer_->state_bytes(),
                                      .device = device_.str(),
                                      .phases = phases,
                                      .traffic = profiler_->run_traffic()});

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     for (const auto& e : std::filesystem::directory_iterator(dir))
       mb += static_cast<double>(e.file_size()) / 1e6;
     for (const Tensor& p : model->parameters()) p.set_grad(Tensor::zeros(p.shape()));
-    optim::NonfiniteGuard guard(*model, false, false);
+    optim::NonfiniteGuard guard(*model, sgd, false, false);
     const int checks = 200;
     auto start = Clock::now();
     for (int i = 0; i < checks; ++i) guard.step_finite(Tensor());

@@ -1,0 +1,209 @@
+#include "distributed/zero.h"
+
+#include <algorithm>
+#include <map>
+
+#include "autograd/node.h"
+
+namespace dpt::dist {
+namespace {
+
+// 1-D view of elements [begin, begin + length) of a contiguous tensor.
+Tensor flat_range(const Tensor& t, int64_t begin, int64_t length) {
+  return t.as_strided({length}, {1}, t.offset() + begin);
+}
+
+// Makes `param` (the same TensorImpl, seen by the model, DDP and the optimizer) a view of
+// `flat` from element `offset`, values kept, as Module::to moves a tensor.
+void param_move_into(const Tensor& param, const Tensor& flat, int64_t offset) {
+  const Shape strides = shape_contiguous_strides(param.shape());
+  flat.as_strided(param.shape(), strides, flat.offset() + offset).copy_from(param);
+  TensorImpl* impl = param.impl();
+  impl->storage = flat.storage();
+  impl->offset = flat.offset() + offset;
+  impl->strides = strides;
+}
+
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups,
+                             const MakeOptimizer& make)
+    : Optimizer(std::move(groups)),
+      group_(ddp.group()),
+      reducer_(ddp.reducer()),
+      params_(ddp.module().named_parameters()) {
+  DPT_CHECK(ddp.options().shard_gradients) << "ZeroOptimizer on " << group_->name()
+                                           << ": DDP all-reduces its gradients; make it with "
+                                              "DdpOptions::shard_gradients, so that it reduce-scatters them";
+  // Which group each parameter is in (none: not updated, as an unsharded optimizer skips it).
+  std::map<const TensorImpl*, size_t> index_of;
+  for (size_t i = 0; i < params_.size(); ++i) index_of.emplace(params_[i].second.impl(), i);
+  std::vector<int> group_of(params_.size(), -1);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    group_params_.emplace_back();
+    for (const Tensor& p : groups_[g].params) {
+      auto it = index_of.find(p.impl());
+      DPT_CHECK(it != index_of.end()) << "ZeroOptimizer: a parameter of shape " << shape_str(p.shape())
+                                      << " in group " << g << " is not one of the DDP module's";
+      DPT_CHECK(group_of[it->second] < 0)
+          << "ZeroOptimizer: parameter '" << params_[it->second].first << "' is in two groups";
+      group_of[it->second] = static_cast<int>(g);
+      group_params_.back().push_back(it->second);
+    }
+  }
+
+  autograd::NoGrad no_grad;
+  std::vector<std::vector<Segment>> by_group(groups_.size());
+  const auto& layout = reducer_.buckets();
+  for (size_t b = 0; b < layout.size(); ++b) {
+    const BucketInfo& info = layout[b];
+    const Tensor& first = params_[info.indices.front()].second;
+    FlatBucket bucket{group_->collective_buffer(info.numel, DType::f32, first.device()),
+                      chunk_of(info.numel, group_->size(), group_->rank())};
+    for (size_t k = 0; k < info.indices.size(); ++k) {
+      const size_t i = info.indices[k];
+      const int64_t offset = info.offsets[k], numel = params_[i].second.numel();
+      param_move_into(params_[i].second, bucket.params, offset);
+      const int64_t begin = std::max(offset, bucket.mine.begin),
+                    end = std::min(offset + numel, bucket.mine.end);
+      if (begin < end && group_of[i] >= 0)
+        by_group[group_of[i]].push_back({b, i, begin - offset, end - begin, begin - bucket.mine.begin});
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+
+  // The rule sees each segment as a 1-D parameter whose gradient is the same elements of
+  // the reduce-scattered chunk, in the segment's original group.
+  std::vector<optim::ParamGroup> shard_groups;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    optim::ParamGroup shard{{}, groups_[g].weight_decay};
+    for (const Segment& s : by_group[g]) {
+      const Tensor& chunk = reducer_.shard(s.bucket);
+      Tensor view =
+          flat_range(buckets_[s.bucket].params, buckets_[s.bucket].mine.begin + s.chunk_offset, s.length);
+      view.set_grad(flat_range(chunk, s.chunk_offset, s.length));
+      shard.params.push_back(view);
+      segments_.push_back(s);
+    }
+    shard_groups.push_back(std::move(shard));
+  }
+  rule_ = make(std::move(shard_groups));
+}
+
+void ZeroOptimizer::step(float lr) {
+  rule_->step(lr);
+  // Forward order (the last bucket holds the first layers), each in place from this rank's chunk.
+  std::vector<WorkPtr> works;
+  for (size_t b = buckets_.size(); b-- > 0;) {
+    const FlatBucket& bucket = buckets_[b];
+    works.push_back(group_->all_gather(
+        bucket.params, flat_range(bucket.params, bucket.mine.begin, bucket.mine.end - bucket.mine.begin)));
+  }
+  for (auto& w : works) w->wait();
+  // The other ranks' elements changed too: copies made from the parameters (bf16) are stale.
+  for (const FlatBucket& bucket : buckets_) bucket.params.storage()->bump_version();
+}
+
+void ZeroOptimizer::step_prepare(float) {
+  DPT_FAIL() << "ZeroOptimizer: CUDA graphs (step_prepare / step_apply) are not supported; the sharded "
+                "optimizer's step all-gathers the parameters";
+}
+
+void ZeroOptimizer::step_apply() { step_prepare(0.0f); }
+
+std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_tensors() const {
+  return rule_->state_tensors();
+}
+
+std::vector<std::vector<Tensor>> ZeroOptimizer::segment_state() const {
+  const size_t kinds = state_kinds().size();
+  const std::vector<StateTensor> state = rule_->state_tensors();
+  DPT_CHECK(state.size() == segments_.size() * kinds)
+      << "ZeroOptimizer: the rule lists " << state.size() << " state tensors for " << segments_.size()
+      << " shard segments of " << kinds << " kinds each";
+  std::vector<std::vector<Tensor>> out(segments_.size());
+  for (size_t s = 0; s < segments_.size(); ++s)
+    for (size_t k = 0; k < kinds; ++k) out[s].push_back(state[s * kinds + k].value);
+  return out;
+}
+
+std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_for_save() {
+  autograd::NoGrad no_grad;
+  const std::vector<std::string> kinds = state_kinds();
+  const std::vector<std::vector<Tensor>> state = segment_state();
+  const bool root = group_->rank() == 0;
+  const int size = group_->size();
+  // whole[param][kind], on root: views of each bucket's gathered state.
+  std::vector<std::vector<Tensor>> whole(params_.size(), std::vector<Tensor>(kinds.size()));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const FlatBucket& bucket = buckets_[b];
+    const BucketInfo& info = reducer_.buckets()[b];
+    // Chunks differ in length by at most one element: each is sent padded to the longest.
+    const int64_t longest = chunk_of(info.numel, size, 0).end;
+    const Device device = bucket.params.device();
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      Tensor mine = Tensor::zeros({longest}, DType::f32, device);
+      for (size_t s = 0; s < segments_.size(); ++s)
+        if (segments_[s].bucket == b)
+          flat_range(mine, segments_[s].chunk_offset, segments_[s].length).copy_from(state[s][k]);
+      Tensor all = root ? Tensor::empty({longest * size}, DType::f32, device) : Tensor();
+      group_->gather(all, mine, 0)->wait();
+      if (!root) continue;
+      Tensor flat = Tensor::empty({info.numel}, DType::f32, device);
+      for (int r = 0; r < size; ++r) {
+        const Chunk c = chunk_of(info.numel, size, r);
+        flat_range(flat, c.begin, c.end - c.begin).copy_from(flat_range(all, r * longest, c.end - c.begin));
+      }
+      for (size_t j = 0; j < info.indices.size(); ++j) {
+        const Tensor& p = params_[info.indices[j]].second;
+        whole[info.indices[j]][k] =
+            flat.as_strided(p.shape(), shape_contiguous_strides(p.shape()), info.offsets[j]);
+      }
+    }
+  }
+  std::vector<StateTensor> out;
+  if (!root) return out;
+  for (const auto& indices : group_params_)
+    for (size_t i : indices)
+      for (size_t k = 0; k < kinds.size(); ++k) out.push_back({kinds[k], params_[i].second, whole[i][k]});
+  return out;
+}
+
+std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_for_load() {
+  const std::vector<std::string> kinds = state_kinds();
+  loading_.assign(params_.size(), {});
+  std::vector<StateTensor> out;
+  for (const auto& indices : group_params_)
+    for (size_t i : indices)
+      for (const std::string& kind : kinds) {
+        loading_[i].push_back(Tensor::zeros(params_[i].second.shape()));
+        out.push_back({kind, params_[i].second, loading_[i].back()});
+      }
+  return out;
+}
+
+void ZeroOptimizer::state_loaded() {
+  DPT_CHECK(loading_.size() == params_.size()) << "ZeroOptimizer: state_loaded() without state_for_load()";
+  autograd::NoGrad no_grad;
+  const std::vector<std::vector<Tensor>> state = segment_state();
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    const Segment& seg = segments_[s];
+    for (size_t k = 0; k < state[s].size(); ++k)
+      state[s][k].copy_from(flat_range(loading_.at(seg.param).at(k), seg.begin, seg.length));
+  }
+  loading_.clear();
+}
+
+std::vector<Tensor> ZeroOptimizer::step_gradients() const {
+  std::vector<Tensor> chunks;
+  for (size_t b = 0; b < buckets_.size(); ++b) chunks.push_back(reducer_.shard(b));
+  return chunks;
+}
+
+bool ZeroOptimizer::all_ranks(bool ok) const {
+  Tensor flag = Tensor::from_vector(std::vector<int64_t>{ok ? 1 : 0}, {1});
+  group_->all_reduce(flag, ReduceOp::min)->wait();
+  return flag.data<int64_t>()[0] == 1;
+}
+
+}  // namespace dpt::dist

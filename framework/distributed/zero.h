@@ -1,0 +1,75 @@
+// ZeRO-1 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+// Parameter Models", stage 1): the optimizer state sharded over DDP's group. DDP
+// reduce-scatters each gradient bucket (DdpOptions::shard_gradients), so a rank receives the
+// average of its chunk of the bucket alone; the rank keeps the optimizer state of those
+// elements only, updates them, and the parameters (which live in one flat buffer per
+// bucket, as the gradients do) are all-gathered. Per rank the state is 1/N of an unsharded
+// optimizer's; the update is the wrapped rule's, element for element.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "distributed/ddp.h"
+#include "optim/optimizer.h"
+
+namespace dpt::dist {
+
+// Makes the update rule (optim::Sgd, optim::AdamW, ...) over the groups it is given.
+using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
+
+class ZeroOptimizer final : public optim::Optimizer {
+ public:
+  // `groups` hold parameters of ddp.module() (optim::param_groups), each at most once; `make`
+  // builds the rule over this rank's shard of them. Requires DDP made with
+  // shard_gradients (Error otherwise): its buckets, which then keep their first layout,
+  // are the shards'. Moves every parameter into its bucket's flat buffer, values kept (each
+  // tensor keeps its identity, as with Module::to): move the model to its device before,
+  // never after. Collective over DDP's group. `ddp` must outlive the optimizer.
+  ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups,
+                const MakeOptimizer& make);
+
+  // Updates this rank's shard from the reduce-scattered gradients, then all-gathers the
+  // parameters: on return every rank holds all of them, updated. Collective.
+  void step(float lr) override;
+  // CUDA graphs are not supported (Error): a captured step would need its collectives in the graph.
+  void step_prepare(float lr) override;
+  void step_apply() override;
+
+  std::vector<StateTensor> state_tensors() const override;  // this rank's shard
+  std::vector<std::string> state_kinds() const override { return rule_->state_kinds(); }
+  int64_t step_count() const override { return rule_->step_count(); }
+  void set_step_count(int64_t steps) override { rule_->set_step_count(steps); }
+  std::vector<StateTensor> state_for_save() override;  // collective: whole on the group's rank 0
+  std::vector<StateTensor> state_for_load() override;
+  void state_loaded() override;
+  std::vector<Tensor> step_gradients() const override;  // this rank's chunk of each bucket
+  bool all_ranks(bool ok) const override;               // collective
+
+ private:
+  // Elements [begin, begin + length) of parameter `param` (flattened), which are elements
+  // [chunk_offset, chunk_offset + length) of this rank's chunk of bucket `bucket`.
+  struct Segment {
+    size_t bucket, param;
+    int64_t begin, length, chunk_offset;
+  };
+  struct FlatBucket {
+    Tensor params;  // the bucket's parameters, back to back, in the Reducer's bucket order
+    Chunk mine;     // this rank's elements of it
+  };
+
+  // Each segment's state tensors (state_kinds() order), from the rule.
+  std::vector<std::vector<Tensor>> segment_state() const;
+
+  GroupPtr group_;
+  const Reducer& reducer_;
+  nn::NamedTensors params_;                        // the module's, in the Reducer's order
+  std::vector<std::vector<size_t>> group_params_;  // each group's parameters, as indices into params_
+  std::vector<FlatBucket> buckets_;
+  std::vector<Segment> segments_;  // in the rule's parameter order
+  std::unique_ptr<optim::Optimizer> rule_;
+  std::vector<std::vector<Tensor>> loading_;  // state_for_load's tensors, [param][kind]
+};
+
+}  // namespace dpt::dist
