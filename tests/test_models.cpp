@@ -1,7 +1,11 @@
 // Every registered model builds, runs forward and backward on both input sizes the
-// datasets give (1x28x28 and 3x32x32), and the registry rejects bad model configs.
+// datasets give (1x28x28 and 3x32x32) with a finite, non-zero gradient for every
+// parameter, and the registry rejects bad model configs.
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "error_of.h"
 #include "models/registry.h"
@@ -35,6 +39,13 @@ TEST(Models, EveryModelTrainsOneStepOnBothInputSizes) {
       for (auto& [pname, p] : model->named_parameters()) {
         ASSERT_TRUE(p.grad().defined()) << pname << " got no gradient";
         EXPECT_EQ(p.grad().shape(), p.shape()) << pname;
+        // Every parameter takes part in the loss: a layer cut off from it (or a backward
+        // that writes nothing or garbage) shows as an all-zero or non-finite gradient.
+        std::vector<float> g = p.grad().to_vector();
+        EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); }))
+            << pname << " has a non-finite gradient";
+        EXPECT_TRUE(std::any_of(g.begin(), g.end(), [](float v) { return v != 0.0f; }))
+            << pname << " has an all-zero gradient";
       }
     }
   }

@@ -2,21 +2,34 @@
 // same parameters as one process at batch B (each rank also trains that one-process
 // reference itself, so the check needs nothing but the run), for several bucket sizes,
 // with no_sync accumulation, and with synchronised batch-norm; plus overlap, unused
-// parameters and mismatched models.
+// parameters and mismatched models; replicas built from different seeds (the initial
+// broadcast), BatchNorm buffers without sync_bn, a data set that does not divide by the
+// world size, and DDP on a proper sub-group; rank-dependent unused parameters beside
+// sync_bn, and the steps after an error in backward.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "autograd/node.h"
+#include "datasets/loader.h"
+#include "datasets/sampler.h"
+#include "datasets/shuffle.h"
+#include "datasets/synthetic.h"
 #include "distributed/ddp.h"
 #include "distributed/dist.h"
+#include "distributed/mpi_process_group.h"
+#include "error_of.h"
 #include "nn/layers.h"
 #include "nn/sequential.h"
+#include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
+#include "ops/shape.h"
 #include "optim/sgd.h"
 
 using namespace dpt;
+using dpt::testing::error_of;
 using ::testing::HasSubstr;
 
 namespace {
@@ -80,11 +93,18 @@ double max_relative_difference(const nn::NamedTensors& a, const nn::NamedTensors
   return diff / scale;
 }
 
-// Trains the DDP replicas on shards and a local reference on the whole batch.
-double ddp_vs_single(bool batch_norm, dist::DdpOptions options, int steps = 20, int micro_batches = 1) {
-  auto group = dist::world();
+// The seed of a replica built from a seed of its rank's own: only DDP's initial broadcast
+// then makes the replicas equal.
+uint64_t own_seed(int world_rank) { return 7 + 1000 * static_cast<uint64_t>(world_rank); }
+
+// Trains the DDP replicas on shards and a local reference on the whole batch. With
+// own_seeds, each replica starts from own_seed(its world rank) and the reference from that
+// of the group's rank 0.
+double ddp_vs_single(bool batch_norm, dist::DdpOptions options, int steps = 20, int micro_batches = 1,
+                     dist::GroupPtr group = nullptr, bool own_seeds = false) {
+  if (!group) group = dist::world();
   int n = group->size(), r = group->rank();
-  auto reference = small_cnn(batch_norm);
+  auto reference = small_cnn(batch_norm, own_seeds ? own_seed(group->world_ranks()[0]) : 7);
   sgd_steps(
       *reference,
       [&](int k, optim::Sgd&) {
@@ -93,7 +113,8 @@ double ddp_vs_single(bool batch_norm, dist::DdpOptions options, int steps = 20, 
       },
       steps);
 
-  auto ddp = std::make_shared<dist::DistributedDataParallel>(small_cnn(batch_norm), group, options);
+  auto ddp = std::make_shared<dist::DistributedDataParallel>(
+      small_cnn(batch_norm, own_seeds ? own_seed(dist::info().rank) : 7), group, options);
   int64_t per_rank = kBatch / n;
   sgd_steps(
       *ddp,
@@ -117,6 +138,95 @@ double ddp_vs_single(bool batch_norm, dist::DdpOptions options, int steps = 20, 
       steps);
   return max_relative_difference(ddp->module().state_dict(), reference->state_dict());
 }
+
+nn::NamedTensors gradients(nn::Module& model) {
+  nn::NamedTensors out;
+  for (auto& [name, p] : model.named_parameters()) out.emplace_back(name, p.grad());
+  return out;
+}
+
+void zero_gradients(nn::Module& model) {
+  for (auto& [name, p] : model.named_parameters())
+    if (p.grad().defined()) p.grad().zero_();
+}
+
+// Identity forward; its backward throws while *armed: an op that fails in backward.
+Tensor fails_in_backward(const Tensor& x, const std::shared_ptr<bool>& armed) {
+  Tensor out = x.detach().clone();
+  autograd::record("fails_in_backward", out, {x}, [armed](const Tensor& g) {
+    DPT_CHECK(!*armed) << "fails_in_backward: the op's own error";
+    return std::vector<Tensor>{g};
+  });
+  return out;
+}
+
+// Two linear layers with that op between them: backward reaches `second`'s gradients, and
+// DDP launches their buckets, before it fails.
+struct FailsInBackward : nn::Module {
+  std::shared_ptr<nn::Linear> first, second;
+  std::shared_ptr<bool> armed = std::make_shared<bool>(false);
+  explicit FailsInBackward(Rng rng)
+      : first(std::make_shared<nn::Linear>(6, 8, rng)), second(std::make_shared<nn::Linear>(8, 3, rng)) {
+    register_module("first", first);
+    register_module("second", second);
+  }
+  Tensor forward(const Tensor& x) override {
+    return second->forward(fails_in_backward(relu(first->forward(x)), armed));
+  }
+};
+
+Data linear_batch(int step) {
+  Tensor x = Tensor::empty({kBatch, 6});
+  Rng(200 + step).fill_normal(x, 0, 1);
+  std::vector<int64_t> y(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) y[i] = (i * 5 + step) % 3;
+  return {x, Tensor::from_vector(y, {kBatch})};
+}
+
+Data linear_rows(const Data& d, int64_t begin, int64_t end) {
+  Tensor x = d.images.as_strided({end - begin, 6}, {6, 1}, d.images.offset() + begin * 6);
+  Tensor y = d.labels.as_strided({end - begin}, {1}, d.labels.offset() + begin);
+  return {x, y};
+}
+
+// Sets every group's collective timeout for one test, so a collective that some rank
+// never matches fails the test within `seconds` instead of hanging it. 30 s: these tests'
+// collectives take milliseconds, and well under that with 4 ranks on 2 busy cores.
+class TimeoutForThisTest {
+ public:
+  explicit TimeoutForThisTest(double seconds)
+      : previous_(dynamic_cast<dist::MpiProcessGroup&>(*dist::world()).timeout()) {
+    dist::set_timeout(seconds);
+  }
+  ~TimeoutForThisTest() { dist::set_timeout(static_cast<double>(previous_.count()) / 1000.0); }
+
+ private:
+  std::chrono::milliseconds previous_;
+};
+
+// A batch-normalised convolution and two heads, of which the forward uses one: `head_a`
+// on rank 0, `head_b` on the others. The other head's parameters get no gradient there.
+struct RankBranch : nn::Module {
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  std::shared_ptr<nn::Linear> head_a, head_b;
+  int rank = 0;
+  explicit RankBranch(Rng rng)
+      : conv(std::make_shared<nn::Conv2d>(1, 4, 3, rng, Conv2dOptions{.padding = 1}, false)),
+        bn(std::make_shared<nn::BatchNorm2d>(4)),
+        head_a(std::make_shared<nn::Linear>(4 * 8 * 8, 5, rng)),
+        head_b(std::make_shared<nn::Linear>(4 * 8 * 8, 5, rng)) {
+    register_module("conv", conv);
+    register_module("bn", bn);
+    register_module("head_a", head_a);
+    register_module("head_b", head_b);
+  }
+  Tensor features(const Tensor& x) { return flatten(relu(bn->forward(conv->forward(x)))); }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = features(x);
+    return rank == 0 ? head_a->forward(h) : head_b->forward(h);
+  }
+};
 
 }  // namespace
 
@@ -162,7 +272,8 @@ TEST(Ddp, UnusedParameterIsNamedOrAllowed) {
   // A module that registers a parameter its forward never uses.
   struct WithSpare : nn::Module {
     std::shared_ptr<nn::Linear> used, spare;
-    WithSpare(std::shared_ptr<nn::Linear> u, Rng& rng) : used(u), spare(std::make_shared<nn::Linear>(4, 3, rng)) {
+    WithSpare(std::shared_ptr<nn::Linear> u, Rng& rng)
+        : used(u), spare(std::make_shared<nn::Linear>(4, 3, rng)) {
       register_module("used", used);
       register_module("spare", spare);
     }
@@ -180,10 +291,75 @@ TEST(Ddp, UnusedParameterIsNamedOrAllowed) {
       EXPECT_THAT(e.what(), HasSubstr("find_unused_parameters"));
     }
   }
-  dist::DistributedDataParallel ddp(std::make_shared<WithSpare>(used, rng), dist::world(),
-                                    {.find_unused_parameters = true});
-  cross_entropy(ddp(x), y).backward();
-  cross_entropy(ddp(x), y).backward();
+  // Allowed with find_unused_parameters: UnusedParameterGetsZeroAndTheOthersTheAverageGradient.
+}
+
+// An op that throws in backward on every rank, with some of the step's all-reduces in
+// flight: the error is the op's own, the all-reduces in flight end with it (none is left
+// to overwrite the gradients zeroed after it), and the steps after it synchronise: every
+// rank gets the gradients of one process on the whole batch.
+TEST(Ddp, AnErrorInBackwardLeavesTheNextStepsSynchronised) {
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t per_rank = kBatch / n;
+  TimeoutForThisTest timeout(30);
+  auto model = std::make_shared<FailsInBackward>(Rng(3));
+  FailsInBackward reference(Rng(3));
+  dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = 0});
+
+  *model->armed = true;
+  Data shard = linear_rows(linear_batch(0), r * per_rank, (r + 1) * per_rank);
+  EXPECT_EQ(error_of([&] { cross_entropy(ddp(shard.images), shard.labels).backward(); }),
+            "fails_in_backward: the op's own error");
+  // It failed with the all-reduces of `second`'s two gradients (one bucket each) in flight.
+  const std::vector<double>& launches = ddp.reducer().launch_times_ms();
+  ASSERT_GE(launches.size(), 2u);
+  EXPECT_LT(launches[1], ddp.reducer().backward_end_ms());
+
+  *model->armed = false;
+  for (int step = 1; step <= 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    Data global = linear_batch(step);
+    Data mine = linear_rows(global, r * per_rank, (r + 1) * per_rank);
+    zero_gradients(ddp);
+    cross_entropy(ddp(mine.images), mine.labels).backward();
+    zero_gradients(reference);
+    cross_entropy(reference(global.images), global.labels).backward();
+    EXPECT_LE(max_relative_difference(gradients(ddp.module()), gradients(reference)), 1e-5);
+  }
+}
+
+// find_unused_parameters with parameters unused on some ranks only, beside sync_bn's
+// all-reduces in backward: every rank must issue the bucket all-reduces at the same place
+// among those, or the collectives pair up wrongly (wrong gradients, or a wait that times
+// out). Checked against one process computing each rank's head on its rows.
+TEST(Ddp, RankDependentUnusedParametersBesideSyncBatchNorm) {
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t per_rank = kBatch / n;
+  TimeoutForThisTest timeout(30);
+  auto model = std::make_shared<RankBranch>(Rng(5));
+  model->rank = r;
+  RankBranch reference(Rng(5));
+  dist::DistributedDataParallel ddp(model, group,
+                                    {.bucket_cap_mb = 0, .find_unused_parameters = true, .sync_bn = true});
+  // Rank 0's rows go through head_a, the others' through head_b: masks pick each row's head.
+  std::vector<float> on_rank0(kBatch * 5, 0.0f), elsewhere(kBatch * 5, 1.0f);
+  for (int64_t i = 0; i < per_rank * 5; ++i) on_rank0[i] = 1.0f, elsewhere[i] = 0.0f;
+  Tensor mask_a = Tensor::from_vector(on_rank0, {kBatch, 5}),
+         mask_b = Tensor::from_vector(elsewhere, {kBatch, 5});
+  for (int step = 0; step < 3; ++step) {  // the buckets are rebuilt after the first
+    SCOPED_TRACE("step " + std::to_string(step));
+    Data global = global_batch(step);
+    Data mine = rows(global, r * per_rank, (r + 1) * per_rank);
+    zero_gradients(ddp);
+    cross_entropy(ddp(mine.images), mine.labels).backward();
+    zero_gradients(reference);
+    Tensor h = reference.features(global.images);
+    Tensor logits = add(mul(reference.head_a->forward(h), mask_a), mul(reference.head_b->forward(h), mask_b));
+    cross_entropy(logits, global.labels).backward();
+    EXPECT_LE(max_relative_difference(gradients(ddp.module()), gradients(reference)), 1e-5);
+  }
 }
 
 TEST(Ddp, DifferentModelsAreAnErrorOnEveryRank) {
@@ -198,5 +374,237 @@ TEST(Ddp, DifferentModelsAreAnErrorOnEveryRank) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("ranks 0 and 1"));
     EXPECT_THAT(e.what(), HasSubstr("'0.weight' [3, 4] on rank 0 and '0.weight' [5, 4] on rank 1"));
+  }
+}
+
+// --- Replicas from different seeds, BatchNorm buffers without sync_bn, uneven shards,
+// a proper sub-group, and the gradients with unused parameters.
+namespace {
+
+// Moves a BatchNorm's running statistics by a training-mode forward on data of `seed`, so
+// that replicas built from different seeds differ in their buffers too.
+void move_buffers(nn::Module& model, uint64_t seed) {
+  autograd::NoGrad no_grad;
+  Tensor x = Tensor::empty({4, 1, 8, 8});
+  Rng(seed).fill_normal(x, 1, 2);
+  model(x);
+}
+
+// "" when a and b hold the same names with bit-identical values, else the first difference.
+std::string state_difference(const nn::NamedTensors& a, const nn::NamedTensors& b) {
+  if (a.size() != b.size()) return std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " tensors";
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first) return "'" + a[i].first + "' vs '" + b[i].first + "'";
+    if (a[i].second.to_vector() != b[i].second.to_vector()) return "'" + a[i].first + "' differs";
+  }
+  return "";
+}
+
+std::vector<Tensor> clones(const nn::NamedTensors& tensors) {
+  std::vector<Tensor> out;
+  for (const auto& [name, t] : tensors) out.push_back(t.clone());
+  return out;
+}
+
+void copy_into(const nn::NamedTensors& tensors, const std::vector<Tensor>& values) {
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].second.copy_from(values[i]);
+}
+
+// BatchNorm without sync_bn: each rank normalises with its own shard's statistics, so the
+// parameters follow the average of per-shard gradients. The running statistics a rank
+// holds after a step are those it started the step from, moved by its own shard: rank 0's
+// of the step before (broadcast_buffers), or its own (without). The reference replays
+// every shard from the right starting statistics and keeps what this rank must hold.
+double ddp_local_batch_norm_vs_single(bool broadcast_buffers, int steps) {
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t per_rank = kBatch / n;
+  auto reference = small_cnn(true);
+  const nn::NamedTensors buffers = reference->named_buffers();
+  std::vector<Tensor> chain = clones(buffers);  // rank 0's (broadcast_buffers) or this rank's
+  sgd_steps(
+      *reference,
+      [&](int k, optim::Sgd&) {
+        Data d = global_batch(k);
+        std::vector<Tensor> next_chain, mine;
+        for (int s = 0; s < n; ++s) {
+          copy_into(buffers, chain);
+          Data shard = rows(d, s * per_rank, (s + 1) * per_rank);
+          mul(cross_entropy((*reference)(shard.images), shard.labels), 1.0f / static_cast<float>(n))
+              .backward();
+          if (s == (broadcast_buffers ? 0 : r)) next_chain = clones(buffers);
+          if (s == r) mine = clones(buffers);
+        }
+        chain = next_chain;
+        copy_into(buffers, mine);
+      },
+      steps);
+
+  auto ddp = std::make_shared<dist::DistributedDataParallel>(
+      small_cnn(true), group,
+      dist::DdpOptions{.bucket_cap_mb = 0.01, .broadcast_buffers = broadcast_buffers});
+  sgd_steps(
+      *ddp,
+      [&](int k, optim::Sgd&) {
+        Data mine = rows(global_batch(k), r * per_rank, (r + 1) * per_rank);
+        cross_entropy((*ddp)(mine.images), mine.labels).backward();
+      },
+      steps);
+  return max_relative_difference(ddp->module().state_dict(), reference->state_dict());
+}
+
+// A module that registers a parameter its forward never uses.
+struct UsedAndSpare : nn::Module {
+  std::shared_ptr<nn::Linear> used, spare;
+  explicit UsedAndSpare(uint64_t seed) {
+    Rng rng(seed);
+    used = register_module("used", std::make_shared<nn::Linear>(4, 3, rng));
+    spare = register_module("spare", std::make_shared<nn::Linear>(4, 3, rng));
+  }
+  Tensor forward(const Tensor& x) override { return used->forward(x); }
+};
+
+// Rank q's batch in round `round`: different on every rank, so averaging shows.
+Data unused_test_batch(int q, int round) {
+  Tensor x = Tensor::empty({3, 4});
+  Rng(50 + 10 * round + q).fill_normal(x, 0, 1);
+  return {x, Tensor::from_vector(std::vector<int64_t>{q % 3, (q + round) % 3, 2}, {3})};
+}
+
+}  // namespace
+
+TEST(Ddp, ReplicasFromDifferentSeedsStartAsRankZeros) {
+  auto group = dist::world();
+  const int r = group->rank();
+  auto mine = small_cnn(true, own_seed(r)), rank0 = small_cnn(true, own_seed(0));
+  move_buffers(*mine, own_seed(r));
+  move_buffers(*rank0, own_seed(0));
+  if (r != 0) {
+    ASSERT_NE(state_difference(mine->state_dict(), rank0->state_dict()), "")
+        << "the seeds made equal replicas";
+  }
+  dist::DistributedDataParallel ddp(mine, group, {});
+  EXPECT_EQ(state_difference(ddp.module().state_dict(), rank0->state_dict()), "");
+}
+
+TEST(Ddp, ReplicasFromDifferentSeedsTrainAsOneProcessFromRankZerosSeed) {
+  EXPECT_LE(ddp_vs_single(false, {.bucket_cap_mb = 0.002}, 10, 1, nullptr, true), 1e-5);
+}
+
+TEST(Ddp, ProperSubGroupEqualsOneProcess) {
+  // World rank 0 alone and ranks 1.. together (np 4: {0} and {1,2,3}), training at once,
+  // each group from its members' own seeds against one process from its rank 0's seed.
+  const int me = dist::info().rank;
+  dist::GroupPtr group = dist::split(dist::world(), me == 0 ? 0 : 1, me);
+  EXPECT_LE(ddp_vs_single(false, {.bucket_cap_mb = 0.002}, 10, 1, group, true), 1e-5);
+  EXPECT_LE(ddp_vs_single(true, {.bucket_cap_mb = 0.01, .sync_bn = true}, 6, 1, group, true), 1e-5);
+}
+
+TEST(Ddp, BroadcastBuffersGiveRankZerosRunningStatistics) {
+  EXPECT_LE(ddp_local_batch_norm_vs_single(true, 6), 1e-5);
+}
+
+TEST(Ddp, WithoutBroadcastBuffersEachRankKeepsItsOwnRunningStatistics) {
+  EXPECT_LE(ddp_local_batch_norm_vs_single(false, 6), 1e-5);
+}
+
+TEST(Ddp, UnevenShardsSeeEverySampleAndMatchOneProcess) {
+  // 23 samples over 2, 3 or 4 ranks. train_shard pads by wrapping around the epoch's order:
+  // every rank gets ceil(23 / n) samples (so the same number of steps), every sample is
+  // seen, and the first ceil(23 / n) * n - 23 of the order twice. Then DDP trains on
+  // batches of 2 from a Loader over this rank's shard, against one process trained on the
+  // ranks' batches side by side, each built by hand from the dataset.
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t size = 23, batch = 2, per_rank = (size + n - 1) / n, pad = per_rank * n - size;
+  const uint64_t seed = 5;
+  const data::Dataset dataset = data::make_synthetic(1, 8, 8, 5, size, seed);
+  auto reference = small_cnn(false);
+  auto ddp = std::make_shared<dist::DistributedDataParallel>(small_cnn(false), group,
+                                                             dist::DdpOptions{.bucket_cap_mb = 0.002});
+  optim::Sgd sgd_ref(optim::param_groups(*reference, 1e-3f, false), {0.9f, true});
+  optim::Sgd sgd_ddp(optim::param_groups(*ddp, 1e-3f, false), {0.9f, true});
+  data::Loader loader(dataset, {.batch_size = batch, .drop_last = true, .prefetch = 1});
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    SCOPED_TRACE("epoch " + std::to_string(epoch));
+    std::vector<std::vector<int64_t>> shards;
+    for (int q = 0; q < n; ++q) shards.push_back(data::train_shard(size, seed, epoch, q, n, true));
+    // How often each sample is seen, over the ranks (each counts its own shard).
+    std::vector<int64_t> seen(size, 0), counted(size, 0);
+    for (int64_t i : shards[r]) ++seen[i];
+    for (int64_t i : data::eval_shard(size, r, n)) ++counted[i];
+    Tensor seen_t = Tensor::from_vector(seen, {size}), counted_t = Tensor::from_vector(counted, {size});
+    group->all_reduce(seen_t)->wait();
+    group->all_reduce(counted_t)->wait();
+    const std::vector<int64_t> order = data::shuffle_permutation(size, seed, epoch);
+    for (int64_t k = 0; k < size; ++k) {
+      EXPECT_EQ(seen_t.data<int64_t>()[order[k]], k < pad ? 2 : 1)
+          << "sample " << order[k] << ", " << k << "th of the epoch's order";
+      EXPECT_EQ(counted_t.data<int64_t>()[k], 1) << "evaluation sample " << k;
+    }
+    loader.start_epoch(shards[r], epoch);
+    Tensor steps = Tensor::from_vector(std::vector<int64_t>{loader.batches_per_epoch()}, {1});
+    Tensor most = steps.clone();
+    group->all_reduce(steps, dist::ReduceOp::min)->wait();
+    group->all_reduce(most, dist::ReduceOp::max)->wait();
+    ASSERT_EQ(steps.data<int64_t>()[0], per_rank / batch);  // the same on every rank: all stop here
+    ASSERT_EQ(most.data<int64_t>()[0], per_rank / batch);
+    for (int64_t k = 0; k < per_rank / batch; ++k) {
+      data::Batch mine;
+      ASSERT_TRUE(loader.next(mine));
+      sgd_ddp.zero_grad();
+      cross_entropy((*ddp)(mine.images), mine.labels).backward();
+      sgd_ddp.step(0.05f);
+
+      Tensor x = Tensor::empty({batch * n, 1, 8, 8});
+      std::vector<int64_t> y;
+      for (int q = 0; q < n; ++q)
+        for (int64_t j = 0; j < batch; ++j) {
+          const int64_t sample = shards[q][k * batch + j];
+          data::dataset_sample_to_float(dataset, sample, x.data<float>() + (q * batch + j) * 64);
+          y.push_back(dataset.labels[sample]);
+        }
+      sgd_ref.zero_grad();
+      cross_entropy((*reference)(x), Tensor::from_vector(y, {batch * n})).backward();
+      sgd_ref.step(0.05f);
+    }
+    data::Batch extra;
+    EXPECT_FALSE(loader.next(extra)) << "the loader has more batches than batches_per_epoch()";
+  }
+  EXPECT_LE(max_relative_difference(ddp->module().state_dict(), reference->state_dict()), 1e-5);
+}
+
+TEST(Ddp, UnusedParameterGetsZeroAndTheOthersTheAverageGradient) {
+  // Both rounds, with one bucket per parameter and with one bucket for all: the second on
+  // the buckets rebuilt in arrival order, where the unused parameter comes last.
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  for (double cap : {0.0, 25.0}) {
+    SCOPED_TRACE("bucket_cap_mb " + std::to_string(cap));
+    dist::DistributedDataParallel ddp(std::make_shared<UsedAndSpare>(1), group,
+                                      {.bucket_cap_mb = cap, .find_unused_parameters = true});
+    UsedAndSpare reference(1);
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      for (const Tensor& p : ddp.module().parameters()) p.grad().zero_();
+      Data mine = unused_test_batch(r, round);
+      cross_entropy(ddp(mine.images), mine.labels).backward();
+      for (const Tensor& p : reference.parameters()) p.set_grad(Tensor());
+      for (int q = 0; q < n; ++q) {  // the gradient averaged over the ranks' batches
+        Data theirs = unused_test_batch(q, round);
+        mul(cross_entropy(reference(theirs.images), theirs.labels), 1.0f / static_cast<float>(n)).backward();
+      }
+      nn::NamedTensors got = ddp.module().named_parameters(), want = reference.named_parameters();
+      for (size_t i = 0; i < got.size(); ++i) {
+        const std::string& name = got[i].first;
+        std::vector<float> g = got[i].second.grad().to_vector();
+        if (name.rfind("spare.", 0) == 0) {
+          EXPECT_EQ(g, std::vector<float>(g.size(), 0.0f)) << name;
+          continue;
+        }
+        std::vector<float> w = want[i].second.grad().to_vector();
+        for (size_t j = 0; j < g.size(); ++j) EXPECT_NEAR(g[j], w[j], 1e-6 + 1e-5 * std::abs(w[j])) << name;
+      }
+    }
   }
 }

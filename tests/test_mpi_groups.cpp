@@ -1,19 +1,24 @@
 // Sub-groups under mpirun (np 2-4): new_group, split by colour, DeviceMesh axes; their
 // names, group-relative ranks and world ranks, collectives on them checked against closed
-// forms, nullptr for non-members, and the errors for bad arguments. Groups are made in the
+// forms (every collective, on a proper sub-group, and its timeout), nullptr for
+// non-members, and the errors for bad arguments. Groups are made in the
 // same order on every rank, and every rank runs every test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <numeric>
 #include <string>
 
+#include "closed_form.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
 
 using namespace dpt;
 using namespace dpt::dist;
+using dpt::testing::expect_values;
+using dpt::testing::make;
 
 namespace {
 
@@ -261,4 +266,178 @@ TEST(MpiGroups, ShutDownGroupThrowsOnUse) {
   std::string m = error_of([&] { g->all_reduce(t); });
   EXPECT_TRUE(has(m, "all_reduce(sum) of 4 f32 on split(color 0)")) << m;
   EXPECT_TRUE(has(m, "used after")) << m;
+}
+
+// Every collective on a proper sub-group, against closed forms of inputs that depend on
+// the members' world ranks: one that ran over the wrong ranks, or took world ranks for
+// group ranks, gives other values.
+namespace {
+
+// np 4: {1} and {0,2,3}; np 3: {1} and {0,2}; np 2: {1} and {0}. Every rank is in one,
+// and in the larger one group ranks and world ranks differ.
+GroupPtr all_but_rank_one() {
+  const int me = info().rank;
+  return split(world(), me == 1 ? 1 : 0, me);
+}
+
+// The group rank whose chunk_of(n, size, .) holds element i.
+int owner_of(int64_t i, int64_t n, int size) {
+  for (int q = 0; q < size; ++q) {
+    Chunk c = chunk_of(n, size, q);
+    if (i >= c.begin && i < c.end) return q;
+  }
+  return -1;
+}
+
+constexpr int64_t kBeyond32Bits = int64_t(1) << 33;
+
+}  // namespace
+
+TEST(MpiSubGroup, AllReduceWithEveryOp) {
+  GroupPtr g = all_but_rank_one();
+  const std::vector<int>& members = g->world_ranks();
+  const int me = info().rank, n = g->size();
+  // Rank with world rank w holds (w + 1) * 4 + i % 5.
+  double s = 0, lo = 1e9, hi = -1e9;
+  for (int w : members) {
+    s += w + 1;
+    lo = std::min<double>(lo, w + 1);
+    hi = std::max<double>(hi, w + 1);
+  }
+  for (int64_t size : {1, 7, 1000}) {
+    std::vector<Tensor> t;
+    std::vector<WorkPtr> works;
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
+      t.push_back(make<float>(size, [&](int64_t i) { return (me + 1) * 4 + i % 5; }));
+      works.push_back(g->all_reduce(t.back(), op));
+    }
+    Tensor big = make<int64_t>(size, [&](int64_t i) { return (me + 1) * kBeyond32Bits + i; });
+    works.push_back(g->all_reduce(big));
+    for (const WorkPtr& w : works) w->wait();
+    const std::string at = " on " + g->name() + " at n " + std::to_string(size);
+    expect_values<float>(
+        t[0], [&](int64_t i) { return 4 * s + n * (i % 5); }, "sum" + at);
+    expect_values<float>(
+        t[1], [&](int64_t i) { return static_cast<float>(4 * s + n * (i % 5)) / n; }, "avg" + at);
+    expect_values<float>(
+        t[2], [&](int64_t i) { return 4 * lo + i % 5; }, "min" + at);
+    expect_values<float>(
+        t[3], [&](int64_t i) { return 4 * hi + i % 5; }, "max" + at);
+    expect_values<int64_t>(
+        big, [&](int64_t i) { return static_cast<int64_t>(s) * kBeyond32Bits + n * i; }, "i64 sum" + at);
+  }
+}
+
+TEST(MpiSubGroup, AllGatherAndReduceScatterUneven) {
+  GroupPtr g = all_but_rank_one();
+  const std::vector<int>& members = g->world_ranks();
+  const int me = info().rank, n = g->size(), r = g->rank();
+  double s = 0, lo = 1e9, hi = -1e9;
+  for (int w : members) {
+    s += w + 1;
+    lo = std::min<double>(lo, w + 1);
+    hi = std::max<double>(hi, w + 1);
+  }
+  for (int64_t size : {0, 1, 2, 5, 7, 1001}) {  // most do not divide by 2 or 3
+    Chunk c = chunk_of(size, n, r);
+    // all_gather: this rank's chunk holds (w + 1) * 10000 + i at element i of the whole.
+    Tensor gathered = make<float>(size, [](int64_t) { return -1; });
+    Tensor chunk = make<float>(c.end - c.begin, [&](int64_t j) { return (me + 1) * 10000 + c.begin + j; });
+    // reduce_scatter: rank w's input is (w + 1) + i % 7.
+    Tensor in = make<float>(size, [&](int64_t i) { return (me + 1) + i % 7; });
+    std::vector<Tensor> outs;
+    std::vector<WorkPtr> works{g->all_gather(gathered, chunk)};
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
+      outs.push_back(make<float>(c.end - c.begin, [](int64_t) { return -1; }));
+      works.push_back(g->reduce_scatter(outs.back(), in, op));
+    }
+    for (const WorkPtr& w : works) w->wait();
+    const std::string at =
+        " on " + g->name() + " at n " + std::to_string(size) + ", group rank " + std::to_string(r);
+    expect_values<float>(
+        gathered, [&](int64_t i) { return (members[owner_of(i, size, n)] + 1) * 10000 + i; },
+        "all_gather" + at);
+    auto whole = [&](int64_t j) { return c.begin + j; };  // element j of the chunk in the whole
+    expect_values<float>(
+        outs[0], [&](int64_t j) { return s + n * (whole(j) % 7); }, "reduce_scatter sum" + at);
+    expect_values<float>(
+        outs[1], [&](int64_t j) { return static_cast<float>(s + n * (whole(j) % 7)) / n; },
+        "reduce_scatter avg" + at);
+    expect_values<float>(
+        outs[2], [&](int64_t j) { return lo + whole(j) % 7; }, "reduce_scatter min" + at);
+    expect_values<float>(
+        outs[3], [&](int64_t j) { return hi + whole(j) % 7; }, "reduce_scatter max" + at);
+  }
+}
+
+TEST(MpiSubGroup, BroadcastFromEveryGroupRankAndSendRecvRing) {
+  GroupPtr g = all_but_rank_one();
+  const std::vector<int>& members = g->world_ranks();
+  const int me = info().rank, n = g->size(), r = g->rank();
+  for (int root = 0; root < n; ++root) {
+    Tensor t = make<float>(9, [&](int64_t i) { return me * 100 + i; });
+    g->broadcast(t, root)->wait();
+    expect_values<float>(
+        t, [&](int64_t i) { return members[root] * 100 + i; },
+        "broadcast from group rank " + std::to_string(root) + " on " + g->name());
+  }
+  if (n < 2) return;  // a group of one has no one to send to
+  // Group rank r sends to r + 1 and receives from r - 1 (around the ring); large messages
+  // need the receive posted while the send is in flight.
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int64_t size : {1, 7, (1 << 18) + 3}) {
+    Tensor mine = make<float>(size, [&](int64_t i) { return me * 10 + i % 10; });
+    Tensor got = make<float>(size, [](int64_t) { return -1; });
+    WorkPtr sent = g->send(mine, next, 5), received = g->recv(got, prev, 5);
+    received->wait();
+    sent->wait();
+    expect_values<float>(
+        got, [&](int64_t i) { return members[prev] * 10 + i % 10; },
+        "ring on " + g->name() + " at n " + std::to_string(size));
+  }
+}
+
+TEST(MpiSubGroup, TimeoutNamesTheGroupAndItsLateRanks) {
+  // Group rank 0 (world rank 0) waits on a barrier of {0,2} (np 3) or {0,2,3} (np 4) with
+  // a 0.2 s timeout. The others join only once it has timed out: it tells them by a world
+  // message, so the order does not depend on how busy the machine is. The barrier then
+  // completes, and the group goes on.
+  if (info().world_size < 3) GTEST_SKIP() << "needs 3 ranks for a proper sub-group of 2 or more";
+  GroupPtr g = all_but_rank_one();
+  if (g->size() < 2) return;  // world rank 1, in a group of its own
+  auto* mpi = dynamic_cast<MpiProcessGroup*>(g.get());
+  ASSERT_NE(mpi, nullptr);
+  const std::vector<int>& members = g->world_ranks();
+  const int me = info().rank, n = g->size();
+  Tensor go = Tensor::zeros({1});
+  if (g->rank() == 0) {
+    const std::chrono::milliseconds before = mpi->timeout();
+    mpi->set_timeout(std::chrono::milliseconds(200));
+    WorkPtr b = g->barrier();
+    mpi->set_timeout(before);
+    std::string m = error_of([&] { b->wait(); });
+    for (int q = 1; q < n; ++q) world()->send(go, members[q], 21)->wait();
+    EXPECT_TRUE(has(m, "barrier on " + g->name() + " (collective #")) << m;
+    EXPECT_TRUE(has(m, "): not complete after 0.2 s")) << m;
+    for (int q = 1; q < n; ++q) {
+      EXPECT_TRUE(has(m, "rank " + std::to_string(q) + " (world rank " + std::to_string(members[q]) +
+                             ") (its latest collective on " + g->name()))
+          << m;
+    }
+    EXPECT_EQ(error_of([&] { b->wait(); }), "(no error)");
+  } else {
+    // Bounded, so that a barrier that never times out fails the test instead of hanging it.
+    auto& world_group = dynamic_cast<MpiProcessGroup&>(*world());
+    const std::chrono::milliseconds before = world_group.timeout();
+    world_group.set_timeout(std::chrono::seconds(30));
+    WorkPtr told = world()->recv(go, members[0], 21);
+    world_group.set_timeout(before);
+    EXPECT_EQ(error_of([&] { told->wait(); }), "(no error)") << "group rank 0 did not time out";
+    g->barrier()->wait();
+    told->wait();
+  }
+  Tensor after = Tensor::full({4}, static_cast<float>(me + 1));
+  g->all_reduce(after)->wait();
+  const float s = std::accumulate(members.begin(), members.end(), 0.0f) + n;
+  EXPECT_EQ(after.to_vector(), std::vector<float>(4, s));
 }

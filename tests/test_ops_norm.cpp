@@ -1,6 +1,7 @@
 // batch_norm2d: training outputs, running statistics (unbiased variance) and gradients,
 // and eval mode, with and without the fused ReLU, against plain loops in double; the
-// kernels with poisoned outputs; finite differences; shape errors.
+// kernels with poisoned outputs; finite differences (also of the CPU sync_batch_norm2d on
+// one rank); shape errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "inputs.h"
 #include "kernel_check.h"
 #include "ops/norm.h"
+#include "ops/sync_batch_norm.h"
 
 using namespace dpt;
 using dpt::testing::expect_close;
@@ -188,6 +190,19 @@ TEST(BatchNorm, GradientCheckFusedReluAwayFromZero) {
         return batch_norm2d(t[0], t[1], t[2], Tensor(), Tensor(), true, {}, true);
       },
       {x, w, b}, {.eps = 5e-3});
+}
+
+TEST(SyncBatchNorm, GradientCheckOnOneRank) {
+  // The CPU path with the cross-rank sum of one rank (nothing to add); at 2-4 ranks:
+  // tests/test_mpi_sync_bn.cpp.
+  auto x = random_tensor({3, 4, 3, 5}, 1, -1.0f, 2.0f).set_requires_grad(true);
+  auto w = random_tensor({4}, 2, 0.5f, 1.5f).set_requires_grad(true);
+  auto b = random_tensor({4}, 3).set_requires_grad(true);
+  expect_gradients_match(
+      [](const std::vector<Tensor>& t) {
+        return sync_batch_norm2d(t[0], t[1], t[2], Tensor(), Tensor(), {}, [](const Tensor&) {});
+      },
+      {x, w, b});
 }
 
 TEST(BatchNorm, ShapeErrors) {

@@ -14,7 +14,7 @@
 
 #include "error_of.h"
 #include "io/atomic_file.h"
-#include "io/json_value.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "temp_dir.h"
 
@@ -49,67 +49,102 @@ std::string parse_error(const std::string& bytes) {
   return error_of([&] { parse(bytes); });
 }
 
-
 }  // namespace
 
 TEST(Json, ParsesNestedValuesAndReadsTypedFields) {
-  JsonValue v = json_parse(
+  JsonIn v = json_parse(
       R"( {"a": [1, -2.5e3, true, null], "b": {"c": "x\"\u00e9\ud83d\ude00"}, "n": -9223372036854775808} )",
       "t.json");
-  const auto& a = v.at("a", "t").as_array("t");
+  const auto& a = json_array(json_at(v, "a", "t"), "t");
   ASSERT_EQ(a.size(), 4u);
-  EXPECT_EQ(a[0].as_int("t"), 1);
-  EXPECT_EQ(a[1].as_double("t"), -2500.0);
-  EXPECT_TRUE(a[2].as_bool("t"));
+  EXPECT_EQ(json_int(a[0], "t"), 1);
+  EXPECT_EQ(json_number(a[1], "t"), -2500.0);
+  EXPECT_TRUE(json_bool(a[2], "t"));
   EXPECT_TRUE(a[3].is_null());
-  EXPECT_EQ(v.at("b", "t").at("c", "t").as_string("t"), "x\"\xc3\xa9\xf0\x9f\x98\x80");
-  EXPECT_EQ(v.at("n", "t").as_int("t"), std::numeric_limits<int64_t>::min());
-  EXPECT_THAT(error_of([&] { v.at("missing", "t.json"); }), HasSubstr("t.json: missing key 'missing'"));
-  EXPECT_THAT(error_of([&] { a[1].as_int("t.json: key 'a'"); }),
-              HasSubstr("expected an integer, got -2.5e3"));
-  EXPECT_THAT(error_of([&] { a[0].as_string("w"); }), HasSubstr("w: expected a string, got 1"));
+  EXPECT_EQ(json_string(json_at(json_at(v, "b", "t"), "c", "t"), "t"), "x\"\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_EQ(json_int(json_at(v, "n", "t"), "t"), std::numeric_limits<int64_t>::min());
+  EXPECT_THAT(error_of([&] { json_at(v, "missing", "t.json"); }), HasSubstr("t.json: missing key 'missing'"));
+  EXPECT_THAT(error_of([&] { json_int(a[1], "t.json: key 'a'"); }),
+              HasSubstr("t.json: key 'a': expected an integer, got -2500.0"));
+  EXPECT_THAT(error_of([&] { json_string(a[0], "w"); }), HasSubstr("w: expected a string, got 1"));
+  EXPECT_THAT(error_of([&] {
+                json_object(v, "w");
+                json_array(v, "w");
+              }),
+              HasSubstr("w: expected an array, got an object"));
 }
 
-TEST(Json, DoublesAndIntegersRoundTripExactly) {
-  const double values[] = {0.1, -1.0 / 3.0, 1e-300, 6.02214076e23, 5e-324, std::numeric_limits<double>::max(),
-                           0.0};
-  for (double d : values) {
-    JsonValue back = json_parse(JsonValue(d).dump(), "t");
-    EXPECT_EQ(back.as_double("t"), d) << JsonValue(d).dump();
+TEST(Json, IntegersAreExactAndNeverRoundedOrWrapped) {
+  // 2^53 + 1 has no double: read as a double on the way, it would come back as 2^53.
+  for (int64_t i : {int64_t{0}, int64_t{-7}, (int64_t{1} << 53) + 1, std::numeric_limits<int64_t>::max(),
+                    std::numeric_limits<int64_t>::min()}) {
+    const std::string text = json_text(JsonOut{{"i", i}});
+    EXPECT_EQ(json_int(json_at(json_parse(text, "t"), "i", "t"), "t"), i) << text;
   }
-  for (int64_t i : {int64_t{0}, int64_t{-7}, std::numeric_limits<int64_t>::max()})
-    EXPECT_EQ(json_parse(JsonValue(i).dump(), "t").as_int("t"), i);
-  JsonValue o = JsonValue::object().set("k", "line\nbreak \x01").set("l", JsonValue::array({1, "two"}));
-  JsonValue back = json_parse(o.dump(), "t");
-  EXPECT_EQ(back.at("k", "t").as_string("t"), "line\nbreak \x01");
-  EXPECT_EQ(back.dump(), o.dump());
+  // Beyond int64, or written as a fraction or with an exponent: an error naming the value.
+  for (const char* text :
+       {"9223372036854775808", "18446744073709551616", "-9223372036854775809", "1.0", "1e3"})
+    EXPECT_THAT(error_of([&] { json_int(json_parse(text, "t"), "k"); }),
+                HasSubstr("k: expected an integer, got "))
+        << text;
+}
+
+TEST(Json, DoublesAndStringsRoundTripExactly) {
+  const double values[] = {0.1,    -1.0 / 3.0,
+                           1e-300, 6.02214076e23,
+                           5e-324, std::numeric_limits<double>::max(),
+                           0.0,    static_cast<double>(0.1f)};
+  for (double d : values) {
+    const std::string text = json_text(JsonOut(d));
+    EXPECT_EQ(json_number(json_parse(text, "t"), "t"), d) << text;
+  }
+  EXPECT_EQ(json_text(JsonOut{{"nan", std::nan("")}, {"inf", HUGE_VAL}}), R"({"nan":null,"inf":null})");
+  JsonOut o = {{"k", "line\nbreak \x01"}, {"l", {1, "two"}}};
+  EXPECT_EQ(json_text(o), R"({"k":"line\nbreak \u0001","l":[1,"two"]})");  // insertion order kept
+  EXPECT_EQ(json_string(json_at(json_parse(json_text(o), "t"), "k", "t"), "t"), "line\nbreak \x01");
+  EXPECT_EQ(json_text(JsonOut("a\xff")), "\"a\xef\xbf\xbd\"");  // not UTF-8: U+FFFD, never an exception
 }
 
 TEST(Json, MalformedTextNamesTheByte) {
   const std::pair<const char*, const char*> cases[] = {
-      {"", "byte 0: expected a value"},
-      {"{\"a\": 1,}", "byte 8: expected a key"},
-      {"[1 2]", "byte 3: expected ',' or ']'"},
-      {"{\"a\": 1, \"a\": 2}", "byte 9: duplicate key \"a\""},
-      {"\"tab\there\"", "byte 4: control character"},
-      {"\"\\x\"", "byte 2: unknown escape"},
-      {"\"\\ud800\"", "byte 7: a high surrogate"},
-      {"01", "byte 1: expected the end"},
-      {"1.", "byte 2: expected digits after '.'"},
-      {"tru", "byte 0: expected a value"},
-      {"\"open", "byte 5: unterminated string"},
-      {"{} x", "byte 3: expected the end"},
+      {"", "byte 0: syntax error while parsing value - unexpected end of input"},
+      {"{\"a\": 1,}", "byte 8: syntax error while parsing object key - unexpected '}'"},
+      {"[1 2]", "byte 3: syntax error while parsing array - unexpected number literal; expected ']'"},
+      {"{\"a\": 1, \"a\": 2}", "byte 11: duplicate key \"a\""},
+      {"{\"a\": {\"b\": 1, \"c\": {\"b\": 2}, \"b\": 3}}", "byte 32: duplicate key \"b\""},
+      {"\"tab\there\"",
+       "byte 4: syntax error while parsing value - invalid string: control character U+0009"},
+      {"\"\\x\"",
+       "byte 2: syntax error while parsing value - invalid string: forbidden character after backslash"},
+      {"\"\\ud800\"", "byte 7: syntax error while parsing value - invalid string: surrogate U+D800..U+DBFF"},
+      {"\"\xff\"", "byte 1: syntax error while parsing value - invalid string: ill-formed UTF-8 byte"},
+      {"01", "byte 1: syntax error while parsing value - unexpected number literal; expected end of input"},
+      {"1.", "byte 2: syntax error while parsing value - invalid number; expected digit after '.'"},
+      {"tru", "byte 3: syntax error while parsing value - invalid literal"},
+      {"\"open", "byte 5: syntax error while parsing value - invalid string: missing closing quote"},
+      {"{} x", "byte 3: syntax error while parsing value - invalid literal"},
+      {"[1e400]", "byte 6: number overflow parsing '1e400'"},
   };
   for (const auto& [text, expected] : cases)
     EXPECT_THAT(error_of([&] { json_parse(text, "bad.json"); }),
                 HasSubstr(std::string("bad.json: malformed JSON at ") + expected))
         << text;
+  // A long damaged token is quoted in part: the message stays one short line.
+  const std::string message =
+      error_of([&] { json_parse("\"" + std::string(100000, 'x') + "\x01\"", "long.json"); });
+  EXPECT_THAT(message, HasSubstr("long.json: malformed JSON at byte 100001: syntax error"));
+  EXPECT_LT(message.size(), 300u) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 TEST(Json, DeepNestingIsAnErrorNotAStackOverflow) {
   std::string deep(100000, '[');
-  EXPECT_THAT(error_of([&] { json_parse(deep, "deep.json"); }), HasSubstr("nested deeper than 64 levels"));
-  std::string ok = std::string(60, '[') + std::string(60, ']');
+  EXPECT_THAT(error_of([&] { json_parse(deep, "deep.json"); }),
+              HasSubstr("deep.json: malformed JSON at byte 64: nested deeper than 64 levels"));
+  std::string objects;
+  for (int i = 0; i < 100; ++i) objects += "{\"k\": ";
+  EXPECT_THAT(error_of([&] { json_parse(objects, "deep.json"); }), HasSubstr("nested deeper than 64 levels"));
+  std::string ok = std::string(64, '[') + std::string(64, ']');
   EXPECT_NO_THROW(json_parse(ok, "ok.json"));
 }
 
@@ -127,16 +162,19 @@ TEST(Safetensors, WritesTheFormatAndReadsItBack) {
   std::memcpy(&n, bytes.data(), 8);
   ASSERT_EQ((8 + n) % 8, 0u);
   std::string header = bytes.substr(8, n);
-  EXPECT_THAT(header, HasSubstr(R"("__metadata__": {"format": "pt"})"));
-  EXPECT_THAT(header, HasSubstr(R"("w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]})"));
-  EXPECT_THAT(header, HasSubstr(R"("idx": {"dtype": "I64", "shape": [3], "data_offsets": [24, 48]})"));
-  EXPECT_THAT(header, HasSubstr(R"("s": {"dtype": "F32", "shape": [], "data_offsets": [48, 52]})"));
+  EXPECT_EQ(header.substr(0, header.find_last_not_of(' ') + 1),
+            R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+            R"("idx":{"dtype":"I64","shape":[3],"data_offsets":[24,48]},)"
+            R"("s":{"dtype":"F32","shape":[],"data_offsets":[48,52]}})");
   ASSERT_EQ(bytes.size(), 8 + n + 52);
   EXPECT_EQ(std::memcmp(bytes.data() + 8 + n, w.raw_data(), 24), 0);
   EXPECT_EQ(std::memcmp(bytes.data() + 8 + n + 24, idx.raw_data(), 24), 0);
 
   SafetensorsFile f = safetensors_read(path);
   ASSERT_EQ(f.view.tensors.size(), 3u);
+  std::vector<std::string> names;
+  for (const SafetensorsEntry& e : f.view.tensors) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"w", "idx", "s"}));  // the data's order, not the keys'
   EXPECT_EQ(f.view.metadata, (Metadata{{"format", "pt"}}));
   EXPECT_EQ(f.tensor(*f.view.find("w")).to_vector(), w.to_vector());
   Tensor idx_back = f.tensor(*f.view.find("idx"));
@@ -243,6 +281,27 @@ TEST(Safetensors, LoadIntoChecksNamesShapesAndDtypesBeforeCopying) {
               HasSubstr("tensor 'b' is F32, the model expects I64"));
 }
 
+// Every check, the one for tensors `into` lacks included, comes before the first copy: a
+// file that fails any of them leaves `into` bit-identical.
+TEST(Safetensors, LoadIntoLeavesTheTargetUntouchedWhateverCheckFails) {
+  TempDir dir("dpt_safetensors");
+  const std::string path = dir.file("m.safetensors");
+  safetensors_write(path,
+                    {{"w", f32({1, 2, 3, 4}, {2, 2})}, {"b", f32({5, 6}, {2})}, {"extra", f32({7}, {1})}});
+  SafetensorsFile f = safetensors_read(path);
+  Tensor w = f32({-1, -2, -3, -4}, {2, 2}), b = f32({-5, -6}, {2});
+  EXPECT_EQ(
+      error_of([&] {
+        safetensors_load_into(f, {{"w", w}, {"b", b}}, "the model");
+      }),
+      path + ": tensor 'extra' is not part of the model (a checkpoint of another model or configuration?)");
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{-1, -2, -3, -4}));
+  EXPECT_EQ(b.to_vector(), (std::vector<float>{-5, -6}));
+  safetensors_load_into(f, {{"w", w}, {"b", b}}, "the model",
+                        [](const std::string& name) { return name == "extra"; });
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{1, 2, 3, 4}));
+}
+
 TEST(AtomicFile, AFailedWriteLeavesTheOldContentAndNoTemporary) {
   TempDir dir("dpt_atomic");
   const std::string path = dir.file("ckpt.bin");
@@ -260,4 +319,17 @@ TEST(AtomicFile, AFailedWriteLeavesTheOldContentAndNoTemporary) {
   EXPECT_EQ(read_file(path), "new");
   EXPECT_THAT(error_of([&] { write_file_atomic(dir.file("no/such/dir/f"), {"x"}); }),
               HasSubstr("cannot create: No such file or directory"));
+}
+
+TEST(AtomicFile, AppendedLinesArriveWholeOrNotAtAll) {
+  TempDir dir("dpt_atomic");
+  const std::string path = dir.file("metrics.jsonl");
+  append_line(path, "{\"epoch\":1}");
+  append_line(path, "{\"epoch\":2}");
+  EXPECT_EQ(read_file(path), "{\"epoch\":1}\n{\"epoch\":2}\n");
+  // A full disk: the file keeps its two lines, no half third one.
+  ASSERT_EQ(::symlink("/dev/full", (path + ".tmp").c_str()), 0);
+  EXPECT_THAT(error_of([&] { append_line(path, "{\"epoch\":3}"); }),
+              HasSubstr(path + ".tmp: cannot write: No space left on device"));
+  EXPECT_EQ(read_file(path), "{\"epoch\":1}\n{\"epoch\":2}\n");
 }

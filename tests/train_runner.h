@@ -15,6 +15,7 @@
 
 #include "core/storage.h"
 #include "io/atomic_file.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "temp_dir.h"
 
@@ -61,8 +62,8 @@ class TrainRunner : public ::testing::Test {
     std::vector<double> values;
     std::ifstream in(dir_.file(run) + "/metrics.jsonl");
     for (std::string line; std::getline(in, line);) {
-      size_t at = line.find("\"" + key + "\": ");
-      if (at != std::string::npos) values.push_back(std::stod(line.substr(at + key.size() + 4)));
+      const io::JsonIn metrics = io::json_parse(line, "metrics.jsonl");
+      if (metrics.contains(key)) values.push_back(io::json_number(metrics[key], "metrics.jsonl: " + key));
     }
     return values;
   }

@@ -87,6 +87,12 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   fsync_directory(path);
 }
 
+void append_line(const std::string& path, const std::string& line) {
+  std::string text;
+  if (::access(path.c_str(), F_OK) == 0) text = read_file(path);
+  write_file_atomic(path, {text, line, "\n"});
+}
+
 void remove_file(const std::string& path) {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT)
     DPT_FAIL() << path << ": cannot remove: " << reason(errno);

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/atomic_file.h"
-#include "io/json_value.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "nn/layers.h"
 
@@ -55,29 +55,32 @@ nn::NamedTensors state_tensors(const TrainingObjects& o, bool with_ema) {
 // Reads dotted keys ("position.step") from the checkpoint JSON with messages naming the file.
 class Fields {
  public:
-  Fields(const JsonValue& root, std::string file) : root_(root), file_(std::move(file)) {}
+  Fields(const JsonIn& root, std::string file) : root_(root), file_(std::move(file)) {}
 
-  const JsonValue& get(const std::string& dotted) const {
-    const JsonValue* v = &root_;
+  const JsonIn& get(const std::string& dotted) const {
+    const JsonIn* v = &root_;
     std::string path;
     std::stringstream parts(dotted);
     for (std::string part; std::getline(parts, part, '.');) {
-      DPT_CHECK(v->kind() == JsonValue::Kind::object)
-          << file_ << ": key '" << path << "' should be an object, got " << v->describe();
+      DPT_CHECK(v->is_object()) << file_ << ": key '" << path << "' should be an object, got "
+                                << json_describe(*v);
       path += (path.empty() ? "" : ".") + part;
-      v = v->find(part);
-      DPT_CHECK(v != nullptr) << file_ << ": missing key '" << path << "'";
+      auto it = v->find(part);
+      DPT_CHECK(it != v->end()) << file_ << ": missing key '" << path << "'";
+      v = &*it;
     }
     return *v;
   }
   std::string where(const std::string& dotted) const { return file_ + ": key '" + dotted + "'"; }
   int64_t integer(const std::string& dotted, int64_t min) const {
-    int64_t v = get(dotted).as_int(where(dotted));
+    int64_t v = json_int(get(dotted), where(dotted));
     DPT_CHECK(v >= min) << where(dotted) << ": expected an integer >= " << min << ", got " << v;
     return v;
   }
-  double number(const std::string& dotted) const { return get(dotted).as_double(where(dotted)); }
-  const std::string& string(const std::string& dotted) const { return get(dotted).as_string(where(dotted)); }
+  double number(const std::string& dotted) const { return json_number(get(dotted), where(dotted)); }
+  const std::string& string(const std::string& dotted) const {
+    return json_string(get(dotted), where(dotted));
+  }
   // A file named in the JSON: a bare name beside the JSON, never a path elsewhere.
   const std::string& file_name(const std::string& dotted) const {
     const std::string& name = string(dotted);
@@ -87,7 +90,7 @@ class Fields {
   }
 
  private:
-  const JsonValue& root_;
+  const JsonIn& root_;
   std::string file_;
 };
 
@@ -126,37 +129,36 @@ void prune(const std::string& dir, int64_t newest, int64_t keep_last) {
 }
 
 // Everything but the tensors. Keys are grouped as checkpoint_load reads them.
-JsonValue checkpoint_json(const TrainingObjects& objects, const CheckpointInfo& info,
-                          const std::string& model_file, const std::string& state_file) {
+JsonOut checkpoint_json(const TrainingObjects& objects, const CheckpointInfo& info,
+                        const std::string& model_file, const std::string& state_file) {
   const TrainingProgress& p = info.progress;
-  JsonValue rng = JsonValue::array();
-  for (nn::Dropout* d : dropouts(objects.model)) rng.push(d->rng().state());
-  JsonValue root = JsonValue::object();
-  root.set("format", kFormat).set("version", kVersion);
-  root.set("position", JsonValue::object()
-                           .set("step", p.step)
-                           .set("epoch", p.epoch)
-                           .set("step_in_epoch", p.step_in_epoch)
-                           .set("samples_in_epoch", p.samples_in_epoch)
-                           .set("epoch_loss_sum", p.epoch_loss_sum)
-                           .set("epoch_steps_applied", p.epoch_steps_applied));
-  root.set("world_size", info.world_size).set("batch_size", info.batch_size).set("threads", info.threads);
-  root.set("deterministic", info.deterministic);
-  root.set("model", JsonValue::object().set("name", objects.model_name).set("file", model_file));
-  root.set("optimizer", JsonValue::object()
-                            .set("name", objects.optimizer_name)
-                            .set("file", state_file)
-                            .set("steps", objects.optimizer.step_count()));
-  root.set("schedule", JsonValue::object().set("lr", static_cast<double>(info.lr)));
-  root.set("ema", objects.ema ? JsonValue::object().set("updates", objects.ema->updates()) : JsonValue());
-  root.set("rng", JsonValue::object().set("dropout", std::move(rng)));
-  root.set("metrics", JsonValue::object()
-                          .set("skipped_steps", p.skipped_steps)
-                          .set("train_images", p.train_images)
-                          .set("train_time_s", p.train_time_s)
-                          .set("best_test_acc", p.best_test_acc)
-                          .set("final_test_acc", p.final_test_acc));
-  root.set("config", info.config_yaml);
+  JsonOut rng = JsonOut::array();
+  for (nn::Dropout* d : dropouts(objects.model)) rng.push_back(d->rng().state());
+  JsonOut root;
+  root["format"] = kFormat;
+  root["version"] = kVersion;
+  root["position"] = {{"step", p.step},
+                      {"epoch", p.epoch},
+                      {"step_in_epoch", p.step_in_epoch},
+                      {"samples_in_epoch", p.samples_in_epoch},
+                      {"epoch_loss_sum", p.epoch_loss_sum},
+                      {"epoch_steps_applied", p.epoch_steps_applied}};
+  root["world_size"] = info.world_size;
+  root["batch_size"] = info.batch_size;
+  root["threads"] = info.threads;
+  root["deterministic"] = info.deterministic;
+  root["model"] = {{"name", objects.model_name}, {"file", model_file}};
+  root["optimizer"] = {
+      {"name", objects.optimizer_name}, {"file", state_file}, {"steps", objects.optimizer.step_count()}};
+  root["schedule"] = {{"lr", static_cast<double>(info.lr)}};
+  root["ema"] = objects.ema ? JsonOut{{"updates", objects.ema->updates()}} : JsonOut();
+  root["rng"] = {{"dropout", std::move(rng)}};
+  root["metrics"] = {{"skipped_steps", p.skipped_steps},
+                     {"train_images", p.train_images},
+                     {"train_time_s", p.train_time_s},
+                     {"best_test_acc", p.best_test_acc},
+                     {"final_test_acc", p.final_test_acc}};
+  root["config"] = info.config_yaml;
   return root;
 }
 
@@ -179,7 +181,7 @@ std::string checkpoint_save(const std::string& dir, const TrainingObjects& objec
     safetensors_write(dir + "/" + model_file, objects.model.state_dict(), metadata);
     safetensors_write(dir + "/" + state_file, state_tensors(objects, objects.ema != nullptr), metadata);
 
-    const std::string text = checkpoint_json(objects, info, model_file, state_file).dump() + "\n";
+    const std::string text = json_text(checkpoint_json(objects, info, model_file, state_file), 2) + "\n";
     write_file_atomic(json_path, {text});
   } catch (const Error& e) {
     // Free what this checkpoint took; without its JSON it would never be used.
@@ -232,7 +234,7 @@ std::string checkpoint_resolve(const std::string& arg, const std::string& dir) {
 }
 
 CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string& name) {
-  const JsonValue root = json_parse(text, name);
+  const JsonIn root = json_parse(text, name);
   Fields f(root, name);
   DPT_CHECK(f.string("format") == kFormat)
       << f.where("format") << ": expected \"" << kFormat << "\", got \"" << f.string("format") << "\"";
@@ -252,7 +254,7 @@ CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string&
   info.world_size = static_cast<int>(f.integer("world_size", 1));
   info.batch_size = f.integer("batch_size", 1);
   info.threads = static_cast<int>(f.integer("threads", 0));
-  info.deterministic = f.get("deterministic").as_bool(f.where("deterministic"));
+  info.deterministic = json_bool(f.get("deterministic"), f.where("deterministic"));
   info.lr = static_cast<float>(f.number("schedule.lr"));
   p.skipped_steps = f.integer("metrics.skipped_steps", 0);
   p.train_images = f.integer("metrics.train_images", 0);
@@ -268,9 +270,9 @@ CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string&
   r.optimizer_steps = f.integer("optimizer.steps", 0);
   r.has_ema = !f.get("ema").is_null();
   r.ema_updates = r.has_ema ? f.integer("ema.updates", 0) : 0;
-  const auto& states = f.get("rng.dropout").as_array(f.where("rng.dropout"));
+  const auto& states = json_array(f.get("rng.dropout"), f.where("rng.dropout"));
   for (size_t i = 0; i < states.size(); ++i) {
-    r.dropout_rng.push_back(states[i].as_string(f.where("rng.dropout")));
+    r.dropout_rng.push_back(json_string(states[i], f.where("rng.dropout")));
     try {
       Rng().set_state(r.dropout_rng.back());
     } catch (const Error& e) {
@@ -280,8 +282,9 @@ CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string&
   return r;
 }
 
-CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects) {
-  const CheckpointRecord r = checkpoint_parse_json(read_file(json_path), json_path);
+CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects,
+                                 const FileReader& read) {
+  const CheckpointRecord r = checkpoint_parse_json(read(json_path), json_path);
   DPT_CHECK(r.model_name == objects.model_name)
       << json_path << ": a checkpoint of model '" << r.model_name << "', but the config's model is '"
       << objects.model_name << "'";
@@ -293,16 +296,20 @@ CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObj
       << json_path << ": key 'rng.dropout': " << r.dropout_rng.size()
       << " dropout generator states, but the model has " << drops.size() << " dropout layers";
 
-  // Both tensor files are read and parsed before anything is copied.
+  // Both tensor files are read and checked against their targets before anything is copied.
   const fs::path dir = fs::path(json_path).parent_path();
-  SafetensorsFile model_file = safetensors_read((dir / r.model_file).string());
-  SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string());
+  SafetensorsFile model_file = safetensors_read((dir / r.model_file).string(), read);
+  SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string(), read);
   const bool load_ema = objects.ema && r.has_ema;
-  safetensors_load_into(model_file, objects.model.state_dict(), "the model '" + objects.model_name + "'");
-  safetensors_load_into(
-      state_file, state_tensors(objects, load_ema),
-      "the " + objects.optimizer_name + " optimizer" + (load_ema ? " and EMA" : "") + " state",
-      [&](const std::string& name) { return !objects.ema && name.rfind("ema.", 0) == 0; });
+  const nn::NamedTensors model = objects.model.state_dict(), state = state_tensors(objects, load_ema);
+  const std::string model_what = "the model '" + objects.model_name + "'";
+  const std::string state_what =
+      "the " + objects.optimizer_name + " optimizer" + (load_ema ? " and EMA" : "") + " state";
+  auto ignore_ema = [&](const std::string& name) { return !objects.ema && name.rfind("ema.", 0) == 0; };
+  safetensors_check_into(model_file, model, model_what);
+  safetensors_check_into(state_file, state, state_what, ignore_ema);
+  safetensors_load_into(model_file, model, model_what);
+  safetensors_load_into(state_file, state, state_what, ignore_ema);
   objects.optimizer.set_step_count(r.optimizer_steps);
   for (size_t i = 0; i < drops.size(); ++i) drops[i]->rng().set_state(r.dropout_rng[i]);
   if (objects.ema) {
@@ -333,7 +340,7 @@ void metrics_keep_epochs(const std::string& path, int64_t epochs) {
   std::string kept;
   for (std::string line; std::getline(in, line);) {
     try {
-      if (json_parse(line, path).at("epoch", path).as_int(path) <= epochs) kept += line + "\n";
+      if (json_int(json_at(json_parse(line, path), "epoch", path), path) <= epochs) kept += line + "\n";
     } catch (const Error&) {
       // A line cut short by a crash mid-append: dropped with the epochs after the checkpoint.
     }

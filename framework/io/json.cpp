@@ -1,71 +1,197 @@
+// nlohmann::json does the reading and writing. Kept here, because the library does not do
+// them: rejecting duplicate keys and deep nesting (through its parse callback), the byte of
+// those two errors (the callback is not told where it is, so the text is read through an
+// iterator that counts), and messages that name the file instead of nlohmann's exception ids.
 #include "io/json.h"
 
-#include <cmath>
+#include <cstddef>
 #include <cstdio>
-#include <fstream>
+#include <cstdlib>
+#include <iterator>
+#include <limits>
+#include <set>
+#include <vector>
 
 #include "core/error.h"
 
 namespace dpt::io {
+namespace {
 
-std::string json_quote(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
+// nlohmann's parser keeps its own stack, but copying, comparing and writing a value
+// recurse: the bound keeps a hostile file from overflowing the stack there.
+constexpr int kMaxDepth = 64;
+
+// Reads the text and records in *read how many bytes the parser has taken so far.
+class CountingIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  CountingIterator(const char* at, const char* begin, size_t* read) : at_(at), begin_(begin), read_(read) {}
+  reference operator*() const { return *at_; }
+  CountingIterator& operator++() {
+    *read_ = static_cast<size_t>(++at_ - begin_);
+    return *this;
+  }
+  CountingIterator operator++(int) {
+    CountingIterator before = *this;
+    ++*this;
+    return before;
+  }
+  bool operator==(const CountingIterator& other) const { return at_ == other.at_; }
+
+ private:
+  const char* at_;
+  const char* begin_;
+  size_t* read_;
+};
+
+std::string one_line(const JsonIn& value) {
+  return value.dump(-1, ' ', false, JsonIn::error_handler_t::replace);
+}
+
+// Cut in the middle when a long token or key would make a damaged file's one-line message
+// thousands of bytes long.
+std::string shortened(std::string reason) {
+  constexpr size_t kKeep = 80;
+  if (reason.size() > 2 * kKeep + 5)
+    reason = reason.substr(0, kKeep) + " ... " + reason.substr(reason.size() - kKeep);
+  return reason;
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] parse error at line 1,
+// column 9: " prefix: the byte offset says where.
+std::string library_reason(const std::string& what) {
+  std::string reason = what;
+  if (size_t id_end = reason.find("] ");
+      reason.rfind("[json.exception.", 0) == 0 && id_end != std::string::npos)
+    reason.erase(0, id_end + 2);
+  if (reason.rfind("parse error", 0) == 0)
+    if (size_t colon = reason.find(": "); colon != std::string::npos) reason.erase(0, colon + 2);
+  return shortened(reason);
+}
+
+const char* kind_name(const JsonIn& value) {
+  switch (value.type()) {
+    case JsonIn::value_t::null:
+      return "null";
+    case JsonIn::value_t::boolean:
+      return "a boolean";
+    case JsonIn::value_t::string:
+      return "a string";
+    case JsonIn::value_t::array:
+      return "an array";
+    case JsonIn::value_t::object:
+      return "an object";
+    default:
+      return "a number";
+  }
+}
+
+}  // namespace
+
+std::string json_text(const JsonOut& value, int indent) {
+  return value.dump(indent, ' ', false, JsonOut::error_handler_t::replace);
+}
+
+JsonOut json_rounded(JsonOut value) {
+  if (value.is_number_float()) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.9g", value.get<double>());
+    return std::strtod(text, nullptr);
+  }
+  if (value.is_structured())
+    for (JsonOut& item : value) item = json_rounded(std::move(item));
+  return value;
+}
+
+JsonIn json_parse(std::string_view text, const std::string& source) {
+  size_t read = 0;
+  auto fail = [&](size_t offset, const std::string& why) {
+    DPT_FAIL() << source << ": malformed JSON at byte " << offset << ": " << why;
+  };
+  std::vector<std::set<std::string>> keys;  // those of each object being read, outermost first
+  auto check = [&](int depth, JsonIn::parse_event_t event, JsonIn& parsed) {
+    switch (event) {
+      case JsonIn::parse_event_t::object_start:
+        keys.emplace_back();
+        [[fallthrough]];
+      case JsonIn::parse_event_t::array_start:
+        if (depth >= kMaxDepth) fail(read - 1, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+        break;
+      case JsonIn::parse_event_t::key:
+        if (!keys.back().insert(parsed.get_ref<const std::string&>()).second)
+          fail(read - 1, shortened("duplicate key " + one_line(parsed)));
+        break;
+      case JsonIn::parse_event_t::object_end:
+        keys.pop_back();
+        break;
+      default:
+        break;
     }
+    return true;
+  };
+  const char* begin = text.data();
+  try {
+    return JsonIn::parse(CountingIterator(begin, begin, &read),
+                         CountingIterator(begin + text.size(), begin, &read), check);
+  } catch (const JsonIn::parse_error& e) {
+    fail(e.byte > 0 ? e.byte - 1 : 0, library_reason(e.what()));
+  } catch (const JsonIn::exception& e) {  // a number beyond double's range
+    fail(read > 0 ? read - 1 : 0, library_reason(e.what()));
   }
-  return out + "\"";
+  return {};  // not reached: fail() throws
 }
 
-void JsonObject::add_raw(const std::string& key, const std::string& value) {
-  if (!body_.empty()) body_ += ", ";
-  body_ += json_quote(key) + ": " + value;
+std::string json_describe(const JsonIn& value) {
+  if (value.is_array() || value.is_object()) return kind_name(value);
+  std::string text = one_line(value);
+  return text.size() <= 40 ? text : kind_name(value);
 }
 
-JsonObject& JsonObject::add(const std::string& key, double value) {
-  if (!std::isfinite(value)) {
-    add_raw(key, "null");  // JSON has no NaN or Infinity
-  } else {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", value);
-    add_raw(key, buf);
-  }
-  return *this;
+const JsonIn& json_at(const JsonIn& object, const std::string& key, const std::string& where) {
+  const JsonIn::object_t& members = json_object(object, where);
+  auto it = members.find(key);
+  DPT_CHECK(it != members.end()) << where << ": missing key '" << key << "'";
+  return it->second;
 }
 
-JsonObject& JsonObject::add(const std::string& key, int64_t value) {
-  add_raw(key, std::to_string(value));
-  return *this;
+int64_t json_int(const JsonIn& value, const std::string& where) {
+  // nlohmann holds an integer literal as int64 or uint64, and anything else (2.5, 1e3, an
+  // integer beyond uint64) as a double: only the first two are integers, never rounded.
+  const bool in_range = value.is_number_integer() &&
+                        (!value.is_number_unsigned() ||
+                         value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  DPT_CHECK(in_range) << where << ": expected an integer, got " << json_describe(value);
+  return value.get<int64_t>();
 }
 
-JsonObject& JsonObject::add(const std::string& key, const std::string& value) {
-  add_raw(key, json_quote(value));
-  return *this;
+double json_number(const JsonIn& value, const std::string& where) {
+  DPT_CHECK(value.is_number()) << where << ": expected a number, got " << json_describe(value);
+  return value.get<double>();
 }
 
-void append_line(const std::string& path, const std::string& line) {
-  std::ofstream out(path, std::ios::app);
-  out << line << "\n";
-  DPT_CHECK(out.good()) << path << ": cannot append (disk full or no permission?)";
+bool json_bool(const JsonIn& value, const std::string& where) {
+  DPT_CHECK(value.is_boolean()) << where << ": expected true or false, got " << json_describe(value);
+  return value.get<bool>();
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    DPT_CHECK(out.good()) << tmp << ": cannot write (disk full or no permission?)";
-  }
-  DPT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0) << path << ": cannot rename " << tmp << " into place";
+const std::string& json_string(const JsonIn& value, const std::string& where) {
+  DPT_CHECK(value.is_string()) << where << ": expected a string, got " << json_describe(value);
+  return value.get_ref<const std::string&>();
+}
+
+const JsonIn::array_t& json_array(const JsonIn& value, const std::string& where) {
+  DPT_CHECK(value.is_array()) << where << ": expected an array, got " << json_describe(value);
+  return value.get_ref<const JsonIn::array_t&>();
+}
+
+const JsonIn::object_t& json_object(const JsonIn& value, const std::string& where) {
+  DPT_CHECK(value.is_object()) << where << ": expected an object, got " << json_describe(value);
+  return value.get_ref<const JsonIn::object_t&>();
 }
 
 }  // namespace dpt::io

@@ -1,7 +1,7 @@
 // Reading checks in the order a damaged file is best explained: the length prefix, the
 // JSON, each entry on its own (dtype, shape, offsets within the data), then how the entries
-// tile the data together. Writing builds the header with JsonValue and streams the tensors'
-// bytes behind it without copying them into one buffer.
+// tile the data together. Writing builds the header with nlohmann::json and streams the
+// tensors' bytes behind it without copying them into one buffer.
 #include "io/safetensors.h"
 
 #include <algorithm>
@@ -9,11 +9,11 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <numeric>
+#include <set>
 #include <string_view>
 
 #include "io/atomic_file.h"
-#include "io/json_value.h"
+#include "io/json.h"
 
 namespace dpt::io {
 namespace {
@@ -51,16 +51,16 @@ uint64_t read_u64_le(const uint8_t* p) {
   return v;
 }
 
-SafetensorsEntry parse_entry(const std::string& key, const JsonValue& value, uint64_t data_size,
+SafetensorsEntry parse_entry(const std::string& key, const JsonIn& value, uint64_t data_size,
                              const std::string& name) {
   const std::string where = name + ": tensor '" + key + "'";
   SafetensorsEntry e;
   e.name = key;
-  for (const auto& [k, v] : value.as_object(where)) {
+  for (const auto& [k, v] : json_object(value, where)) {
     if (k != "dtype" && k != "shape" && k != "data_offsets")
       DPT_FAIL() << where << ": unexpected key '" << k << "' (expected dtype, shape, data_offsets)";
   }
-  e.dtype = value.at("dtype", where).as_string(where + " dtype");
+  e.dtype = json_string(json_at(value, "dtype", where), where + " dtype");
   e.element_size = dtype_bytes(e.dtype);
   DPT_CHECK(e.element_size > 0)
       << where << ": unknown dtype '" << e.dtype
@@ -68,8 +68,8 @@ SafetensorsEntry parse_entry(const std::string& key, const JsonValue& value, uin
          "U64, F8_E5M2, F8_E4M3)";
   uint64_t numel = 1;
   bool overflow = false;
-  for (const JsonValue& d : value.at("shape", where).as_array(where + " shape")) {
-    int64_t dim = d.as_int(where + " shape");
+  for (const JsonIn& d : json_array(json_at(value, "shape", where), where + " shape")) {
+    int64_t dim = json_int(d, where + " shape");
     DPT_CHECK(dim >= 0) << where << ": negative dimension " << dim << " in its shape";
     e.shape.push_back(dim);
     if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(dim))
@@ -79,11 +79,11 @@ SafetensorsEntry parse_entry(const std::string& key, const JsonValue& value, uin
   if (numel != 0 && numel > std::numeric_limits<uint64_t>::max() / e.element_size) overflow = true;
   DPT_CHECK(!overflow) << where << ": shape " << shape_str(e.shape) << " is too large to exist";
   const uint64_t bytes = numel * e.element_size;
-  const auto& offsets = value.at("data_offsets", where).as_array(where + " data_offsets");
+  const auto& offsets = json_array(json_at(value, "data_offsets", where), where + " data_offsets");
   DPT_CHECK(offsets.size() == 2) << where << ": data_offsets must be [begin, end], got " << offsets.size()
                                  << " numbers";
-  int64_t begin = offsets[0].as_int(where + " data_offsets");
-  int64_t end = offsets[1].as_int(where + " data_offsets");
+  int64_t begin = json_int(offsets[0], where + " data_offsets");
+  int64_t end = json_int(offsets[1], where + " data_offsets");
   DPT_CHECK(begin >= 0 && end >= begin) << where << ": data_offsets [" << begin << ", " << end
                                         << "] are not an ordered pair of non-negative offsets";
   e.begin = static_cast<uint64_t>(begin);
@@ -96,17 +96,12 @@ SafetensorsEntry parse_entry(const std::string& key, const JsonValue& value, uin
   return e;
 }
 
-// The entries must tile [0, data_size) exactly, as the format requires.
+// The entries, in the order of their data, must tile [0, data_size) exactly, as the format
+// requires.
 void check_tiling(const std::vector<SafetensorsEntry>& tensors, uint64_t data_size, const std::string& name) {
-  std::vector<size_t> order(tensors.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::pair(tensors[a].begin, tensors[a].end) < std::pair(tensors[b].begin, tensors[b].end);
-  });
   uint64_t cursor = 0;
   const SafetensorsEntry* previous = nullptr;
-  for (size_t i : order) {
-    const SafetensorsEntry& e = tensors[i];
+  for (const SafetensorsEntry& e : tensors) {
     DPT_CHECK(e.begin >= cursor) << name << ": tensors '" << previous->name << "' and '" << e.name
                                  << "' overlap (bytes " << e.begin << ".." << cursor << " of the data)";
     DPT_CHECK(e.begin == cursor) << name << ": bytes " << cursor << ".." << e.begin
@@ -117,6 +112,14 @@ void check_tiling(const std::vector<SafetensorsEntry>& tensors, uint64_t data_si
   DPT_CHECK(cursor == data_size) << name << ": " << data_size - cursor
                                  << " bytes after the last tensor belong to "
                                  << "no tensor (the data is " << data_size << " bytes)";
+}
+
+// The dtype SafetensorsFile::tensor makes of entry `e`, or Error.
+DType readable_dtype(const std::string& path, const SafetensorsEntry& e) {
+  if (e.dtype == "I64") return DType::i64;
+  DPT_CHECK(e.dtype == "F32") << path << ": tensor '" << e.name << "' is " << e.dtype
+                              << ", dpt reads F32 (and I64) tensors";
+  return DType::f32;
 }
 
 }  // namespace
@@ -141,75 +144,72 @@ SafetensorsView parse_safetensors(const uint8_t* bytes, size_t size, const std::
   view.data_start = 8 + header_size;
   view.data_size = size - view.data_start;
   const std::string_view header(reinterpret_cast<const char*>(bytes) + 8, header_size);
-  JsonValue root = json_parse(header, name + " (header)");
+  const JsonIn root = json_parse(header, name + " (header)");
   const std::string where = name + ": header";
-  for (const auto& [key, value] : root.as_object(where)) {
+  for (const auto& [key, value] : json_object(root, where)) {
     if (key == "__metadata__") {
-      for (const auto& [k, v] : value.as_object(where + " __metadata__"))
-        view.metadata.emplace_back(k, v.as_string(where + " __metadata__ '" + k + "'"));
+      for (const auto& [k, v] : json_object(value, where + " __metadata__"))
+        view.metadata.emplace_back(k, json_string(v, where + " __metadata__ '" + k + "'"));
       continue;
     }
     view.tensors.push_back(parse_entry(key, value, view.data_size, name));
   }
+  // The JSON object's order is not kept (nor meaningful); the data's is.
+  std::stable_sort(view.tensors.begin(), view.tensors.end(),
+                   [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+                     return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
+                   });
   check_tiling(view.tensors, view.data_size, name);
   return view;
 }
 
 Tensor SafetensorsFile::tensor(const SafetensorsEntry& e) const {
-  DType dtype = DType::f32;
-  if (e.dtype == "I64") {
-    dtype = DType::i64;
-  } else {
-    DPT_CHECK(e.dtype == "F32") << path << ": tensor '" << e.name << "' is " << e.dtype
-                                << ", dpt reads F32 (and I64) tensors";
-  }
-  Tensor t = Tensor::empty(e.shape, dtype);
+  Tensor t = Tensor::empty(e.shape, readable_dtype(path, e));
   if (e.end > e.begin) std::memcpy(t.raw_data(), bytes.data() + view.data_start + e.begin, e.end - e.begin);
   return t;
 }
 
-SafetensorsFile safetensors_read(const std::string& path) {
+SafetensorsFile safetensors_read(const std::string& path, const FileReader& read) {
   SafetensorsFile file;
   file.path = path;
-  file.bytes = read_file(path);
+  file.bytes = read(path);
   file.view = parse_safetensors(reinterpret_cast<const uint8_t*>(file.bytes.data()), file.bytes.size(), path);
   return file;
 }
 
+void safetensors_check_into(const SafetensorsFile& file, const nn::NamedTensors& into,
+                            const std::string& what, const std::function<bool(const std::string&)>& ignore) {
+  std::set<std::string> wanted;
+  for (const auto& [name, target] : into) {
+    wanted.insert(name);
+    const SafetensorsEntry* e = file.view.find(name);
+    DPT_CHECK(e) << file.path << ": no tensor '" << name << "', which " << what
+                 << " has (a checkpoint of another model or configuration?)";
+    DPT_CHECK(e->dtype == dtype_code(target.dtype()))
+        << file.path << ": tensor '" << name << "' is " << e->dtype << ", " << what << " expects "
+        << dtype_code(target.dtype());
+    DPT_CHECK(e->shape == target.shape())
+        << file.path << ": tensor '" << name << "' has shape " << shape_str(e->shape) << ", " << what
+        << " expects " << shape_str(target.shape());
+    readable_dtype(file.path, *e);
+  }
+  for (const auto& e : file.view.tensors)
+    DPT_CHECK(wanted.count(e.name) || (ignore && ignore(e.name)))
+        << file.path << ": tensor '" << e.name << "' is not part of " << what
+        << " (a checkpoint of another model or configuration?)";
+}
+
 void safetensors_load_into(const SafetensorsFile& file, const nn::NamedTensors& into, const std::string& what,
                            const std::function<bool(const std::string&)>& ignore) {
-  std::map<std::string, const SafetensorsEntry*> unused;
-  for (const auto& e : file.view.tensors) unused.emplace(e.name, &e);
-  // Check everything before copying anything, so a bad file leaves `into` untouched.
-  for (const auto& [name, target] : into) {
-    auto it = unused.find(name);
-    DPT_CHECK(it != unused.end()) << file.path << ": no tensor '" << name << "', which " << what
-                                  << " has (a checkpoint of another model or configuration?)";
-    const SafetensorsEntry& e = *it->second;
-    DPT_CHECK(e.dtype == dtype_code(target.dtype()))
-        << file.path << ": tensor '" << name << "' is " << e.dtype << ", " << what << " expects "
-        << dtype_code(target.dtype());
-    DPT_CHECK(e.shape == target.shape())
-        << file.path << ": tensor '" << name << "' has shape " << shape_str(e.shape) << ", " << what
-        << " expects " << shape_str(target.shape());
-  }
-  for (const auto& [name, target] : into) {
-    auto it = unused.find(name);
-    target.copy_from(file.tensor(*it->second));
-    unused.erase(it);
-  }
-  for (const auto& [name, e] : unused) {
-    DPT_CHECK(ignore && ignore(name)) << file.path << ": tensor '" << name << "' is not part of " << what
-                                      << " (a checkpoint of another model or configuration?)";
-  }
+  safetensors_check_into(file, into, what, ignore);
+  for (const auto& [name, target] : into) target.copy_from(file.tensor(*file.view.find(name)));
 }
 
 void safetensors_write(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata) {
-  JsonValue header = JsonValue::object();
+  JsonOut header = JsonOut::object();
   if (!metadata.empty()) {
-    JsonValue meta = JsonValue::object();
-    for (const auto& [k, v] : metadata) meta.set(k, JsonValue(v));
-    header.set("__metadata__", std::move(meta));
+    JsonOut& meta = header["__metadata__"] = JsonOut::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
   }
   std::vector<Tensor> host;  // contiguous CPU copies where needed, alive until written
   uint64_t offset = 0;
@@ -217,21 +217,16 @@ void safetensors_write(const std::string& path, const nn::NamedTensors& tensors,
     DPT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i64)
         << path << ": tensor '" << name << "' is " << dtype_name(t.dtype())
         << ", only f32 and i64 are written";
-    DPT_CHECK(name != "__metadata__" && !header.find(name))
+    DPT_CHECK(name != "__metadata__" && !header.contains(name))
         << path << ": tensor name '" << name << "' repeats";
     Tensor h = t.to(Device::cpu()).contiguous();
     const uint64_t bytes = static_cast<uint64_t>(h.numel()) * dtype_size(h.dtype());
-    JsonValue shape = JsonValue::array();
-    for (int64_t d : h.shape()) shape.push(JsonValue(d));
-    JsonValue entry = JsonValue::object();
-    entry.set("dtype", dtype_code(h.dtype()))
-        .set("shape", std::move(shape))
-        .set("data_offsets", JsonValue::array({JsonValue(offset), JsonValue(offset + bytes)}));
-    header.set(name, std::move(entry));
+    header[name] = {
+        {"dtype", dtype_code(h.dtype())}, {"shape", h.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     host.push_back(std::move(h));
   }
-  std::string text = header.dump();
+  std::string text = json_text(header);
   text.append((8 - text.size() % 8) % 8, ' ');  // 8 + header is a multiple of 8: aligned data
   uint64_t length = text.size();
   char prefix[8];

@@ -34,13 +34,14 @@ StepPhases StepPhases::scaled(double factor) const {
           optimizer_ms * factor};
 }
 
-io::JsonObject& StepPhases::add_to(io::JsonObject& json) const {
-  return json.add("data_ms", data_ms)
-      .add("forward_ms", forward_ms)
-      .add("backward_ms", backward_ms)
-      .add("comm_wait_ms", comm_wait_ms)
-      .add("optimizer_ms", optimizer_ms)
-      .add("step_ms", step_ms());
+io::JsonOut& StepPhases::add_to(io::JsonOut& json) const {
+  json["data_ms"] = data_ms;
+  json["forward_ms"] = forward_ms;
+  json["backward_ms"] = backward_ms;
+  json["comm_wait_ms"] = comm_wait_ms;
+  json["optimizer_ms"] = optimizer_ms;
+  json["step_ms"] = step_ms();
+  return json;
 }
 
 StepPhases mean_over_ranks(const StepPhases& mine) {

@@ -18,8 +18,8 @@ struct StepPhases {
   double step_ms() const { return data_ms + forward_ms + backward_ms + comm_wait_ms + optimizer_ms; }
   StepPhases& operator+=(const StepPhases& other);
   StepPhases scaled(double factor) const;
-  // Adds data_ms, forward_ms, backward_ms, comm_wait_ms, optimizer_ms and step_ms.
-  io::JsonObject& add_to(io::JsonObject& json) const;
+  // Sets data_ms, forward_ms, backward_ms, comm_wait_ms, optimizer_ms and step_ms in `json`.
+  io::JsonOut& add_to(io::JsonOut& json) const;
 };
 
 // Collective over the world: the mean of every rank's phases (a rank's own on one). For

@@ -75,13 +75,13 @@ void StepProfiler::record_backward(double begin_ns, double end_ns) {
   const auto& buckets = reducer.buckets();
   for (size_t b = 0; b < launched.size() && b < completed.size(); ++b) {
     // The first backward rebuilds the buckets after using them: sizes then describe new ones.
-    std::string args = launched.size() == buckets.size()
-                           ? "\"bucket\": " + std::to_string(b) +
-                                 ", \"bytes\": " + std::to_string(buckets[b].bytes) +
-                                 ", \"params\": " + std::to_string(buckets[b].params.size())
-                           : "\"bucket\": " + std::to_string(b);
+    io::JsonOut args = {{"bucket", b}};
+    if (launched.size() == buckets.size()) {
+      args["bytes"] = buckets[b].bytes;
+      args["params"] = buckets[b].params.size();
+    }
     timeline_->add(timeline_->track("allreduce bucket " + std::to_string(b)), "allreduce",
-                   origin + launched[b] * 1e6, origin + completed[b] * 1e6, args);
+                   origin + launched[b] * 1e6, origin + completed[b] * 1e6, std::move(args));
   }
 }
 

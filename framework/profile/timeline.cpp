@@ -1,14 +1,14 @@
 #include "profile/timeline.h"
 
 #include <chrono>
-#include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
 #include "distributed/dist.h"
-#include "io/json.h"
+#include "io/atomic_file.h"
 
 namespace dpt::profile {
 namespace {
@@ -35,25 +35,25 @@ std::vector<std::string> gather_text(const std::string& text) {
   return out;
 }
 
-std::string micros(double ns) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", ns / 1e3);
-  return buf;
-}
+// Trace times are microseconds; kept to the nanosecond.
+double micros(double ns) { return std::round(ns) / 1e3; }
 
 // The metadata events that name rank `rank`'s process row and its thread rows.
-std::string row_names(int rank, const std::vector<std::string>& tracks) {
-  std::string pid = std::to_string(rank);
-  std::string out = "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + pid +
-                    ", \"args\": {\"name\": \"rank " + pid + "\"}},\n" +
-                    "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " + pid +
-                    ", \"args\": {\"sort_index\": " + pid + "}},\n";
+io::JsonOut row_names(int rank, const std::vector<std::string>& tracks) {
+  io::JsonOut out = io::JsonOut::array(
+      {{{"ph", "M"},
+        {"name", "process_name"},
+        {"pid", rank},
+        {"args", {{"name", "rank " + std::to_string(rank)}}}},
+       {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"args", {{"sort_index", rank}}}}});
   for (size_t t = 0; t < tracks.size(); ++t) {
-    std::string tid = std::to_string(t);
-    out += "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " + pid + ", \"tid\": " + tid +
-           ", \"args\": {\"name\": " + io::json_quote(tracks[t]) + "}},\n" +
-           "{\"ph\": \"M\", \"name\": \"thread_sort_index\", \"pid\": " + pid + ", \"tid\": " + tid +
-           ", \"args\": {\"sort_index\": " + tid + "}},\n";
+    out.push_back(
+        {{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", t}, {"args", {{"name", tracks[t]}}}});
+    out.push_back({{"ph", "M"},
+                   {"name", "thread_sort_index"},
+                   {"pid", rank},
+                   {"tid", t},
+                   {"args", {{"sort_index", t}}}});
   }
   return out;
 }
@@ -78,25 +78,30 @@ int Timeline::track(const std::string& name) {
   return static_cast<int>(tracks_.size() - 1);
 }
 
-void Timeline::add(int track, const std::string& name, double begin_ns, double end_ns,
-                   const std::string& args) {
-  events_ += "{\"ph\": \"X\", \"name\": " + io::json_quote(name) +
-             ", \"pid\": " + std::to_string(dist::info().rank) + ", \"tid\": " + std::to_string(track) +
-             ", \"ts\": " + micros(begin_ns - origin_ns_) +
-             ", \"dur\": " + micros(std::max(0.0, end_ns - begin_ns)) + ", \"args\": {" + args + "}},\n";
+void Timeline::add(int track, const std::string& name, double begin_ns, double end_ns, io::JsonOut args) {
+  events_.push_back({{"ph", "X"},
+                     {"name", name},
+                     {"pid", dist::info().rank},
+                     {"tid", track},
+                     {"ts", micros(begin_ns - origin_ns_)},
+                     {"dur", micros(std::max(0.0, end_ns - begin_ns))},
+                     {"args", std::move(args)}});
   ++spans_;
 }
 
 void Timeline::write(const std::string& path) const {
-  std::string mine = row_names(dist::info().rank, tracks_) + events_;
-  std::vector<std::string> all =
-      dist::info().world_size > 1 ? gather_text(mine) : std::vector<std::string>{mine};
+  io::JsonOut mine = row_names(dist::info().rank, tracks_);
+  mine.insert(mine.end(), events_.begin(), events_.end());
+  std::vector<std::string> all = dist::info().world_size > 1 ? gather_text(io::json_text(mine))
+                                                             : std::vector<std::string>{io::json_text(mine)};
   if (dist::info().rank != 0) return;
-  std::string text = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  for (const std::string& part : all) text += part;
-  if (text.size() >= 2 && text.compare(text.size() - 2, 2, ",\n") == 0) text.resize(text.size() - 2);
-  text += "\n]}\n";
-  io::write_file(path, text);
+  io::JsonOut events = io::JsonOut::array();
+  for (const std::string& part : all) {
+    io::JsonOut rank_events = io::JsonOut::parse(part);  // written just above, by this program
+    events.insert(events.end(), rank_events.begin(), rank_events.end());
+  }
+  const io::JsonOut trace = {{"displayTimeUnit", "ms"}, {"traceEvents", std::move(events)}};
+  io::write_file_atomic(path, {io::json_text(trace) + "\n"});
 }
 
 BackwardRecorder::BackwardRecorder(Timeline& timeline, int track)
@@ -111,11 +116,10 @@ void BackwardRecorder::node_finished(const autograd::Node& node, const Tensor& g
   if (started_ns_.empty()) return;
   double begin = started_ns_.back();
   started_ns_.pop_back();
-  std::string args = node.name == "accumulate_grad"
-                         ? "\"numel\": " + std::to_string(grad.numel())
-                         : "\"seq\": " + std::to_string(node.sequence_nr) +
-                               ", \"grad\": " + io::json_quote(shape_str(grad.shape()));
-  timeline_.add(track_, node.name, begin, end, args);
+  io::JsonOut args = node.name == "accumulate_grad"
+                         ? io::JsonOut{{"numel", grad.numel()}}
+                         : io::JsonOut{{"seq", node.sequence_nr}, {"grad", shape_str(grad.shape())}};
+  timeline_.add(track_, node.name, begin, end, std::move(args));
 }
 
 void check_writable(const std::string& path) {

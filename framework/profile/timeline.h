@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "io/json.h"
 
 namespace dpt::profile {
 
@@ -23,9 +24,9 @@ class Timeline {
   Timeline();
   // The id of this rank's row `name`; rows are listed in the order first asked for.
   int track(const std::string& name);
-  // A span [begin_ns, end_ns] on `track`. `args`: the body of a JSON object
-  // ("\"bytes\": 4096") or empty.
-  void add(int track, const std::string& name, double begin_ns, double end_ns, const std::string& args = "");
+  // A span [begin_ns, end_ns] on `track`, with `args` (a JSON object, e.g. {"bytes": 4096}).
+  void add(int track, const std::string& name, double begin_ns, double end_ns,
+           io::JsonOut args = io::JsonOut::object());
   int64_t spans() const { return spans_; }
   // Collective over the world: every rank's spans go to rank 0, which writes `path` (one
   // JSON object with "traceEvents"). Throws Error naming the file when it cannot.
@@ -34,7 +35,7 @@ class Timeline {
  private:
   double origin_ns_ = 0;
   std::vector<std::string> tracks_;
-  std::string events_;  // JSON objects, each followed by ",\n"
+  io::JsonOut events_ = io::JsonOut::array();  // the spans' trace events
   int64_t spans_ = 0;
 };
 

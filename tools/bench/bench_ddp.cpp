@@ -12,6 +12,7 @@
 #include "distributed/ddp.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
+#include "io/json.h"
 #include "models/registry.h"
 #include "ops/loss.h"
 #include "optim/sgd.h"
@@ -72,12 +73,16 @@ int main(int argc, char** argv) {
     }
     if (world.world_size > 1) dist::world()->barrier()->wait();
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (world.rank == 0)
-      std::printf(
-          "{\"framework\": \"dpt\", \"model\": \"%s\", \"np\": %d, \"batch_per_rank\": %lld, \"threads\": %d, "
-          "\"ms_per_step\": %.2f, \"exposed_comm_ms\": %.3f, \"images_per_sec\": %.1f}\n",
-          model_name.c_str(), world.world_size, static_cast<long long>(batch), threads_get(), seconds / steps * 1e3,
-          exposed_ms / steps, static_cast<double>(batch) * world.world_size * steps / seconds);
+    const io::JsonOut line = {
+        {"framework", "dpt"},
+        {"model", model_name},
+        {"np", world.world_size},
+        {"batch_per_rank", batch},
+        {"threads", threads_get()},
+        {"ms_per_step", seconds / steps * 1e3},
+        {"exposed_comm_ms", exposed_ms / steps},
+        {"images_per_sec", static_cast<double>(batch) * world.world_size * steps / seconds}};
+    if (world.rank == 0) std::printf("%s\n", io::json_text(io::json_rounded(line)).c_str());
   } catch (const std::exception& e) {
     dist::abort_all(std::string("error: ") + e.what(), 2);
   }

@@ -21,6 +21,7 @@
 
 #include "core/rng.h"
 #include "core/threading.h"
+#include "io/json.h"
 #include "models/registry.h"
 #include "ops/loss.h"
 #include "optim/graphed_train_step.h"
@@ -153,14 +154,18 @@ int main(int argc, char** argv) {
     double seconds = time_steps(o, step);
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    std::printf(
-        "{\"framework\": \"dpt\", \"model\": \"%s\", \"batch\": %lld, \"threads\": %d, \"device\": \"%s\", "
-        "\"precision\": \"%s\", \"channels_last\": %s, \"cuda_graphs\": %s, \"ms_per_step\": %.2f, "
-        "\"images_per_sec\": %.1f, \"peak_rss_mb\": %.1f}\n",
-        o.model.c_str(), static_cast<long long>(o.batch), threads_get(), o.device.str().c_str(),
-        o.precision.c_str(), o.channels_last ? "true" : "false", o.cuda_graphs ? "true" : "false",
-        seconds / o.steps * 1e3,
-        static_cast<double>(o.batch) * o.steps / seconds, usage.ru_maxrss / 1024.0);
+    const io::JsonOut line = {{"framework", "dpt"},
+                              {"model", o.model},
+                              {"batch", o.batch},
+                              {"threads", threads_get()},
+                              {"device", o.device.str()},
+                              {"precision", o.precision},
+                              {"channels_last", o.channels_last},
+                              {"cuda_graphs", o.cuda_graphs},
+                              {"ms_per_step", seconds / o.steps * 1e3},
+                              {"images_per_sec", static_cast<double>(o.batch) * o.steps / seconds},
+                              {"peak_rss_mb", usage.ru_maxrss / 1024.0}};
+    std::printf("%s\n", io::json_text(io::json_rounded(line)).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -23,10 +23,10 @@ for r in $(seq "$rounds"); do
     runs+=("$(launch $np "$DPT_ROOT/build/bench_ddp" "$model" "$batch" 1 "$steps")")
     # Buckets in private memory, all-reduced through MPI, as before shm_buffer.h.
     runs+=("$(DPT_SHM_BUFFERS=0 launch $np -x DPT_SHM_BUFFERS "$DPT_ROOT/build/bench_ddp" "$model" "$batch" 1 "$steps" |
-              sed 's/"framework": "dpt"/"framework": "dpt, buckets through MPI"/')")
+              sed 's/"framework": *"dpt"/"framework": "dpt, buckets through MPI"/')")
     # The same ranks with no communication at all: what sharing the machine costs.
     runs+=("$(DPT_BENCH_NO_DDP=1 launch $np -x DPT_BENCH_NO_DDP "$DPT_ROOT/build/bench_ddp" "$model" "$batch" 1 "$steps" |
-              sed 's/"framework": "dpt"/"framework": "dpt, ranks not communicating"/')")
+              sed 's/"framework": *"dpt"/"framework": "dpt, ranks not communicating"/')")
     runs+=("$(OMP_NUM_THREADS=1 launch $np $py "$DPT_ROOT/tools/bench/torch_ddp.py" "$model" "$batch" 1 "$steps" $((29500 + r)))")
   done
 done

@@ -14,7 +14,7 @@ for f in bench_train train libdpt.so; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-label() { sed "s/\"framework\": \"dpt\"/\"framework\": \"$1\"/"; }
+label() { sed "s/\"framework\": *\"dpt\"/\"framework\": \"$1\"/"; }
 # train, one process, one thread, 300 steps of mnist_cnn on Fashion-MNIST: images/s of the epoch.
 train_line() {  # label, build folder, extra arguments
   local dir="$tmp/run"
