@@ -314,17 +314,14 @@ Run train(const std::string& yaml, const models::ModelSpec& spec, int steps, boo
   }
 
   nn::NamedTensors shapes = unsplit->state_dict();
-  run.state = on_mesh ? static_cast<dist::DistributedDataParallel&>(*model).module().state_dict() : shapes;
-  for (size_t i = 0; i < run.state.size(); ++i) {
-    auto& [name, t] = run.state[i];
-    for (int64_t d = 0; d < t.dim(); ++d) {  // a split tensor is smaller in one dimension
-      if (t.size(d) == shapes[i].second.size(d)) continue;
-      EXPECT_EQ(t.size(d) * m.tp->size(), shapes[i].second.size(d)) << name << " dimension " << d;
-      t = nn::gather_shards(t, d, *m.tp);
-      ++run.split;
-      break;
-    }
+  if (!on_mesh) {
+    run.state = shapes;
+    return run;
   }
+  nn::NamedTensors slices = static_cast<dist::DistributedDataParallel&>(*model).module().state_dict();
+  run.state = nn::gather_whole_state(slices, shapes, *m.tp);
+  for (size_t i = 0; i < slices.size(); ++i)
+    run.split += slices[i].second.shape() != shapes[i].second.shape();
   return run;
 }
 

@@ -84,6 +84,28 @@ Tensor gather_shards(const Tensor& shard, int64_t dim, dist::ProcessGroup& group
   return all.as_strided(shape, strides, 0).clone().view(whole);
 }
 
+NamedTensors gather_whole_state(const NamedTensors& mine, const NamedTensors& unsplit,
+                                dist::ProcessGroup& group) {
+  DPT_CHECK(mine.size() == unsplit.size())
+      << "gather_whole_state: " << mine.size() << " tensors, the unsplit model has " << unsplit.size();
+  NamedTensors whole;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto& [name, t] = mine[i];
+    const Shape& want = unsplit[i].second.shape();
+    DPT_CHECK(name == unsplit[i].first && t.dim() == static_cast<int64_t>(want.size()))
+        << "gather_whole_state: tensor " << i << " is " << name << " " << shape_str(t.shape())
+        << ", the unsplit model's " << unsplit[i].first << " " << shape_str(want);
+    int64_t split = -1, differing = 0;
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (t.size(d) != want[d]) split = d, ++differing;
+    DPT_CHECK(differing == 0 || (differing == 1 && t.size(split) * group.size() == want[split]))
+        << "gather_whole_state: " << name << " " << shape_str(t.shape()) << " is not one of " << group.size()
+        << " slices of " << shape_str(want);
+    whole.emplace_back(name, split < 0 ? t : gather_shards(t, split, group));
+  }
+  return whole;
+}
+
 ColumnParallelLinear::ColumnParallelLinear(const Linear& full, dist::GroupPtr tp)
     : Linear(my_shard(full.weight(), 0, tp, "ColumnParallelLinear"),
              undefined_or_shard(full.bias(), tp, "ColumnParallelLinear")),

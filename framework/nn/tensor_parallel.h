@@ -25,6 +25,14 @@ Tensor shard_of(const Tensor& full, int64_t dim, int rank, int size);
 // contiguous CPU tensor. Collective over `group`: every rank passes a shard of one shape.
 Tensor gather_shards(const Tensor& shard, int64_t dim, dist::ProcessGroup& group);
 
+// `mine` (a tensor-parallel model's state_dict) with each split tensor gathered whole:
+// a tensor smaller than its namesake in `unsplit` (the one-process model's state_dict, for
+// the shapes) in one dimension by a factor of group.size() is gathered along that
+// dimension; the others are taken as they are. Collective over `group` (the tp group).
+// Throws Error when the names differ or a tensor is not such a slice of its namesake.
+NamedTensors gather_whole_state(const NamedTensors& mine, const NamedTensors& unsplit,
+                                dist::ProcessGroup& group);
+
 // y = x W^T + b, W split by rows (output features). Input: the whole x, the same on every
 // rank. Output: this rank's slice of the output features, [N, out / tp].
 class ColumnParallelLinear : public Linear {
