@@ -41,8 +41,8 @@ nn::ModulePtr build_model(const YAML::Node& model_node, const ModelSpec& spec) {
   DPT_CHECK(model_node["name"]) << "model.name: missing (known models: " << joined_names() << ")";
   std::string name = model_node["name"].as<std::string>();
   auto it = registry().find(name);
-  DPT_CHECK(it != registry().end()) << "model.name: unknown model '" << name
-                                    << "' (known models: " << joined_names() << ")";
+  DPT_CHECK(it != registry().end()) << "model.name: unknown model '" << name << "' (known models: " << joined_names()
+                                    << ")";
   ModelArgs args(model_node);
   args.get<std::string>("name", "");
   nn::ModulePtr model = it->second(args, spec);
@@ -51,8 +51,7 @@ nn::ModulePtr build_model(const YAML::Node& model_node, const ModelSpec& spec) {
     if (args.used().count(key)) continue;
     std::string known;
     for (const auto& k : args.used()) known += (known.empty() ? "" : ", ") + k;
-    DPT_FAIL() << "model." << key << ": unknown key for model '" << name << "' (expected one of: " << known
-               << ")";
+    DPT_FAIL() << "model." << key << ": unknown key for model '" << name << "' (expected one of: " << known << ")";
   }
   return model;
 }

@@ -13,14 +13,10 @@ namespace {
 
 void init_weight(const Tensor& w, Init init, int64_t fan_in, int64_t fan_out, Rng& rng) {
   switch (init) {
-    case Init::kaiming_normal:
-      return kaiming_normal(w, fan_in, rng);
-    case Init::kaiming_uniform:
-      return kaiming_uniform(w, fan_in, rng);
-    case Init::xavier_uniform:
-      return xavier_uniform(w, fan_in, fan_out, rng);
-    case Init::torch_default:
-      return fan_in_uniform(w, fan_in, rng);
+    case Init::kaiming_normal: return kaiming_normal(w, fan_in, rng);
+    case Init::kaiming_uniform: return kaiming_uniform(w, fan_in, rng);
+    case Init::xavier_uniform: return xavier_uniform(w, fan_in, fan_out, rng);
+    case Init::torch_default: return fan_in_uniform(w, fan_in, rng);
   }
 }
 
@@ -101,9 +97,9 @@ Tensor Conv2d::forward(const Tensor& x) { return run(x, false); }
 Tensor Conv2d::forward_relu(const Tensor& x) { return run(x, true); }
 
 std::string Conv2d::describe() const {
-  return "Conv2d(" + std::to_string(weight_.size(1) * options_.groups) + ", " +
-         std::to_string(weight_.size(0)) + ", kernel " + std::to_string(weight_.size(2)) + ", stride " +
-         std::to_string(options_.stride) + ", padding " + std::to_string(options_.padding) +
+  return "Conv2d(" + std::to_string(weight_.size(1) * options_.groups) + ", " + std::to_string(weight_.size(0)) +
+         ", kernel " + std::to_string(weight_.size(2)) + ", stride " + std::to_string(options_.stride) +
+         ", padding " + std::to_string(options_.padding) +
          (options_.groups > 1 ? ", groups " + std::to_string(options_.groups) : "") + ")";
 }
 
