@@ -4,6 +4,7 @@
 
 #include "nn/init.h"
 #include "nn/sequential.h"
+#include "nn/tensor_parallel.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/pool.h"
@@ -42,6 +43,21 @@ nn::ModulePtr make_shortcut(int64_t in, int64_t out, int64_t stride, ShortcutKin
   return projection;
 }
 
+// A block's conv1 (in -> out, with the stride) and conv2 (out -> out), drawn in that order;
+// with `tp`, as a column/row-parallel pair. `mid` is the channel count between them here.
+struct ConvPair {
+  std::shared_ptr<nn::Conv2d> conv1, conv2;
+  int64_t mid;
+};
+
+ConvPair conv_pair(int64_t in, int64_t out, int64_t stride, Rng& rng, const dist::GroupPtr& tp) {
+  auto conv1 = conv3x3(in, out, stride, rng);
+  auto conv2 = conv3x3(out, out, 1, rng);
+  if (!tp) return {conv1, conv2, out};
+  return {std::make_shared<nn::ColumnParallelConv2d>(*conv1, tp),
+          std::make_shared<nn::RowParallelConv2d>(*conv2, tp), out / tp->size()};
+}
+
 std::string block_str(const char* name, int64_t in, int64_t out, int64_t stride,
                       const nn::ModulePtr& shortcut) {
   return std::string(name) + "(" + std::to_string(in) + ", " + std::to_string(out) + ", stride " +
@@ -54,10 +70,12 @@ std::shared_ptr<nn::Conv2d> conv3x3(int64_t in, int64_t out, int64_t stride, Rng
   return conv_fan_out(in, out, 3, stride, rng);
 }
 
-BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, const BlockOptions& options, Rng& rng) {
-  conv1_ = register_module("conv1", conv3x3(in, out, stride, rng));
-  bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(out));
-  conv2_ = register_module("conv2", conv3x3(out, out, 1, rng));
+BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, const BlockOptions& options, Rng& rng,
+                       const dist::GroupPtr& tp) {
+  ConvPair convs = conv_pair(in, out, stride, rng, tp);
+  conv1_ = register_module("conv1", convs.conv1);
+  bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(convs.mid));
+  conv2_ = register_module("conv2", convs.conv2);
   bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(out));
   shortcut_ = make_shortcut(in, out, stride, options.shortcut, rng);
   if (shortcut_) register_module("shortcut", shortcut_);
@@ -71,14 +89,15 @@ Tensor BasicBlock::forward(const Tensor& x) {
 }
 
 PreActBlock::PreActBlock(int64_t in, int64_t out, int64_t stride, bool first_in_stage,
-                         const BlockOptions& options, Rng& rng)
+                         const BlockOptions& options, Rng& rng, const dist::GroupPtr& tp)
     : shortcut_reads_activation_(first_in_stage) {
   DPT_CHECK(!options.zero_init_residual) << "PreActBlock: zero_init_residual needs a post-activation block "
                                             "(this branch ends in a conv, not a BN)";
+  ConvPair convs = conv_pair(in, out, stride, rng, tp);
   bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(in));
-  conv1_ = register_module("conv1", conv3x3(in, out, stride, rng));
-  bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(out));
-  conv2_ = register_module("conv2", conv3x3(out, out, 1, rng));
+  conv1_ = register_module("conv1", convs.conv1);
+  bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(convs.mid));
+  conv2_ = register_module("conv2", convs.conv2);
   shortcut_ = make_shortcut(in, out, stride, options.shortcut, rng);
   if (shortcut_) register_module("shortcut", shortcut_);
   description_ = block_str("PreActBlock", in, out, stride, shortcut_);
@@ -102,10 +121,11 @@ ResNet::ResNet(const ResNetOptions& options, int64_t in_channels, int64_t num_cl
     for (int64_t b = 0; b < options.blocks_per_stage; ++b) {
       int64_t stride = (s > 0 && b == 0) ? 2 : 1;
       int64_t out = options.widths[s];
+      dist::GroupPtr tp = s + 1 == options.widths.size() ? options.tp_group : nullptr;
       if (options.preact) {
-        stage->add(std::make_shared<PreActBlock>(in, out, stride, b == 0, options.block, rng));
+        stage->add(std::make_shared<PreActBlock>(in, out, stride, b == 0, options.block, rng, tp));
       } else {
-        stage->add(std::make_shared<BasicBlock>(in, out, stride, options.block, rng));
+        stage->add(std::make_shared<BasicBlock>(in, out, stride, options.block, rng, tp));
       }
       in = out;
     }
@@ -116,10 +136,12 @@ ResNet::ResNet(const ResNetOptions& options, int64_t in_channels, int64_t num_cl
 
   std::string widths;
   for (int64_t w : options.widths) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
-  description_ = std::string(options.preact ? "PreActResNet" : "ResNet") + "(stem " +
-                 std::to_string(options.stem_width) + ", widths [" + widths + "], " +
-                 std::to_string(options.blocks_per_stage) + " blocks per stage, shortcut " +
-                 (options.block.shortcut == ShortcutKind::pad ? "A" : "B") + ")";
+  description_ =
+      std::string(options.preact ? "PreActResNet" : "ResNet") + "(stem " +
+      std::to_string(options.stem_width) + ", widths [" + widths + "], " +
+      std::to_string(options.blocks_per_stage) + " blocks per stage, shortcut " +
+      (options.block.shortcut == ShortcutKind::pad ? "A" : "B") +
+      (options.tp_group ? ", last stage over tp " + std::to_string(options.tp_group->size()) : "") + ")";
 }
 
 Tensor ResNet::forward(const Tensor& x) {
@@ -130,7 +152,7 @@ Tensor ResNet::forward(const Tensor& x) {
   return fc_->forward(global_avg_pool2d(h));
 }
 
-void read_resnet_keys(ModelArgs& args, char default_shortcut, ResNetOptions& options) {
+void read_resnet_keys(ModelArgs& args, const ModelSpec& spec, char default_shortcut, ResNetOptions& options) {
   std::string shortcut = args.get<std::string>("shortcut", std::string(1, default_shortcut));
   DPT_CHECK(shortcut == "A" || shortcut == "B")
       << "model.shortcut: expected A (subsample + zero channels, no parameters) or B (1x1 conv + BN "
@@ -141,6 +163,13 @@ void read_resnet_keys(ModelArgs& args, char default_shortcut, ResNetOptions& opt
   options.block.zero_init_residual = args.get<bool>("zero_init_residual", false);
   DPT_CHECK(!(options.preact && options.block.zero_init_residual))
       << "model.zero_init_residual: needs preact: false (a pre-activation branch ends in a conv, not a BN)";
+  options.tp_group = tensor_parallel_group(args, spec);
+  if (options.tp_group) {
+    int64_t width = options.widths.back();
+    DPT_CHECK(width % options.tp_group->size() == 0)
+        << "model.tensor_parallel: the last stage's " << width << " channels do not split evenly over the "
+        << options.tp_group->size() << " ranks of the tensor-parallel group";
+  }
 }
 
 }  // namespace dpt::models

@@ -35,11 +35,18 @@ struct BlockOptions {
 // fan_out = out * 3 * 3 as in fb.resnet.torch and torchvision. Also used for the stem.
 std::shared_ptr<nn::Conv2d> conv3x3(int64_t in, int64_t out, int64_t stride, Rng& rng);
 
+// With a tensor-parallel group `tp` (null: none), a block's two convolutions are a
+// column/row-parallel pair (nn/tensor_parallel.h): conv1's output channels, and the BN and
+// ReLU on them, are split over tp's ranks; conv2 sums the ranks' parts back into all `out`
+// channels, so the block's input and output are whole. The weights are the slices of those
+// the unsplit block would draw from `rng`.
+
 // relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); conv1 carries the stride.
 // Children: conv1, bn1, conv2, bn2, shortcut (when the shape changes).
 class BasicBlock : public nn::Module {
  public:
-  BasicBlock(int64_t in, int64_t out, int64_t stride, const BlockOptions& options, Rng& rng);
+  BasicBlock(int64_t in, int64_t out, int64_t stride, const BlockOptions& options, Rng& rng,
+             const dist::GroupPtr& tp = nullptr);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override { return description_; }
 
@@ -57,7 +64,7 @@ class BasicBlock : public nn::Module {
 class PreActBlock : public nn::Module {
  public:
   PreActBlock(int64_t in, int64_t out, int64_t stride, bool first_in_stage, const BlockOptions& options,
-              Rng& rng);
+              Rng& rng, const dist::GroupPtr& tp = nullptr);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override { return description_; }
 
@@ -75,6 +82,7 @@ struct ResNetOptions {
   int64_t blocks_per_stage = 3;
   bool preact = false;  // PreActBlock, BN-ReLU before pooling, no BN in the stem
   BlockOptions block;
+  dist::GroupPtr tp_group;  // set: the last (widest) stage's blocks are tensor-parallel
 };
 
 // conv3x3 stem [+ BN-ReLU], stages "layer1".."layerK" of blocks, [BN-ReLU for preact],
@@ -96,9 +104,11 @@ class ResNet : public nn::Module {
   std::string description_;
 };
 
-// Reads the YAML keys every ResNet shares: shortcut (A or B), preact, zero_init_residual.
-// `default_shortcut` is 'A' or 'B'. Throws Error for any other shortcut letter and for
-// zero_init_residual with preact.
-void read_resnet_keys(ModelArgs& args, char default_shortcut, ResNetOptions& options);
+// Reads the YAML keys every ResNet shares: shortcut (A or B), preact, zero_init_residual,
+// tensor_parallel (the last stage split over spec.tp_group). `default_shortcut` is 'A' or
+// 'B'. Throws Error for any other shortcut letter, for zero_init_residual with preact, and
+// for tensor_parallel without a group or with one whose size does not divide the last
+// stage's width.
+void read_resnet_keys(ModelArgs& args, const ModelSpec& spec, char default_shortcut, ResNetOptions& options);
 
 }  // namespace dpt::models

@@ -18,6 +18,13 @@ std::string joined_names() {
 
 }  // namespace
 
+dist::GroupPtr tensor_parallel_group(ModelArgs& args, const ModelSpec& spec) {
+  if (!args.get<bool>("tensor_parallel", false)) return nullptr;
+  DPT_CHECK(spec.tp_group) << "model.tensor_parallel: true needs a tensor-parallel group (a mesh with a tp "
+                              "axis), and this run has none";
+  return spec.tp_group;
+}
+
 bool register_model(const std::string& name, ModelBuilder builder) {
   registry()[name] = std::move(builder);
   return true;

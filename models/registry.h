@@ -11,17 +11,32 @@
 #include <string>
 #include <vector>
 
+#include "distributed/process_group.h"
 #include "nn/module.h"
 
 namespace dpt::models {
 
-// What the data says about the model's input and output.
+// What the data says about the model's input and output, and the run's tensor-parallel
+// group. (A constructor rather than an aggregate, so {c, h, w, classes, seed} needs no group.)
 struct ModelSpec {
+  ModelSpec() = default;
+  ModelSpec(int64_t in_channels, int64_t height, int64_t width, int64_t num_classes, uint64_t seed,
+            dist::GroupPtr tp_group = nullptr)
+      : in_channels(in_channels),
+        height(height),
+        width(width),
+        num_classes(num_classes),
+        seed(seed),
+        tp_group(std::move(tp_group)) {}
+
   int64_t in_channels = 1;
   int64_t height = 28;
   int64_t width = 28;
   int64_t num_classes = 10;
   uint64_t seed = 0;  // initialisation; identical on every rank
+  // The tensor-parallel group of this rank (the "tp" axis of the mesh), for the models
+  // with a `tensor_parallel` key; null when the run has none.
+  dist::GroupPtr tp_group;
 };
 
 // The model's YAML keys, read with defaults; remembers which keys were read.
@@ -38,6 +53,10 @@ class ModelArgs {
 };
 
 using ModelBuilder = std::function<nn::ModulePtr(ModelArgs& args, const ModelSpec& spec)>;
+
+// Reads the model's `tensor_parallel` key (default false): spec.tp_group when true, null
+// when false. Throws Error when it is true and spec has no tensor-parallel group.
+dist::GroupPtr tensor_parallel_group(ModelArgs& args, const ModelSpec& spec);
 
 bool register_model(const std::string& name, ModelBuilder builder);
 std::vector<std::string> model_names();

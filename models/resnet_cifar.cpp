@@ -1,7 +1,8 @@
 // The CIFAR ResNets of He et al. 2016, section 4.2: a 3x3 conv-16 stem, three stages of n
 // basic blocks at 16, 32 and 64 channels (maps 32, 16, 8), global average pooling, a
 // linear classifier; depth = 6n + 2. Shortcut A (parameter-free) by default, as the paper.
-//   model: {name: resnet20, shortcut: A, preact: false, zero_init_residual: false}
+//   model: {name: resnet20, shortcut: A, preact: false, zero_init_residual: false,
+//           tensor_parallel: false}   (true: the 64-channel stage split over tp; blocks.h)
 //   model: {name: resnet_cifar, depth: 20}        (any depth 6n + 2)
 #include "models/blocks.h"
 #include "models/registry.h"
@@ -16,7 +17,7 @@ nn::ModulePtr build_cifar_resnet(ModelArgs& args, const ModelSpec& spec, int64_t
   options.stem_width = 16;
   options.widths = {16, 32, 64};
   options.blocks_per_stage = (depth - 2) / 6;
-  read_resnet_keys(args, 'A', options);
+  read_resnet_keys(args, spec, 'A', options);
   Rng rng(spec.seed);
   return std::make_shared<ResNet>(options, spec.in_channels, spec.num_classes, rng);
 }

@@ -84,6 +84,9 @@ TEST(Models, BadModelConfigsAreClearErrors) {
               HasSubstr("model.hiden: unknown key for model 'mlp'"));
   EXPECT_THAT(error_of([&] { models::build_model(model_node("{name: mlp, hidden: lots}"), spec); }),
               HasSubstr("model.hidden: wrong type"));
+  for (const char* yaml : {"{name: mlp, tensor_parallel: true}", "{name: resnet20, tensor_parallel: true}"})
+    EXPECT_THAT(error_of([&] { models::build_model(model_node(yaml), spec); }),
+                HasSubstr("model.tensor_parallel: true needs a tensor-parallel group"));
 }
 
 TEST(Sequential, FusedReluGivesTheSameResultAsSeparateRelu) {

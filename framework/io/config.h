@@ -122,6 +122,13 @@ struct DistributedConfig {
   dist::Compression compress;
 };
 
+// How the ranks are laid out (train/parallel.h): dp x tp x pp = the world size.
+struct ParallelConfig {
+  int64_t dp;  // 0: the world size / (tp x pp)
+  int64_t tp;
+  int64_t pp;
+};
+
 struct CheckpointConfig {
   int64_t every_epochs;
   int64_t keep_last;
@@ -152,6 +159,7 @@ struct Config {
   bool channels_last;
   bool cuda_graphs;
   DistributedConfig distributed;
+  ParallelConfig parallel;
   DebugMode debug;
   NonfiniteAction on_nonfinite;
   CheckpointConfig checkpoint;

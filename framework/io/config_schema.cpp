@@ -115,6 +115,14 @@ std::vector<Key> config_keys(Config& c) {
       Key("distributed.compress", choice(&c.distributed.compress, "compression"), "none", "",
           "bf16: DDP's gradient buckets cross between hosts as bf16 (half the bytes), summed in f32; within a "
           "host nothing changes ([distributed](distributed.md#gradient-compression))"),
+      Key("parallel.dp", &c.parallel.dp, "0", ">= 0",
+          "data-parallel ranks: DDP over each group of ranks that hold the same slices "
+          "([hybrid setups](hybrid.md))")
+          .zero_means("the world size / (tp x pp)"),
+      Key("parallel.tp", &c.parallel.tp, "1", ">= 1",
+          "tensor-parallel ranks: each group splits the layers of a model with `tensor_parallel: true`"),
+      Key("parallel.pp", &c.parallel.pp, "1", ">= 1",
+          "pipeline stages (parsed and checked; train runs pp 1)"),
       Key("debug", choice(&c.debug, "debug mode"), "none", "",
           "collectives: before each collective every rank checks that all call the same one "
           "([faults](faults.md#debug-collectives))"),

@@ -212,6 +212,14 @@ void RunControl::move_to(int64_t epoch, int64_t step_in_epoch) {
 }
 
 void RunControl::save(float lr) {
+  // A checkpoint holds rank 0's model, and a tensor-parallel rank holds a slice of it
+  // (train/parallel.h refuses every_epochs and --resume there; this covers a signal).
+  if (config_.parallel.tp > 1) {
+    std::printf("no checkpoint: a tensor-parallel run (parallel.tp %lld) writes none\n",
+                static_cast<long long>(config_.parallel.tp));
+    std::fflush(stdout);
+    return;
+  }
   // On every rank: a sharded optimizer gathers its state to rank 0 here.
   const std::vector<optim::Optimizer::StateTensor> state = objects_.optimizer.state_for_save();
   if (dist::info().rank != 0) return;

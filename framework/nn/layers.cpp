@@ -37,6 +37,14 @@ Linear::Linear(int64_t in, int64_t out, Rng& rng, bool bias, Init init) {
   }
 }
 
+Linear::Linear(Tensor weight, Tensor bias) {
+  DPT_CHECK(weight.dim() == 2 && (!bias.defined() || bias.shape() == Shape{weight.size(0)}))
+      << "Linear: expected weight [out, in] and bias [out], got " << shape_str(weight.shape())
+      << (bias.defined() ? " and " + shape_str(bias.shape()) : "");
+  weight_ = register_parameter("weight", std::move(weight));
+  if (bias.defined()) bias_ = register_parameter("bias", std::move(bias));
+}
+
 // In bf16 the input is cast (a no-op when the layer before already ran in bf16) and the
 // weight comes from the cache; the bias stays f32 (the kernels add it in f32).
 Tensor Linear::run(const Tensor& x, bool relu) {
@@ -64,6 +72,14 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Rng& rng, Conv2dOptions 
     bias_ = register_parameter("bias", Tensor::empty({out}));
     fan_in_uniform(bias_, fan_in, rng);
   }
+}
+
+Conv2d::Conv2d(Tensor weight, Tensor bias, Conv2dOptions options) : options_(options) {
+  DPT_CHECK(weight.dim() == 4 && (!bias.defined() || bias.shape() == Shape{weight.size(0)}))
+      << "Conv2d: expected weight [out, in / groups, k, k] and bias [out], got " << shape_str(weight.shape())
+      << (bias.defined() ? " and " + shape_str(bias.shape()) : "");
+  weight_ = register_parameter("weight", std::move(weight));
+  if (bias.defined()) bias_ = register_parameter("bias", std::move(bias));
 }
 
 // The network's input is cast to the compute dtype and layout here, at its first

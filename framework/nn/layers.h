@@ -23,6 +23,9 @@ class Linear : public Module, public ReluFusable {
  public:
   // Weight [out, in]; init torch_default is U(+-1/sqrt(in)) as PyTorch does.
   Linear(int64_t in, int64_t out, Rng& rng, bool bias = true, Init init = Init::torch_default);
+  // With the given parameters: weight [out, in] and bias [out] or undefined (no bias), f32
+  // CPU tensors it takes as they are (one rank's part of a wider layer, say).
+  Linear(Tensor weight, Tensor bias);
   Tensor forward(const Tensor& x) override;
   Tensor forward_relu(const Tensor& x) override;
   std::string describe() const override;
@@ -40,10 +43,15 @@ class Conv2d : public Module, public ReluFusable {
  public:
   Conv2d(int64_t in, int64_t out, int64_t kernel, Rng& rng, Conv2dOptions options = {}, bool bias = true,
          Init init = Init::kaiming_normal);
+  // With the given parameters: weight [out, in / groups, k, k] and bias [out] or undefined
+  // (no bias), f32 CPU tensors it takes as they are.
+  Conv2d(Tensor weight, Tensor bias, Conv2dOptions options);
   Tensor forward(const Tensor& x) override;
   Tensor forward_relu(const Tensor& x) override;
   std::string describe() const override;
   const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+  const Conv2dOptions& options() const { return options_; }
 
  private:
   Tensor run(const Tensor& x, bool relu);

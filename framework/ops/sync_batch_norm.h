@@ -3,17 +3,11 @@
 // tensor across ranks, so it stays free of the distributed layer.
 #pragma once
 
-#include <functional>
-
 #include "core/tensor.h"
 #include "ops/norm.h"
+#include "ops/sum_across_ranks.h"
 
 namespace dpt {
-
-// Sums a contiguous f32 tensor over all ranks, in place: on the CPU before returning; on
-// CUDA (the tensor is on the op's device) before any work queued on the device's compute
-// stream after the call (a process group's wait() on an NCCL collective does that).
-using SumAcrossRanks = std::function<void(const Tensor&)>;
 
 // Training-mode batch_norm2d whose mean and (biased) variance are those of the
 // concatenation of every rank's x; running stats get the unbiased global variance. Its

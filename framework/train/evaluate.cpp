@@ -57,12 +57,13 @@ std::vector<float> device_totals(nn::Module& model, BatchSource& source) {
 
 }  // namespace
 
-EvalResult evaluate(nn::Module& model, BatchSource& source) {
+EvalResult evaluate(nn::Module& model, BatchSource& source, int share, int shares) {
   autograd::NoGrad no_grad;
   model.eval();
   const dist::InitInfo& world = dist::info();
   data::Loader& loader = source.loader();
-  loader.start_epoch(data::eval_shard(loader.dataset().size(), world.rank, world.world_size));
+  if (share < 0) share = world.rank, shares = world.world_size;
+  loader.start_epoch(data::eval_shard(loader.dataset().size(), share, shares));
   source.restart();
   std::vector<float> totals;
 #ifdef DPT_WITH_CUDA

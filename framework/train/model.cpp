@@ -2,6 +2,7 @@
 
 #include "distributed/ddp.h"
 #include "distributed/dist.h"
+#include "nn/tensor_parallel.h"
 
 namespace dpt::train {
 
@@ -16,8 +17,8 @@ nn::Compute compute_for(const io::Config& config, Device device) {
   return compute;
 }
 
-models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed) {
-  return {train.channels, train.height, train.width, train.classes, seed};
+models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::GroupPtr tp_group) {
+  return {train.channels, train.height, train.width, train.classes, seed, std::move(tp_group)};
 }
 
 nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec, nn::Compute compute) {
@@ -27,7 +28,7 @@ nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spe
 }
 
 nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config,
-                               bool shard_gradients) {
+                               bool shard_gradients, dist::GroupPtr dp_group) {
   // A group carries each tensor where it lives (MPI for host memory, NCCL for device memory):
   // `backend` states which of the two the user expects, and is refused where the other one is.
   const bool cuda = device.is_cuda();
@@ -38,14 +39,26 @@ nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io
       << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
       << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
   net->to(device);
-  if (dist::info().world_size == 1) return net;
+  if (!dp_group) dp_group = dist::world();
+  if (dp_group->size() == 1) return net;
   return std::make_shared<dist::DistributedDataParallel>(
-      net, dist::world(),
+      net, std::move(dp_group),
       dist::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb,
                        .find_unused_parameters = config.find_unused_parameters,
                        .sync_bn = config.sync_bn,
                        .compress = config.compress,
                        .shard_gradients = shard_gradients});
+}
+
+nn::NamedTensors model_whole_state(const io::Config& config, const models::ModelSpec& spec, nn::Module& net,
+                                   const dist::GroupPtr& tp_group) {
+  if (!tp_group || tp_group->size() == 1) return net.state_dict();
+  // The unsplit model, for its tensors' shapes.
+  YAML::Node node = YAML::Clone(config.model.node);
+  node["tensor_parallel"] = false;
+  models::ModelSpec whole = spec;
+  whole.tp_group = nullptr;
+  return nn::gather_whole_state(net.state_dict(), models::build_model(node, whole)->state_dict(), *tp_group);
 }
 
 }  // namespace dpt::train

@@ -17,18 +17,25 @@ namespace dpt::train {
 // and `device` is not a CUDA device.
 nn::Compute compute_for(const io::Config& config, Device device);
 
-// What the training data says about the model's input and output; `seed` initialises it.
-models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed);
+// What the training data says about the model's input and output; `seed` initialises it;
+// a model with `tensor_parallel: true` splits its layers over `tp_group`.
+models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::GroupPtr tp_group = nullptr);
 
 // The bare model (what checkpoints hold) of `config.model` for `spec`, computing as
 // `compute`, on the CPU. Throws dpt::Error for an unknown model or model key.
 nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec, nn::Compute compute);
 
-// Moves `net` to `device` and, when the world has several ranks, wraps it in DDP over the
-// world (which broadcasts rank 0's parameters and buffers; reduce-scatters the gradients
-// for a sharded optimizer when `shard_gradients`). Returns what a step calls: the wrapper,
-// or `net` itself on one rank. Collective over the world.
+// Moves `net` to `device` and, when `dp_group` has several ranks, wraps it in DDP over
+// that group (which broadcasts its rank 0's parameters and buffers; reduce-scatters the
+// gradients for a sharded optimizer when `shard_gradients`). Returns what a step calls: the
+// wrapper, or `net` itself. Collective over dp_group; null: the world.
 nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config,
-                               bool shard_gradients);
+                               bool shard_gradients, dist::GroupPtr dp_group = nullptr);
+
+// The model's state with every tensor a tensor-parallel model splits gathered whole
+// (nn::gather_whole_state): what model.safetensors holds, loadable into the one-process
+// model. `net` itself's state when tp_group is null or of one rank. Collective over tp_group.
+nn::NamedTensors model_whole_state(const io::Config& config, const models::ModelSpec& spec, nn::Module& net,
+                                   const dist::GroupPtr& tp_group);
 
 }  // namespace dpt::train

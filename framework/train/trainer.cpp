@@ -61,22 +61,26 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   if (main_rank) std::printf("%s\n", where.note.c_str());
 
   const nn::Compute compute = compute_for(config_, device_);
+  layout_ = parallel_layout(config_, options_.resume);
   data_ = load_data(config_.dataset, config_.seed);
-  const models::ModelSpec spec = model_spec(data_.train, config_.seed);
+  const models::ModelSpec spec = model_spec(data_.train, config_.seed, layout_.tp_group);
   net_ = model_build(config_, spec, compute);
-  global_batch_ = config_.batch_size * world.world_size;
+  global_batch_ = config_.batch_size * layout_.dp;
+  // On every rank: counting runs a forward pass, and a tensor-parallel one has collectives.
+  const double macs = static_cast<double>(models::macs_per_image(*net_, spec)) / 1e6;
   if (main_rank)
     std::printf(
-        "model %s: %lld parameters, %.1fM multiply-adds per image; %d rank(s) x %d threads, global batch "
+        "model %s: %lld parameters, %.1fM multiply-adds per image%s; %d rank(s) x %d threads, global batch "
         "%lld\n",
-        config_.model.name.c_str(), static_cast<long long>(net_->parameter_count()),
-        static_cast<double>(models::macs_per_image(*net_, spec)) / 1e6, world.world_size, threads_get(),
+        config_.model.name.c_str(), static_cast<long long>(net_->parameter_count()), macs,
+        layout_.tp_group ? " (rank 0's slice)" : "", world.world_size, threads_get(),
         static_cast<long long>(global_batch_));
   // On its device before the optimizer and the EMA (their state is made where the
   // parameters are) and before the checkpoint is loaded into them.
-  model_ = model_distribute(net_, device_, config_.distributed, config_.optimizer.shard);
+  model_ = model_distribute(net_, device_, config_.distributed, config_.optimizer.shard, layout_.dp_group);
   if (world.world_size > 1) {  // after DDP made its group, so the table lists it
     const std::string world_text = dist::world_table(device_.str());  // collective
+    if (main_rank && layout_.tp_group) std::printf("%s\n", parallel_layout_str(layout_).c_str());
     if (main_rank) std::printf("%s", world_text.c_str());
   }
 
@@ -89,7 +93,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
                 config_.optimizer.shard && world.world_size > 1 ? " (its shard: optimizer.shard)" : "");
   if (config_.ema_decay > 0)
     ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
-  schedule_.emplace(make_schedule(config_, steps_, world.world_size));
+  schedule_.emplace(make_schedule(config_, steps_, layout_.dp));
   step_ = make_step(config_, *model_, *net_, *optimizer_, ema_.get(), data_.train);
 
   // Checkpoints (resuming from one, saving them) and the output directory.
@@ -111,15 +115,15 @@ Trainer::~Trainer() = default;
 
 // The training loader (shuffled, augmented when asked, whole batches) and the test
 // loader (in order, every sample), each behind a BatchSource for the device; and the steps
-// an epoch has on every rank.
+// an epoch has on every rank. The data is split over the dp ranks: the ranks of one tp
+// group read (and augment) the same samples.
 void Trainer::make_loaders() {
-  const dist::InitInfo& world = dist::info();
   data::LoaderOptions train_options{
       .batch_size = config_.batch_size, .shuffle = true, .drop_last = true, .seed = config_.seed};
   // Only training batches are augmented; each rank draws its own crops and flips.
   if (config_.dataset.augment)
     train_options.transform =
-        data::make_augment_transform({}, data_.train.normalization, config_.seed, world.rank);
+        data::make_augment_transform({}, data_.train.normalization, config_.seed, layout_.data_rank);
   train_loader_ = std::make_unique<data::Loader>(data_.train, std::move(train_options));
   test_loader_ = std::make_unique<data::Loader>(
       data_.test,
@@ -127,7 +131,7 @@ void Trainer::make_loaders() {
           .batch_size = config_.eval_batch_size, .shuffle = false, .drop_last = false, .seed = config_.seed});
   train_batches_ = std::make_unique<BatchSource>(*train_loader_, device_);
   test_batches_ = std::make_unique<BatchSource>(*test_loader_, device_);
-  const int64_t shard_size = (data_.train.size() + world.world_size - 1) / world.world_size;
+  const int64_t shard_size = (data_.train.size() + layout_.dp - 1) / layout_.dp;
   steps_ = train_loader_->batch_count(shard_size);
   if (config_.max_steps_per_epoch > 0) steps_ = std::min(steps_, config_.max_steps_per_epoch);
   DPT_CHECK(steps_ > 0) << "batch_size " << config_.batch_size << " is larger than the training set ("
@@ -180,8 +184,8 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
   // A resumed epoch goes on after the samples its checkpoint had trained on.
   const int64_t done = control_->samples_done(epoch);
   r.first_step = r.step = done / global_batch_;
-  train_loader_->start_epoch(data::train_shard_rest(data_.train.size(), config_.seed, epoch, world.rank,
-                                                    world.world_size, true, done),
+  train_loader_->start_epoch(data::train_shard_rest(data_.train.size(), config_.seed, epoch,
+                                                    layout_.data_rank, layout_.dp, true, done),
                              epoch, r.first_step);
   train_batches_->restart();
   data::Batch batch;
@@ -218,9 +222,9 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
 }
 
 EvalResult Trainer::evaluate_model() {
-  if (!ema_) return evaluate(*model_, *test_batches_);
+  if (!ema_) return evaluate(*model_, *test_batches_, layout_.data_rank, layout_.dp);
   optim::Ema::Swap averaged(*ema_, *net_);
-  return evaluate(*model_, *test_batches_);
+  return evaluate(*model_, *test_batches_, layout_.data_rank, layout_.dp);
 }
 
 int Trainer::finish(Clock::time_point run_start) {
@@ -228,8 +232,11 @@ int Trainer::finish(Clock::time_point run_start) {
   const io::TrainingProgress& at = control_->progress();
   const profile::StepPhases phases = profiler_->run_means();  // collective
   profiler_->write_timeline();                                // collective
+  // The whole model, gathered from the tp ranks' slices: what one process would have trained.
+  const nn::NamedTensors state =
+      model_whole_state(config_, model_spec(data_.train, config_.seed), *net_, layout_.tp_group);
   if (world.rank != 0) return 0;
-  io::safetensors_write(config_.output.dir + "/model.safetensors", net_->state_dict(), {{"format", "pt"}});
+  io::safetensors_write(config_.output.dir + "/model.safetensors", state, {{"format", "pt"}});
   summary_write(config_.output.dir, {.final_test_acc = at.final_test_acc,
                                      .best_test_acc = at.best_test_acc,
                                      .total_time_s = seconds_since(run_start),

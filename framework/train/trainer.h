@@ -22,6 +22,7 @@
 #include "train/batch_source.h"
 #include "train/data.h"
 #include "train/evaluate.h"
+#include "train/parallel.h"
 #include "train/step.h"
 
 namespace dpt::train {
@@ -67,13 +68,14 @@ class Trainer {
   TrainerOptions options_;
   io::Progress progress_;  // the live line
   Device device_;
+  ParallelLayout layout_;  // the groups: DDP's (dp) and the model's (tp); this rank's data share
   TrainData data_;
   nn::ModulePtr net_;    // the bare model
   nn::ModulePtr model_;  // what steps call: DDP over net_, or net_
   std::unique_ptr<data::Loader> train_loader_, test_loader_;
   std::unique_ptr<BatchSource> train_batches_, test_batches_;
   int64_t steps_ = 0;         // per epoch
-  int64_t global_batch_ = 0;  // per step, over the ranks
+  int64_t global_batch_ = 0;  // per step, over the dp ranks
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::Ema> ema_;  // null without ema_decay
   std::optional<optim::LrSchedule> schedule_;

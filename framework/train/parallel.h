@@ -1,0 +1,33 @@
+// How a run lays its ranks out: the `parallel:` section as a device mesh of dp x tp ranks
+// (tp varying fastest, so a tensor-parallel group holds neighbouring ranks, as Megatron-LM
+// places them); with tp 1, DDP over the world and no mesh. The Trainer asks it two things: which group DDP
+// averages over and which group a model splits its layers over; and which share of the data a rank reads (its
+// dp coordinate: the ranks of one tp group read the same samples).
+#pragma once
+
+#include <string>
+
+#include "distributed/process_group.h"
+#include "io/config.h"
+
+namespace dpt::train {
+
+struct ParallelLayout {
+  int dp = 1, tp = 1, pp = 1;
+  dist::GroupPtr dp_group;  // DDP's: the ranks holding the same slices of the model
+  dist::GroupPtr tp_group;  // the model's: the ranks splitting its layers (size tp)
+  int data_rank = 0;        // which of the dp shares of each batch and epoch this rank reads
+};
+
+// The layout `config.parallel` asks for, its groups made from a dist::DeviceMesh when
+// tp > 1 (tp_group null otherwise). Collective over the world. Throws dpt::Error (one line, naming the key
+// and the world size) when dp x tp x pp is not the world size; for pp > 1 (train runs no pipeline); for tp >
+// 1 with a model whose `tensor_parallel` is not true (it would be copied, not split); and for tp > 1 with
+// checkpoints or `resume` (a checkpoint holds one rank's model, and a tensor-parallel rank holds a slice).
+ParallelLayout parallel_layout(const io::Config& config, const std::string& resume);
+
+// "mesh: dp 2 x tp 2, rank r at (dp r / 2, tp r % 2): ...": the line rank 0 prints before
+// the world table (dist/world_table.h), which lists each group's members and group ranks.
+std::string parallel_layout_str(const ParallelLayout& layout);
+
+}  // namespace dpt::train
