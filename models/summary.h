@@ -1,4 +1,4 @@
-// What train.cpp prints about a model at start: the forward cost of one image.
+// What the Trainer prints about a model at start: the forward cost of one image.
 // (The parameter count is Module::parameter_count.)
 #pragma once
 

@@ -54,12 +54,7 @@ class MpiJob {
       ::_exit(127);
     }
   }
-  ~MpiJob() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
+  ~MpiJob() { stop(); }
   MpiJob(const MpiJob&) = delete;
   MpiJob& operator=(const MpiJob&) = delete;
 
@@ -99,18 +94,14 @@ class MpiJob {
   // From now on JobResult::seconds counts from here (call it when causing the fault).
   void mark() { mark_ = std::chrono::steady_clock::now(); }
 
-  // Waits for the job to end, at most `limit`; kills it after that (finished false).
+  // Waits for the job to end, at most `limit`; stops it after that (finished false).
   JobResult finish(std::chrono::milliseconds limit) {
     JobResult r;
     const auto until = std::chrono::steady_clock::now() + limit;
     while (!exited() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     r.finished = reaped_;
-    if (!reaped_) {
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, &status_, 0);
-      reaped_ = true;
-    }
+    stop();
     r.seconds = std::chrono::duration<double>(end_ - mark_).count();
     if (!r.finished)
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - mark_).count();
@@ -130,6 +121,19 @@ class MpiJob {
     std::stringstream s;
     s << in.rdbuf();
     return s.str();
+  }
+  // Ends a job still running: SIGTERM first, so that a launcher can clean up after itself
+  // (tools/cluster.sh removes its namespaces), SIGKILL after 10 s.
+  void stop() {
+    if (pid_ <= 0 || reaped_) return;
+    ::kill(-pid_, SIGTERM);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!exited() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (reaped_) return;
+    ::kill(-pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+    reaped_ = true;
   }
   bool exited() {
     if (reaped_) return true;

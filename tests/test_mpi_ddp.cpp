@@ -4,7 +4,8 @@
 // with no_sync accumulation, and with synchronised batch-norm; plus overlap, unused
 // parameters and mismatched models; replicas built from different seeds (the initial
 // broadcast), BatchNorm buffers without sync_bn, a data set that does not divide by the
-// world size, and DDP on a proper sub-group.
+// world size, and DDP on a proper sub-group; rank-dependent unused parameters beside
+// sync_bn, and the steps after an error in backward.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,13 +18,18 @@
 #include "datasets/synthetic.h"
 #include "distributed/ddp.h"
 #include "distributed/dist.h"
+#include "distributed/mpi_process_group.h"
+#include "error_of.h"
 #include "nn/layers.h"
 #include "nn/sequential.h"
+#include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
+#include "ops/shape.h"
 #include "optim/sgd.h"
 
 using namespace dpt;
+using dpt::testing::error_of;
 using ::testing::HasSubstr;
 
 namespace {
@@ -133,6 +139,95 @@ double ddp_vs_single(bool batch_norm, dist::DdpOptions options, int steps = 20, 
   return max_relative_difference(ddp->module().state_dict(), reference->state_dict());
 }
 
+nn::NamedTensors gradients(nn::Module& model) {
+  nn::NamedTensors out;
+  for (auto& [name, p] : model.named_parameters()) out.emplace_back(name, p.grad());
+  return out;
+}
+
+void zero_gradients(nn::Module& model) {
+  for (auto& [name, p] : model.named_parameters())
+    if (p.grad().defined()) p.grad().zero_();
+}
+
+// Identity forward; its backward throws while *armed: an op that fails in backward.
+Tensor fails_in_backward(const Tensor& x, const std::shared_ptr<bool>& armed) {
+  Tensor out = x.detach().clone();
+  autograd::record("fails_in_backward", out, {x}, [armed](const Tensor& g) {
+    DPT_CHECK(!*armed) << "fails_in_backward: the op's own error";
+    return std::vector<Tensor>{g};
+  });
+  return out;
+}
+
+// Two linear layers with that op between them: backward reaches `second`'s gradients, and
+// DDP launches their buckets, before it fails.
+struct FailsInBackward : nn::Module {
+  std::shared_ptr<nn::Linear> first, second;
+  std::shared_ptr<bool> armed = std::make_shared<bool>(false);
+  explicit FailsInBackward(Rng rng)
+      : first(std::make_shared<nn::Linear>(6, 8, rng)), second(std::make_shared<nn::Linear>(8, 3, rng)) {
+    register_module("first", first);
+    register_module("second", second);
+  }
+  Tensor forward(const Tensor& x) override {
+    return second->forward(fails_in_backward(relu(first->forward(x)), armed));
+  }
+};
+
+Data linear_batch(int step) {
+  Tensor x = Tensor::empty({kBatch, 6});
+  Rng(200 + step).fill_normal(x, 0, 1);
+  std::vector<int64_t> y(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) y[i] = (i * 5 + step) % 3;
+  return {x, Tensor::from_vector(y, {kBatch})};
+}
+
+Data linear_rows(const Data& d, int64_t begin, int64_t end) {
+  Tensor x = d.images.as_strided({end - begin, 6}, {6, 1}, d.images.offset() + begin * 6);
+  Tensor y = d.labels.as_strided({end - begin}, {1}, d.labels.offset() + begin);
+  return {x, y};
+}
+
+// Sets every group's collective timeout for one test, so a collective that some rank
+// never matches fails the test within `seconds` instead of hanging it. 30 s: these tests'
+// collectives take milliseconds, and well under that with 4 ranks on 2 busy cores.
+class TimeoutForThisTest {
+ public:
+  explicit TimeoutForThisTest(double seconds)
+      : previous_(dynamic_cast<dist::MpiProcessGroup&>(*dist::world()).timeout()) {
+    dist::set_timeout(seconds);
+  }
+  ~TimeoutForThisTest() { dist::set_timeout(static_cast<double>(previous_.count()) / 1000.0); }
+
+ private:
+  std::chrono::milliseconds previous_;
+};
+
+// A batch-normalised convolution and two heads, of which the forward uses one: `head_a`
+// on rank 0, `head_b` on the others. The other head's parameters get no gradient there.
+struct RankBranch : nn::Module {
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  std::shared_ptr<nn::Linear> head_a, head_b;
+  int rank = 0;
+  explicit RankBranch(Rng rng)
+      : conv(std::make_shared<nn::Conv2d>(1, 4, 3, rng, Conv2dOptions{.padding = 1}, false)),
+        bn(std::make_shared<nn::BatchNorm2d>(4)),
+        head_a(std::make_shared<nn::Linear>(4 * 8 * 8, 5, rng)),
+        head_b(std::make_shared<nn::Linear>(4 * 8 * 8, 5, rng)) {
+    register_module("conv", conv);
+    register_module("bn", bn);
+    register_module("head_a", head_a);
+    register_module("head_b", head_b);
+  }
+  Tensor features(const Tensor& x) { return flatten(relu(bn->forward(conv->forward(x)))); }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = features(x);
+    return rank == 0 ? head_a->forward(h) : head_b->forward(h);
+  }
+};
+
 }  // namespace
 
 TEST(Ddp, NRanksEqualOneRankForSeveralBucketSizes) {
@@ -177,7 +272,8 @@ TEST(Ddp, UnusedParameterIsNamedOrAllowed) {
   // A module that registers a parameter its forward never uses.
   struct WithSpare : nn::Module {
     std::shared_ptr<nn::Linear> used, spare;
-    WithSpare(std::shared_ptr<nn::Linear> u, Rng& rng) : used(u), spare(std::make_shared<nn::Linear>(4, 3, rng)) {
+    WithSpare(std::shared_ptr<nn::Linear> u, Rng& rng)
+        : used(u), spare(std::make_shared<nn::Linear>(4, 3, rng)) {
       register_module("used", used);
       register_module("spare", spare);
     }
@@ -196,6 +292,74 @@ TEST(Ddp, UnusedParameterIsNamedOrAllowed) {
     }
   }
   // Allowed with find_unused_parameters: UnusedParameterGetsZeroAndTheOthersTheAverageGradient.
+}
+
+// An op that throws in backward on every rank, with some of the step's all-reduces in
+// flight: the error is the op's own, the all-reduces in flight end with it (none is left
+// to overwrite the gradients zeroed after it), and the steps after it synchronise: every
+// rank gets the gradients of one process on the whole batch.
+TEST(Ddp, AnErrorInBackwardLeavesTheNextStepsSynchronised) {
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t per_rank = kBatch / n;
+  TimeoutForThisTest timeout(30);
+  auto model = std::make_shared<FailsInBackward>(Rng(3));
+  FailsInBackward reference(Rng(3));
+  dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = 0});
+
+  *model->armed = true;
+  Data shard = linear_rows(linear_batch(0), r * per_rank, (r + 1) * per_rank);
+  EXPECT_EQ(error_of([&] { cross_entropy(ddp(shard.images), shard.labels).backward(); }),
+            "fails_in_backward: the op's own error");
+  // It failed with the all-reduces of `second`'s two gradients (one bucket each) in flight.
+  const std::vector<double>& launches = ddp.reducer().launch_times_ms();
+  ASSERT_GE(launches.size(), 2u);
+  EXPECT_LT(launches[1], ddp.reducer().backward_end_ms());
+
+  *model->armed = false;
+  for (int step = 1; step <= 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    Data global = linear_batch(step);
+    Data mine = linear_rows(global, r * per_rank, (r + 1) * per_rank);
+    zero_gradients(ddp);
+    cross_entropy(ddp(mine.images), mine.labels).backward();
+    zero_gradients(reference);
+    cross_entropy(reference(global.images), global.labels).backward();
+    EXPECT_LE(max_relative_difference(gradients(ddp.module()), gradients(reference)), 1e-5);
+  }
+}
+
+// find_unused_parameters with parameters unused on some ranks only, beside sync_bn's
+// all-reduces in backward: every rank must issue the bucket all-reduces at the same place
+// among those, or the collectives pair up wrongly (wrong gradients, or a wait that times
+// out). Checked against one process computing each rank's head on its rows.
+TEST(Ddp, RankDependentUnusedParametersBesideSyncBatchNorm) {
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t per_rank = kBatch / n;
+  TimeoutForThisTest timeout(30);
+  auto model = std::make_shared<RankBranch>(Rng(5));
+  model->rank = r;
+  RankBranch reference(Rng(5));
+  dist::DistributedDataParallel ddp(model, group,
+                                    {.bucket_cap_mb = 0, .find_unused_parameters = true, .sync_bn = true});
+  // Rank 0's rows go through head_a, the others' through head_b: masks pick each row's head.
+  std::vector<float> on_rank0(kBatch * 5, 0.0f), elsewhere(kBatch * 5, 1.0f);
+  for (int64_t i = 0; i < per_rank * 5; ++i) on_rank0[i] = 1.0f, elsewhere[i] = 0.0f;
+  Tensor mask_a = Tensor::from_vector(on_rank0, {kBatch, 5}),
+         mask_b = Tensor::from_vector(elsewhere, {kBatch, 5});
+  for (int step = 0; step < 3; ++step) {  // the buckets are rebuilt after the first
+    SCOPED_TRACE("step " + std::to_string(step));
+    Data global = global_batch(step);
+    Data mine = rows(global, r * per_rank, (r + 1) * per_rank);
+    zero_gradients(ddp);
+    cross_entropy(ddp(mine.images), mine.labels).backward();
+    zero_gradients(reference);
+    Tensor h = reference.features(global.images);
+    Tensor logits = add(mul(reference.head_a->forward(h), mask_a), mul(reference.head_b->forward(h), mask_b));
+    cross_entropy(logits, global.labels).backward();
+    EXPECT_LE(max_relative_difference(gradients(ddp.module()), gradients(reference)), 1e-5);
+  }
 }
 
 TEST(Ddp, DifferentModelsAreAnErrorOnEveryRank) {

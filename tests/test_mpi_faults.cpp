@@ -8,13 +8,13 @@
 
 #include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/tensor.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
 #include "error_of.h"
+#include "mpi_waits.h"
 
 using namespace dpt;
 using namespace dpt::dist;
@@ -102,14 +102,15 @@ TEST(MpiFaults, DebugCollectivesOnASubGroupNamesWorldRanks) {
 }
 
 TEST(MpiFaults, TimeoutNamesTheRanksThatDidNotArrive) {
-  // Ranks 0 and (with 3 or more) 1 call an all_reduce at once and give up after 0.3 s; the
-  // others come 2 s late. Each early rank's message names the collective by number and the
-  // late ranks with their latest collective; then the late ranks arrive and it completes.
+  // Ranks 0 and (with 3 or more) 1 call an all_reduce and give up after 0.3 s; the others
+  // come only once both have timed out (AfterTheTimeouts), however slow the machine. Each
+  // early rank's message names the collective by number and the late ranks with their latest
+  // collective; then the late ranks arrive and it completes.
   GroupPtr w = world();
   const int n = w->size(), r = w->rank();
   if (n == 1) GTEST_SKIP() << "needs two ranks";
   const int early = n > 2 ? 2 : 1;
-  w->barrier()->wait();
+  dpt::testing::AfterTheTimeouts after_the_timeouts;
   Tensor before = filled(3, 1);
   w->all_reduce(before)->wait();  // the late ranks' latest collective
   Tensor t = filled(100, static_cast<float>(r + 1));
@@ -120,6 +121,7 @@ TEST(MpiFaults, TimeoutNamesTheRanksThatDidNotArrive) {
     WorkPtr work = w->all_reduce(t);
     mpi.set_timeout(old);
     std::string m = error_of([&] { work->wait(); });
+    after_the_timeouts.timed_out();
     EXPECT_TRUE(has(m, "all_reduce(sum) of 100 f32 on world (collective #")) << m;
     EXPECT_TRUE(has(m, "): not complete after 0.3 s")) << m;
     EXPECT_TRUE(has(m, "; did not arrive: rank " + std::to_string(early) + " (")) << m;
@@ -129,10 +131,10 @@ TEST(MpiFaults, TimeoutNamesTheRanksThatDidNotArrive) {
     EXPECT_FALSE(has(m, "rank 0 (")) << m;
     EXPECT_FALSE(has(m, "no answer")) << m;
     // It stays in flight; the communication thread completes it once the late ranks come.
-    while (!work->is_completed()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(dpt::testing::completes_without_wait(*work));
     work->wait();
   } else {
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    after_the_timeouts.wait_for_early_ranks();
     w->all_reduce(t)->wait();
   }
   EXPECT_EQ(t.data<float>()[0], n * (n + 1) / 2.0f);

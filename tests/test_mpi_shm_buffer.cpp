@@ -2,7 +2,8 @@
 // the memory really is shared (a /dev/shm mapping), whole buffers and disjoint parts of one
 // buffer in flight at once across several buffers, every op and dtype against the MPI path
 // on private memory, bit-identical results on every rank, a rank that turns the path off
-// turns it off for all, and ranks that reduce different parts get an error instead of a hang.
+// turns it off for all, ranks that reduce different parts get an error instead of a hang, and
+// only ranks of one host share memory (under tools/cluster.sh too).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,11 +11,13 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
+#include "mpi_waits.h"
 
 using namespace dpt;
 using namespace dpt::dist;
@@ -37,7 +40,9 @@ bool in_shared_memory(const void* p, size_t bytes) {
 }
 
 // Integer-valued floats: exact sums in any order, so results compare with closed forms.
-float value(int rank, int64_t i, int salt) { return static_cast<float>((rank + 1) * 5 + (i * 7 + salt) % 23); }
+float value(int rank, int64_t i, int salt) {
+  return static_cast<float>((rank + 1) * 5 + (i * 7 + salt) % 23);
+}
 float expected_sum(int size, int64_t i, int salt) {
   return static_cast<float>(5 * size * (size + 1) / 2 + size * ((i * 7 + salt) % 23));
 }
@@ -51,8 +56,28 @@ TEST(ShmBuffer, IsSharedMemoryAndZeroed) {
   GroupPtr w = world();
   Tensor t = w->collective_buffer(1000, DType::f32, Device::cpu());
   ASSERT_EQ(t.numel(), 1000);
-  EXPECT_EQ(in_shared_memory(t.raw_data(), 4000), w->size() > 1);
+  EXPECT_EQ(in_shared_memory(t.raw_data(), 4000), w->size() > 1 && info().node_count == 1);
   for (float x : t.to_vector()) ASSERT_EQ(x, 0.0f);
+}
+
+// Shared memory joins the ranks of one host and no others, even where hosts share /dev/shm
+// (tools/cluster.sh's namespaces): a host's group maps one buffer, a group of one rank per
+// host and the world across hosts reduce through MPI, each to the closed form.
+TEST(ShmBuffer, OnlyAmongTheRanksOfOneHost) {
+  GroupPtr w = world();
+  const InitInfo& me = info();
+  GroupPtr host = split(w, me.node, me.rank);
+  GroupPtr across = split(w, me.local_rank, me.rank);  // one rank of each host
+  const std::vector<std::pair<GroupPtr, bool>> cases = {
+      {w, w->size() > 1 && me.node_count == 1}, {host, host->size() > 1}, {across, false}};
+  for (const auto& [group, shared] : cases) {
+    Tensor t = group->collective_buffer(1000, DType::f32, Device::cpu());
+    EXPECT_EQ(in_shared_memory(t.raw_data(), 4000), shared) << group->name() << " on host " << me.host;
+    fill(t, group->rank(), 5);
+    group->all_reduce(t)->wait();
+    for (int64_t i = 0; i < 1000; ++i)
+      ASSERT_EQ(t.data<float>()[i], expected_sum(group->size(), i, 5)) << group->name() << ", element " << i;
+  }
 }
 
 TEST(ShmBuffer, WholeBuffersAndPartsInFlightTogether) {
@@ -143,8 +168,8 @@ TEST(ShmBuffer, IsCompletedAloneCompletes) {
   Tensor t = world()->collective_buffer(10, DType::f32, Device::cpu());
   fill(t, world()->rank(), 3);
   WorkPtr work = world()->all_reduce(t);
-  while (!work->is_completed()) {
-  }
+  ASSERT_TRUE(dpt::testing::completes_without_wait(*work))
+      << "not complete after " << dpt::testing::kHungAfter.count() << " s of is_completed()";
   EXPECT_EQ(t.data<float>()[4], expected_sum(world()->size(), 4, 3));
 }
 

@@ -192,3 +192,34 @@ TEST(Loss, BadLabelsAreClearErrors) {
   EXPECT_THROW(cross_entropy(logits, labels_of({0})), Error);
   EXPECT_EQ(count_correct(Tensor::from_vector(std::vector<float>{0, 1, 5, 2}, {2, 2}), labels_of({1, 1})), 1);
 }
+
+// Labels that are a strided view (every other element of a larger tensor, as a column of
+// a [N, 2] table would be) must be read through their strides: the values in between are
+// out of range, so reading them as if contiguous fails the label check or picks wrong rows.
+TEST(Loss, StridedLabelsReadLikeTheirContiguousCopy) {
+  Tensor logits = random_tensor({4, 5}, 6, -3.0f, 3.0f);
+  Tensor table = labels_of({0, 99, 4, 99, 2, 99, 3, 99});
+  Tensor strided = table.as_strided({4}, {2}, 0);
+  ASSERT_FALSE(strided.is_contiguous());
+  Tensor contiguous = labels_of({0, 4, 2, 3});
+  for (float s : {0.0f, 0.1f}) {
+    Tensor a = logits.clone().set_requires_grad(true), b = logits.clone().set_requires_grad(true);
+    Tensor loss_strided = cross_entropy(a, strided, s), loss_contiguous = cross_entropy(b, contiguous, s);
+    EXPECT_EQ(loss_strided.item(), loss_contiguous.item());
+    loss_strided.backward();
+    loss_contiguous.backward();
+    EXPECT_TRUE(same_bits(a.grad().to_vector(), b.grad().to_vector()));
+  }
+  Tensor a = logits.clone().set_requires_grad(true), b = logits.clone().set_requires_grad(true);
+  Tensor nll_strided = nll_loss(log_softmax(a), strided);
+  Tensor nll_contiguous = nll_loss(log_softmax(b), contiguous);
+  EXPECT_EQ(nll_strided.item(), nll_contiguous.item());
+  nll_strided.backward();
+  nll_contiguous.backward();
+  EXPECT_TRUE(same_bits(a.grad().to_vector(), b.grad().to_vector()));
+  EXPECT_EQ(count_correct(logits, strided), count_correct(logits, contiguous));
+  // A bad label in the view is found, with its row, even where the memory between is valid.
+  Tensor bad = labels_of({1, 1, 7, 1, 2, 1, 3, 1}).as_strided({4}, {2}, 0);
+  EXPECT_EQ(error_of([&] { cross_entropy(logits, bad); }),
+            "cross_entropy: label 7 at row 1 is outside [0, 5)");
+}

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 
+#include "autograd/node.h"
 #include "gradcheck.h"
 #include "inputs.h"
 #include "ops/elementwise.h"
@@ -176,4 +177,40 @@ TEST(Autograd, NoGradRecordsNothingAndFreedGraphThrows) {
   Tensor y = mul(a, a);
   y.backward(Tensor::full({3}, 1.0f));
   EXPECT_THROW(y.backward(Tensor::full({3}, 1.0f)), Error);
+}
+
+// The final callbacks (DDP's end of backward) run whether backward finishes or throws,
+// told which; the first error, a node's or a callback's, is the one backward() throws.
+TEST(Autograd, FinalCallbacksRunWhenBackwardFailsAndTheFirstErrorLeaves) {
+  auto a = random_tensor({3}, 1).set_requires_grad(true);
+  std::vector<std::string> calls;
+  // An identity whose backward queues two callbacks, the first throwing when asked to,
+  // and then throws itself when asked to.
+  auto run = [&](bool node_throws, bool callback_throws) {
+    calls.clear();
+    Tensor out = a.detach().clone();
+    autograd::record("queues_callbacks", out, {a}, [&, node_throws, callback_throws](const Tensor& g) {
+      autograd::queue_callback([&, callback_throws](bool failed) {
+        calls.push_back(failed ? "first(failed)" : "first");
+        DPT_CHECK(!callback_throws) << "the first callback's error";
+      });
+      autograd::queue_callback([&](bool failed) { calls.push_back(failed ? "second(failed)" : "second"); });
+      DPT_CHECK(!node_throws) << "the node's error";
+      return std::vector<Tensor>{g};
+    });
+    try {
+      out.backward(Tensor::full({3}, 1.0f));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(run(false, false), "no error");
+  EXPECT_EQ(calls, (std::vector<std::string>{"first", "second"}));
+  EXPECT_EQ(run(true, false), "the node's error");
+  EXPECT_EQ(calls, (std::vector<std::string>{"first(failed)", "second(failed)"}));
+  EXPECT_EQ(run(false, true), "the first callback's error");
+  EXPECT_EQ(calls, (std::vector<std::string>{"first", "second(failed)"}));
+  EXPECT_EQ(run(true, true), "the node's error");
+  EXPECT_EQ(calls, (std::vector<std::string>{"first(failed)", "second(failed)"}));
 }

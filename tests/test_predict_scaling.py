@@ -13,6 +13,8 @@ import tempfile
 import unittest
 from importlib.machinery import SourceFileLoader
 
+import py_main  # tests/py_main.py: unittest's main, with skips reported to CTest
+
 SOURCE = os.environ.get("DPT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 TOOL = os.path.join(SOURCE, "tools", "predict_scaling")
 _loader = SourceFileLoader("predict_scaling", TOOL)
@@ -201,4 +203,4 @@ class BadArguments(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    py_main.main()

@@ -49,7 +49,6 @@ std::string parse_error(const std::string& bytes) {
   return error_of([&] { parse(bytes); });
 }
 
-
 }  // namespace
 
 TEST(Json, ParsesNestedValuesAndReadsTypedFields) {
@@ -280,6 +279,27 @@ TEST(Safetensors, LoadIntoChecksNamesShapesAndDtypesBeforeCopying) {
                 safetensors_load_into(f, {{"w", w}, {"b", as_i64}}, "the model");
               }),
               HasSubstr("tensor 'b' is F32, the model expects I64"));
+}
+
+// Every check, the one for tensors `into` lacks included, comes before the first copy: a
+// file that fails any of them leaves `into` bit-identical.
+TEST(Safetensors, LoadIntoLeavesTheTargetUntouchedWhateverCheckFails) {
+  TempDir dir("dpt_safetensors");
+  const std::string path = dir.file("m.safetensors");
+  safetensors_write(path,
+                    {{"w", f32({1, 2, 3, 4}, {2, 2})}, {"b", f32({5, 6}, {2})}, {"extra", f32({7}, {1})}});
+  SafetensorsFile f = safetensors_read(path);
+  Tensor w = f32({-1, -2, -3, -4}, {2, 2}), b = f32({-5, -6}, {2});
+  EXPECT_EQ(
+      error_of([&] {
+        safetensors_load_into(f, {{"w", w}, {"b", b}}, "the model");
+      }),
+      path + ": tensor 'extra' is not part of the model (a checkpoint of another model or configuration?)");
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{-1, -2, -3, -4}));
+  EXPECT_EQ(b.to_vector(), (std::vector<float>{-5, -6}));
+  safetensors_load_into(f, {{"w", w}, {"b", b}}, "the model",
+                        [](const std::string& name) { return name == "extra"; });
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{1, 2, 3, 4}));
 }
 
 TEST(AtomicFile, AFailedWriteLeavesTheOldContentAndNoTemporary) {

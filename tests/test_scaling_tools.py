@@ -10,6 +10,8 @@ import subprocess
 import tempfile
 import unittest
 
+import py_main  # tests/py_main.py: unittest's main, with skips reported to CTest
+
 SOURCE = os.environ.get("DPT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 TOOLS = os.path.join(SOURCE, "tools")
 PY = "/usr/bin/python3"
@@ -147,4 +149,4 @@ class BadArguments(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    py_main.main()

@@ -14,6 +14,8 @@ import importlib.util
 import unittest
 from importlib.machinery import SourceFileLoader
 
+import py_main  # tests/py_main.py: unittest's main, with skips reported to CTest
+
 BUILD = os.environ.get("DPT_BUILD_DIR", "build")
 SOURCE = os.environ.get("DPT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 TRAIN = os.path.join(BUILD, "train")
@@ -36,6 +38,18 @@ def config(directory, extra=""):
 def run(args, np=None):
     cmd = ([*"mpirun --oversubscribe --bind-to none -np".split(), str(np)] if np else []) + [TRAIN, *args]
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def assert_phases_match_the_clock(test, m, images_per_step):
+    """images/s comes from the epoch's own clock, step_ms from the phases' laps inside it,
+    which leave out only the epoch's start and end (and, averaged over ranks, may exceed rank
+    0's clock by a start-up skew); when idle they agree within 1%. The bounds are generous so
+    that a rank descheduled outside the laps on a busy machine does not fail them; the
+    mistakes they are for are factors: a per-rank batch for the global one (2x at np 2), or
+    the timeline's 6 steps for the epoch's 24 (4x)."""
+    clock_ms = images_per_step / m["images_per_sec"] * 1e3
+    test.assertGreater(m["step_ms"], 0.75 * clock_ms, m)
+    test.assertLess(m["step_ms"], 1.25 * clock_ms, m)
 
 
 def read_lines(path):
@@ -132,8 +146,7 @@ class Timeline(unittest.TestCase):
         for key in PHASES:
             self.assertGreaterEqual(m[key], 0, key)
         self.assertAlmostEqual(sum(m[k] for k in PHASES), m["step_ms"], delta=1e-3 * m["step_ms"])
-        # images/s comes from the epoch's own timer: 64 images a step at np 2.
-        self.assertAlmostEqual(m["step_ms"], 64 / m["images_per_sec"] * 1e3, delta=0.05 * m["step_ms"])
+        assert_phases_match_the_clock(self, m, 64)  # 64 images a step at np 2
 
 
 class OneRank(unittest.TestCase):
@@ -144,7 +157,7 @@ class OneRank(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             (m,) = read_lines(os.path.join(d, "run", "metrics.jsonl"))
             self.assertEqual(m["comm_wait_ms"], 0)
-            self.assertAlmostEqual(m["step_ms"], 32 / m["images_per_sec"] * 1e3, delta=0.05 * m["step_ms"])
+            assert_phases_match_the_clock(self, m, 32)
             with open(os.path.join(d, "run", "summary.json")) as f:
                 summary = json.load(f)
             self.assertEqual(summary["global_batch"], 32)
@@ -175,4 +188,4 @@ class BadArguments(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    py_main.main()

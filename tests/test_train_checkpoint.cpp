@@ -1,6 +1,7 @@
 // Checkpoints end to end, through the train binary: a rank killed mid-epoch ends the run
 // quickly and --resume auto finishes it with the same final parameters, bit for bit, as a
-// run never interrupted (deterministic mode); so does a SIGTERM, on 2 and on 3 ranks; a
+// run never interrupted (deterministic mode); so does a SIGTERM, on 2 and on 3 ranks, also
+// where only rank 0 sees the checkpoint (as on a cluster without a shared filesystem); a
 // checkpoint from 2 ranks resumes on 1; a full disk leaves the previous checkpoint intact;
 // a NaN stops every rank at the same step (or is skipped); a bad checkpoint is one error
 // line and exit code 2.
@@ -25,8 +26,8 @@
 
 namespace fs = std::filesystem;
 using namespace dpt;
-using ::testing::HasSubstr;
 using dpt::io::read_file;
+using ::testing::HasSubstr;
 
 namespace {
 
@@ -147,6 +148,24 @@ TEST_F(TrainCheckpoint, SigtermOnThreeRanksCheckpointsMidEpochAndResumesBitForBi
   EXPECT_THAT(resumed.out, HasSubstr("step 15, epoch 2, step 5 of the epoch"));
   EXPECT_EQ(lines(read_file(path("stopped3/metrics.jsonl"))), 3);
   EXPECT_TRUE(read_file(path("stopped3/model.safetensors")) == reference(3)) << "final parameters differ";
+}
+
+TEST_F(TrainCheckpoint, ResumeLoadsRankZerosCheckpointWhereTheOtherRanksCannotSeeIt) {
+  // On a cluster the output directory may be on rank 0's host only: here rank 1's
+  // output.dir is an empty directory of its own, as another host's disk would be, and the
+  // run still resumes where rank 0's checkpoint says, bit for bit.
+  Result stopped = train("apart", 2, "", "DPT_DEBUG_FAULT=sigterm@20:0");
+  ASSERT_EQ(stopped.exit_code, 128 + 15) << stopped.err;
+  const std::string each = train_ + " " + (dir_ / "c.yaml").string() +
+                           " --resume auto --set distributed.timeout_s=60 --set output.dir=";
+  Result resumed =
+      run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none "
+          "-np 1 " +
+          each + path("apart").string() + " : -np 1 " + each + path("elsewhere").string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_THAT(resumed.out, HasSubstr("step 20, epoch 2, step 4 of the epoch"));
+  EXPECT_TRUE(read_file(path("apart/model.safetensors")) == reference(2)) << "final parameters differ";
+  EXPECT_FALSE(fs::exists(path("elsewhere"))) << "only rank 0 writes";
 }
 
 TEST_F(TrainCheckpoint, TwoRankCheckpointResumesOnOneRank) {
@@ -288,10 +307,11 @@ TEST_F(TrainCheckpoint, BadCheckpointsAreOneLineAndExitCode2) {
   fs::remove(path("bad/summary.json"));
   Result again = train("bad", 1);
   EXPECT_EQ(again.exit_code, 2);
-  EXPECT_THAT(again.err,
-              HasSubstr(path("bad/checkpoints").string() +
-                        " holds checkpoints of an interrupted earlier run (the newest is step-32.json): continue "
-                        "it with --resume auto"));
+  EXPECT_THAT(
+      again.err,
+      HasSubstr(path("bad/checkpoints").string() +
+                " holds checkpoints of an interrupted earlier run (the newest is step-32.json): continue "
+                "it with --resume auto"));
 }
 
 TEST_F(TrainCheckpoint, AFreshRunReplacesAFinishedRunsCheckpoints) {

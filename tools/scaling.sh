@@ -12,8 +12,10 @@
 # every mpirun (a --map-by or --bind-to there replaces ours). The best of R repeats counts.
 # --wait-idle: before each run, wait (up to 10 minutes) until the machine's cores have been
 # at least 90% idle for 2 seconds, for timings on a machine others share.
+# Runs DPT_BUILD_DIR/train (default build/, as tools/setup.sh builds it).
 set -euo pipefail
 DPT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+train="$(cd "$DPT_ROOT" && realpath -m "${DPT_BUILD_DIR:-build}")/train"
 usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//'; }
 fail() { echo "error: $*" >&2; exit 2; }
 
@@ -50,7 +52,7 @@ done
 [ -z "$target" ] || [[ "$target" =~ ^0?\.[0-9]+$|^1(\.0*)?$ ]] || fail "--target expects an accuracy in (0, 1], got '$target'"
 name=${name:-$(basename "${config%.*}")}
 out=${out:-$DPT_ROOT/runs/scaling/$name}
-[ -x "$DPT_ROOT/build/train" ] || fail "build/train not built (tools/run.sh or: ninja -C build train)"
+[ -x "$train" ] || fail "$train not built (tools/run.sh, or: ninja -C $(dirname "$train") train)"
 
 # The batch the config gives each process (train prints it resolved).
 IFS=, read -r -a np_list <<< "$nps"
@@ -116,7 +118,7 @@ for r in $(seq "$repeats"); do
     mkdir -p "$out/np$np"
     wait_for_idle
     echo "== np $np (batch $per_rank a rank), repeat $r: $dir"
-    mpirun -np "$np" "${binding[@]}" "${mpirun_args[@]}" -x DPT_TTY "$DPT_ROOT/build/train" "$config" \
+    mpirun -np "$np" "${binding[@]}" "${mpirun_args[@]}" -x DPT_TTY "$train" "$config" \
       "${sets[@]}" "${run_args[@]}" --set "output.dir=$dir" --timeline "$dir/timeline.json" > "$dir.log" 2>&1 ||
       { tail -5 "$dir.log" >&2; fail "np $np failed (log: $dir.log)"; }
     grep -E '^(model|epoch [0-9]+:|done)' "$dir.log" || true

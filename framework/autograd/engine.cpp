@@ -1,6 +1,7 @@
 // The backward engine: a dependency count over the recorded graph, then nodes in
 // readiness order, newest first, so gradients reach the parameters in roughly the reverse
 // of the order the forward pass used them (which DDP's buckets rely on for overlap).
+#include <exception>
 #include <queue>
 #include <unordered_map>
 
@@ -13,7 +14,7 @@ namespace {
 thread_local bool t_grad_enabled = true;
 thread_local uint64_t t_next_sequence_nr = 0;  // only the order within one graph matters
 thread_local bool t_in_backward = false;
-thread_local std::vector<std::function<void()>> t_final_callbacks;
+thread_local std::vector<std::function<void(bool failed)>> t_final_callbacks;
 thread_local NodeObserver* t_node_observer = nullptr;
 
 }  // namespace
@@ -80,7 +81,7 @@ NodeObserver* set_node_observer(NodeObserver* observer) {
   return previous;
 }
 
-void queue_callback(std::function<void()> callback) {
+void queue_callback(std::function<void(bool failed)> callback) {
   DPT_CHECK(t_in_backward) << "queue_callback: no backward pass is running on this thread";
   t_final_callbacks.push_back(std::move(callback));
 }
@@ -95,18 +96,25 @@ void backward(const Tensor& root, const Tensor& grad_output) {
   DPT_CHECK(!t_in_backward) << "backward(): called from inside a backward pass";
   t_in_backward = true;
   t_final_callbacks.clear();
+  std::exception_ptr error;
   try {
     run_graph(root, grad_output);
   } catch (...) {
-    t_in_backward = false;
-    t_final_callbacks.clear();
-    throw;
+    error = std::current_exception();
   }
   t_in_backward = false;
-  // Swapped out first: a callback may start another backward pass.
-  std::vector<std::function<void()>> callbacks;
+  // Swapped out first: a callback may start another backward pass. After an error every
+  // callback still runs (DDP must finish the all-reduces it started), told that it failed.
+  std::vector<std::function<void(bool)>> callbacks;
   callbacks.swap(t_final_callbacks);
-  for (auto& callback : callbacks) callback();
+  for (auto& callback : callbacks) {
+    try {
+      callback(error != nullptr);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 namespace {

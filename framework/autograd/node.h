@@ -68,8 +68,11 @@ class NodeObserver {
 // and then the engine pays one branch per node. Returns the observer it replaces.
 NodeObserver* set_node_observer(NodeObserver* observer);
 
-// Runs `callback` once when the backward pass now running on this thread has finished
-// every node (DDP waits for its last all-reduces there). Requires a backward in progress.
-void queue_callback(std::function<void()> callback);
+// Runs `callback` once when the backward pass now running on this thread ends, in the
+// order queued: with failed = false when every node has run (DDP waits for its last
+// all-reduces there), with failed = true when a node (or an earlier callback) threw, before
+// that error leaves backward(); an error a callback throws then is dropped for the first
+// one. Requires a backward in progress.
+void queue_callback(std::function<void(bool failed)> callback);
 
 }  // namespace dpt::autograd

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "core/error.h"
@@ -182,38 +183,78 @@ std::string ControlChannel::call_text(const Record& record) const {
   return text.str();
 }
 
-void ControlChannel::check_same(int64_t seq, const CallSignature& signature, Clock::time_point deadline) {
-  if (size_ == 1) return;
-  std::lock_guard<std::mutex> check(check_mutex_);
+std::vector<char> ControlChannel::exchange_locked(const void* mine, size_t bytes, int64_t seq,
+                                                  const CallSignature& signature,
+                                                  Clock::time_point deadline) {
   // On the heap: a gather that times out stays in flight (MPI cannot cancel a collective),
   // so its buffers must outlive this call; they are leaked then, as the group is unusable.
   struct Exchange {
-    Record mine;
-    std::vector<Record> all;
+    std::vector<char> mine, all;
     MPI_Request request = MPI_REQUEST_NULL;
   };
   auto owned = std::make_unique<Exchange>();
   Exchange* x = owned.get();
-  x->mine = {seq, signature};
-  x->all.resize(static_cast<size_t>(size_));
-  MPI_CHECK(MPI_Iallgather(&x->mine, sizeof(Record), MPI_BYTE, x->all.data(), sizeof(Record), MPI_BYTE,
-                           control_, &x->request));
+  x->mine.assign(static_cast<const char*>(mine), static_cast<const char*>(mine) + bytes);
+  x->all.resize(bytes * static_cast<size_t>(size_));
+  const int count = static_cast<int>(bytes);
+  MPI_CHECK(
+      MPI_Iallgather(x->mine.data(), count, MPI_BYTE, x->all.data(), count, MPI_BYTE, control_, &x->request));
   const Clock::time_point start = Clock::now();
   if (!test_until(x->request, deadline)) {
     (void)owned.release();
-    DPT_FAIL() << group_name_ << ": collective " << call_text(x->mine) << ": not every rank reached the "
+    DPT_FAIL() << group_name_ << ": collective " << call_text({seq, signature})
+               << ": not every rank reached the "
                << "debug: collectives check within " << seconds_text(deadline - start)
                << diagnose_locked(seq, signature) << " (do all ranks run with debug: collectives?)";
   }
-  const Record& first = x->all[0];
+  return std::move(x->all);
+}
+
+void ControlChannel::check_same(int64_t seq, const CallSignature& signature, Clock::time_point deadline) {
+  if (size_ == 1) return;
+  std::lock_guard<std::mutex> check(check_mutex_);
+  const Record mine{seq, signature};
+  const std::vector<char> bytes = exchange_locked(&mine, sizeof(Record), seq, signature, deadline);
+  std::vector<Record> all(static_cast<size_t>(size_));
+  std::memcpy(all.data(), bytes.data(), bytes.size());
+  const Record& first = all[0];
   for (int r = 1; r < size_; ++r) {
-    const Record& other = x->all[static_cast<size_t>(r)];
+    const Record& other = all[static_cast<size_t>(r)];
     if (other.seq == first.seq && other.signature == first.signature) continue;
     const bool same_seq = other.seq == first.seq;
     DPT_FAIL() << group_name_ << ": collective #" << seq
                << " differs between ranks (debug: collectives): " << rank_name(0) << " calls "
                << (same_seq ? describe_(first.signature) : call_text(first)) << ", " << rank_name(r)
                << " calls " << (same_seq ? describe_(other.signature) : call_text(other));
+  }
+}
+
+void ControlChannel::check_counts(int64_t seq, const CallSignature& signature,
+                                  const std::vector<int64_t>& sends, const std::vector<int64_t>& receives,
+                                  Clock::time_point deadline) {
+  if (size_ == 1) return;
+  DPT_CHECK(static_cast<int>(sends.size()) == size_ && static_cast<int>(receives.size()) == size_)
+      << group_name_ << ": check_counts needs one count per rank (" << size_ << "), got " << sends.size()
+      << " and " << receives.size();
+  std::lock_guard<std::mutex> check(check_mutex_);
+  // Rank r's row: what it sends each rank, then what it expects from each.
+  std::vector<int64_t> mine(sends);
+  mine.insert(mine.end(), receives.begin(), receives.end());
+  const size_t row = mine.size();
+  const std::vector<char> bytes =
+      exchange_locked(mine.data(), row * sizeof(int64_t), seq, signature, deadline);
+  std::vector<int64_t> all(row * static_cast<size_t>(size_));
+  std::memcpy(all.data(), bytes.data(), bytes.size());
+  auto sent = [&](int from, int to) { return all[from * row + to]; };
+  auto expected = [&](int to, int from) { return all[to * row + size_ + from]; };
+  for (int from = 0; from < size_; ++from) {
+    for (int to = 0; to < size_; ++to) {
+      if (sent(from, to) == expected(to, from)) continue;
+      DPT_FAIL() << group_name_ << ": collective #" << seq << " " << describe_(signature)
+                 << ": the ranks' splits do not match (debug: collectives): " << rank_name(from) << " sends "
+                 << sent(from, to) << " elements to " << rank_name(to) << ", which expects "
+                 << expected(to, from) << " from it";
+    }
   }
 }
 

@@ -61,6 +61,13 @@ class ControlChannel {
   // such rank and both calls; or, on a rank where not every rank has come by `deadline`
   // (Clock::time_point::max(): no limit), Error with diagnose()'s account.
   void check_same(int64_t seq, const CallSignature& signature, Clock::time_point deadline);
+  // debug: collectives, after check_same() for a collective whose ranks send each other
+  // different amounts (all_to_all): sends[j] is what this rank sends rank j, receives[i]
+  // what it expects from rank i (one entry per rank). Throws Error on every rank when some
+  // rank i's sends[j] differs from rank j's receives[i], naming the first such pair; or as
+  // check_same() when not every rank has come by `deadline`.
+  void check_counts(int64_t seq, const CallSignature& signature, const std::vector<int64_t>& sends,
+                    const std::vector<int64_t>& receives, Clock::time_point deadline);
 
   // For collective `seq` that did not complete: asks every other rank (kAnswerWait at most)
   // and returns "; rank 1 did not arrive (its latest collective is #3: barrier)" or
@@ -86,6 +93,12 @@ class ControlChannel {
   static constexpr size_t kRemembered = 64;  // calls each rank keeps for answers
 
   std::string diagnose_locked(int64_t seq, const CallSignature& signature);  // under check_mutex_
+  // Under check_mutex_: all-gathers `bytes` bytes from every rank (the same number on each)
+  // over the control communicator, rank r's at [r * bytes, (r + 1) * bytes) of the result;
+  // the debug check of call `seq`. Throws Error with diagnose()'s account when not every
+  // rank has come by `deadline`.
+  std::vector<char> exchange_locked(const void* mine, size_t bytes, int64_t seq,
+                                    const CallSignature& signature, Clock::time_point deadline);
   Answer answer_for(int64_t seq);
   void listen();
   bool serve_queries();                   // by the listener; false when MPI failed

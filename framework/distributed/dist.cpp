@@ -2,6 +2,8 @@
 // (docs/design.md allows this one global), and the collective calls that make groups.
 #include "distributed/dist.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -119,6 +121,26 @@ GroupPtr split_named(const GroupPtr& parent, int color, int key, const std::stri
   return group;
 }
 
+// info's local rank and size, host and node, from MPI's nodes (see InitInfo).
+void locate_host(InitInfo& info) {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &info.local_rank));
+  MPI_CHECK(MPI_Comm_size(node, &info.local_size));
+  int lowest = info.local_rank == 0 ? info.rank : 0;  // the host's lowest world rank, on every rank of it
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MAX, node));
+  MPI_CHECK(MPI_Comm_free(&node));
+  std::vector<int> lowests(static_cast<size_t>(info.world_size));
+  MPI_CHECK(MPI_Allgather(&lowest, 1, MPI_INT, lowests.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  std::sort(lowests.begin(), lowests.end());
+  lowests.erase(std::unique(lowests.begin(), lowests.end()), lowests.end());
+  info.node = static_cast<int>(std::lower_bound(lowests.begin(), lowests.end(), lowest) - lowests.begin());
+  info.node_count = static_cast<int>(lowests.size());
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  info.host = name;
+}
+
 }  // namespace
 
 const InitInfo& init() {
@@ -153,11 +175,7 @@ const InitInfo& init() {
   InitInfo info;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &info.rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &info.world_size));
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &node));
-  MPI_CHECK(MPI_Comm_rank(node, &info.local_rank));
-  MPI_CHECK(MPI_Comm_size(node, &info.local_size));
-  MPI_CHECK(MPI_Comm_free(&node));
+  locate_host(info);
   g_rank = info.rank;
   install_fatal_handlers(info.rank);
 
@@ -253,6 +271,17 @@ const InitInfo& info() {
 }
 
 GroupPtr world() { return world_checked("dist::world()"); }
+
+std::vector<GroupPtr> live_groups() {
+  world_checked("dist::live_groups()");
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::vector<GroupPtr> groups;
+  for (auto& weak : s.groups) {
+    if (auto group = weak.lock()) groups.push_back(std::move(group));
+  }
+  return groups;
+}
 
 GroupPtr new_group(const std::vector<int>& ranks) {
   auto world = world_checked("dist::new_group()");

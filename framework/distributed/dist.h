@@ -20,9 +20,15 @@
 
 namespace dpt::dist {
 
+// Where this rank runs. A host is what MPI_COMM_TYPE_SHARED calls a node: the ranks that
+// Open MPI started through one daemon (one per line of a hostfile). Ranks of one host share
+// memory (shm_map.h); ranks of different hosts never do, even where hosts share a /dev/shm
+// (tools/cluster.sh's namespaces).
 struct InitInfo {
   int rank = 0, world_size = 1;
-  int local_rank = 0, local_size = 1;  // among the ranks on this machine
+  int local_rank = 0, local_size = 1;  // among the ranks of this rank's host, in rank order
+  int node = 0, node_count = 1;        // hosts numbered by their lowest rank: rank 0's is 0
+  std::string host;                    // this host's name (gethostname)
 };
 
 // Initialises MPI (MPI_Init_thread, asking for MPI_THREAD_MULTIPLE), under mpirun or as a
@@ -61,6 +67,9 @@ void set_debug_collectives(bool on);
 
 const InitInfo& info();  // requires init() (else Error)
 GroupPtr world();        // requires init() (else Error)
+// The groups this rank is a member of that are still alive, world first, then in the order
+// they were made. requires: init() (else Error).
+std::vector<GroupPtr> live_groups();
 
 // A group of the given world ranks (strictly increasing). Collective over the world.
 // Returns nullptr on ranks that are not members. Named "group[0,2]". Throws Error (on every

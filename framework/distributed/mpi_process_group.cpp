@@ -22,7 +22,19 @@
 namespace dpt::dist {
 namespace {
 
-enum class OpKind { all_reduce, broadcast, all_gather, reduce_scatter, barrier, send, recv };
+enum class OpKind {
+  all_reduce,
+  broadcast,
+  all_gather,
+  reduce_scatter,
+  reduce,
+  gather,
+  scatter,
+  all_to_all,
+  barrier,
+  send,
+  recv
+};
 
 const char* op_kind_name(OpKind kind) {
   switch (kind) {
@@ -34,6 +46,14 @@ const char* op_kind_name(OpKind kind) {
       return "all_gather";
     case OpKind::reduce_scatter:
       return "reduce_scatter";
+    case OpKind::reduce:
+      return "reduce";
+    case OpKind::gather:
+      return "gather";
+    case OpKind::scatter:
+      return "scatter";
+    case OpKind::all_to_all:
+      return "all_to_all";
     case OpKind::barrier:
       return "barrier";
     case OpKind::send:
@@ -59,6 +79,12 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
+int64_t total(const std::vector<int>& counts) {
+  int64_t sum = 0;
+  for (int c : counts) sum += c;
+  return sum;
+}
+
 template <class T>
 void divide(const Tensor& t, int divisor) {
   T* p = t.data<T>();
@@ -66,16 +92,25 @@ void divide(const Tensor& t, int divisor) {
   for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] /= d;
 }
 
-// "all_reduce(sum) of 1000 f32", "broadcast of 10 f32 from rank 0", "barrier": a collective's
-// signature as text, for messages on every rank alike.
+bool is_reduction(OpKind kind) {
+  return kind == OpKind::all_reduce || kind == OpKind::reduce_scatter || kind == OpKind::reduce;
+}
+
+// "all_reduce(sum) of 1000 f32", "broadcast of 10 f32 from rank 0", "gather of 3 f32 per
+// rank to rank 1", "all_to_all of f32", "barrier": a collective's signature as text, for
+// messages on every rank alike. all_to_all's counts differ between ranks: its signature has
+// none (debug: collectives checks its splits apart).
 std::string signature_text(const CallSignature& sig) {
   const auto kind = static_cast<OpKind>(sig.op);
+  const char* dtype = dtype_name(static_cast<DType>(sig.dtype));
   std::ostringstream s;
   s << op_kind_name(kind);
-  if (kind == OpKind::all_reduce || kind == OpKind::reduce_scatter)
-    s << "(" << reduce_op_name(static_cast<ReduceOp>(sig.reduce)) << ")";
-  if (kind != OpKind::barrier) s << " of " << sig.count << " " << dtype_name(static_cast<DType>(sig.dtype));
-  if (kind == OpKind::broadcast) s << " from rank " << sig.root;
+  if (is_reduction(kind)) s << "(" << reduce_op_name(static_cast<ReduceOp>(sig.reduce)) << ")";
+  if (kind == OpKind::all_to_all) s << " of " << dtype;
+  if (kind != OpKind::barrier && kind != OpKind::all_to_all) s << " of " << sig.count << " " << dtype;
+  if (kind == OpKind::gather || kind == OpKind::scatter) s << " per rank";
+  if (kind == OpKind::broadcast || kind == OpKind::scatter) s << " from rank " << sig.root;
+  if (kind == OpKind::reduce || kind == OpKind::gather) s << " to rank " << sig.root;
   return s.str();
 }
 
@@ -88,23 +123,28 @@ struct MpiOp final : public CommTask {
   MPI_Comm comm = MPI_COMM_NULL;
   const std::string* group_name = nullptr;  // the group outlives its pending work
   int group_size = 1, rank = 0;
-  int peer = 0, tag = 0;  // broadcast's root; send's dst; recv's src
-  Tensor out, in;         // out: the in-place tensor of all_reduce, broadcast, send, recv
+  int peer = 0, tag = 0;  // the root of broadcast, reduce, gather, scatter; send's dst; recv's src
+  Tensor out, in;         // out: the in-place tensor of all_reduce, broadcast, reduce, send, recv
   DType dtype = DType::f32;
-  int64_t n = 0;                      // elements: of `out`, of all_gather's out, of reduce_scatter's in
-  std::vector<int> counts, displs;    // all_gather, reduce_scatter: per-rank chunks
-  bool in_place = false;              // all_gather's `in` is its own chunk of `out`
-  ShmSegment* shm = nullptr;          // all_reduce: through shared memory instead of MPI
-  uint64_t shm_seq = 0;               // its op number, once started
-  std::shared_ptr<ShmBuffer> shared;  // all_reduce in place: `out` lies in this buffer
-  size_t shared_offset = 0;           // of `out` in it, in bytes
-  bool shared_reduced = false;        // this rank's share is done
-  ControlChannel* control = nullptr;  // the group's, which outlives its pending work
-  int64_t seq = 0;                    // the collective's number in its group; 0 for send/recv
+  // Elements: of `out`, of all_gather's out, of reduce_scatter's in, of gather's in and
+  // scatter's out (per rank); all_to_all: unused (each rank's own).
+  int64_t n = 0;
+  std::vector<int> counts, displs;        // all_gather, reduce_scatter: per-rank chunks; all_to_all: of out
+  std::vector<int> in_counts, in_displs;  // all_to_all: of in
+  bool in_place = false;                  // all_gather's `in` is its own chunk of `out`
+  ShmSegment* shm = nullptr;              // all_reduce: through shared memory instead of MPI
+  uint64_t shm_seq = 0;                   // its op number, once started
+  std::shared_ptr<ShmBuffer> shared;      // all_reduce in place: `out` lies in this buffer
+  size_t shared_offset = 0;               // of `out` in it, in bytes
+  bool shared_reduced = false;            // this rank's share is done
+  ControlChannel* control = nullptr;      // the group's, which outlives its pending work
+  int64_t seq = 0;                        // the collective's number in its group; 0 for send/recv
 
   CallSignature signature() const {
+    const bool rooted = kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
+                        kind == OpKind::scatter;
     return {static_cast<int32_t>(kind), static_cast<int32_t>(reduce), static_cast<int32_t>(dtype),
-            kind == OpKind::broadcast ? peer : 0, n};
+            rooted ? peer : 0, kind == OpKind::all_to_all ? 0 : n};
   }
 
   std::string describe() const override {
@@ -113,6 +153,9 @@ struct MpiOp final : public CommTask {
       s << op_kind_name(kind) << " of " << n << " " << dtype_name(dtype)
         << (kind == OpKind::send ? " to" : " from") << " rank " << peer << " (tag " << tag << ") on "
         << *group_name;
+    } else if (kind == OpKind::all_to_all) {
+      s << signature_text(signature()) << " (rank " << rank << " sends " << total(in_counts) << ", receives "
+        << total(counts) << ") on " << *group_name << " (collective #" << seq << ")";
     } else {
       s << signature_text(signature()) << " on " << *group_name << " (collective #" << seq << ")";
     }
@@ -126,7 +169,9 @@ struct MpiOp final : public CommTask {
     MPI_Request r = MPI_REQUEST_NULL;
     const MPI_Datatype type = mpi_type(dtype);
     const int count = static_cast<int>(n);
-    if (n == 0 && kind != OpKind::barrier) return r;  // nothing to move, on any rank
+    const bool root = rank == peer;
+    // Nothing to move, on any rank (all_to_all's counts are each rank's own).
+    if (n == 0 && kind != OpKind::barrier && kind != OpKind::all_to_all) return r;
     switch (kind) {
       case OpKind::all_reduce:
         if (shared) {
@@ -151,6 +196,22 @@ struct MpiOp final : public CommTask {
       case OpKind::reduce_scatter:
         MPI_CHECK(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(), type, mpi_op(reduce),
                                       comm, &r));
+        break;
+      case OpKind::reduce:
+        MPI_CHECK(MPI_Ireduce(root ? MPI_IN_PLACE : out.raw_data(), root ? out.raw_data() : nullptr, count,
+                              type, mpi_op(reduce), peer, comm, &r));
+        break;
+      case OpKind::gather:
+        MPI_CHECK(MPI_Igather(in.raw_data(), count, type, root ? out.raw_data() : nullptr, count, type, peer,
+                              comm, &r));
+        break;
+      case OpKind::scatter:
+        MPI_CHECK(MPI_Iscatter(root ? in.raw_data() : nullptr, count, type, out.raw_data(), count, type, peer,
+                               comm, &r));
+        break;
+      case OpKind::all_to_all:
+        MPI_CHECK(MPI_Ialltoallv(in.raw_data(), in_counts.data(), in_displs.data(), type, out.raw_data(),
+                                 counts.data(), displs.data(), type, comm, &r));
         break;
       case OpKind::barrier:
         MPI_CHECK(MPI_Ibarrier(comm, &r));
@@ -181,8 +242,8 @@ struct MpiOp final : public CommTask {
   }
 
   void finish(const MPI_Status& status) override {
-    if (reduce == ReduceOp::avg && group_size > 1 && !shared &&
-        (kind == OpKind::all_reduce || kind == OpKind::reduce_scatter)) {
+    if (reduce == ReduceOp::avg && group_size > 1 && !shared && is_reduction(kind) &&
+        (kind != OpKind::reduce || rank == peer)) {
       if (dtype == DType::f32) divide<float>(out, group_size);
       if (dtype == DType::i64) divide<int64_t>(out, group_size);
     }
@@ -198,13 +259,6 @@ struct MpiOp final : public CommTask {
 };
 
 namespace {
-
-bool overlaps(const Tensor& a, const Tensor& b) {
-  const char* pa = static_cast<const char*>(a.raw_data());
-  const char* pb = static_cast<const char*>(b.raw_data());
-  const size_t na = a.numel() * dtype_size(a.dtype()), nb = b.numel() * dtype_size(b.dtype());
-  return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
-}
 
 bool debug_from_environment() {
   const char* text = std::getenv("DPT_DIST_DEBUG");
@@ -302,7 +356,7 @@ void MpiProcessGroup::shutdown() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;  // MPI has freed every communicator already
-  shm_.reset();  // local: the other ranks keep their mappings until they let go
+  shm_.reset();           // local: the other ranks keep their mappings until they let go
   MPI_CHECK(MPI_Comm_free(&creation_));
   MPI_CHECK(MPI_Comm_free(&comm_));
 }
@@ -316,7 +370,8 @@ ProcessGroup& MpiProcessGroup::nccl(const Tensor& t) {
       << "communicator is on cuda:" << nccl_->device() << " (one device per rank)";
   return *nccl_;
 #else
-  DPT_FAIL() << "process group " << name() << ": a " << t.device().str() << " tensor, but dpt was built without CUDA";
+  DPT_FAIL() << "process group " << name() << ": a " << t.device().str()
+             << " tensor, but dpt was built without CUDA";
 #endif
 }
 
@@ -343,7 +398,7 @@ WorkPtr MpiProcessGroup::post(std::shared_ptr<CommTask> task) {
   return task;
 }
 
-WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task) {
+WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout) {
   DPT_CHECK(!shut_down_) << task->describe()
                          << ": the group was used after it was shut down (dist::finalize())";
   const CallSignature signature = task->signature();
@@ -351,9 +406,10 @@ WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task) {
   task->seq = control_->record(signature);
   if (debug_collectives_.load(std::memory_order_relaxed)) {
     const std::chrono::milliseconds limit = timeout();
-    control_->check_same(
-        task->seq, signature,
-        limit.count() > 0 ? ControlChannel::Clock::now() + limit : ControlChannel::Clock::time_point::max());
+    const ControlChannel::Clock::time_point deadline =
+        limit.count() > 0 ? ControlChannel::Clock::now() + limit : ControlChannel::Clock::time_point::max();
+    control_->check_same(task->seq, signature, deadline);
+    if (layout) control_->check_counts(task->seq, signature, layout->in_counts, layout->out_counts, deadline);
   }
   return post(std::move(task));
 }
@@ -424,7 +480,8 @@ WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
   const bool small = shm_ && bytes <= shm_->capacity();
   // In a collective_buffer the in-place path needs two meetings of the ranks (arrived,
   // reduced) and the small-message one a copy and one meeting: below ~4 KB the copy is cheaper.
-  std::shared_ptr<ShmBuffer> buffer = small && bytes <= kCopyBelowBytes ? nullptr : shared_buffer_of(t.raw_data(), bytes);
+  std::shared_ptr<ShmBuffer> buffer =
+      small && bytes <= kCopyBelowBytes ? nullptr : shared_buffer_of(t.raw_data(), bytes);
   if (buffer) {
     task->shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
     task->scratch = {buffer->control_begin(), buffer->control_end()};
@@ -438,7 +495,8 @@ WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
 
 Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device device) {
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
-  if (!device.is_cpu() || !on_one_node_ || numel == 0) return ProcessGroup::collective_buffer(numel, dtype, device);
+  if (!device.is_cpu() || !on_one_node_ || numel == 0)
+    return ProcessGroup::collective_buffer(numel, dtype, device);
   std::shared_ptr<ShmBuffer> buffer = ShmBuffer::create(creation_comm(), bytes);
   if (!buffer) return ProcessGroup::collective_buffer(numel, dtype, device);
   {
@@ -447,7 +505,8 @@ Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device dev
     buffers_.push_back(buffer);
   }
   char* data = buffer->data();
-  return Tensor::wrap(std::make_shared<Storage>(data, bytes, Device::cpu(), std::move(buffer)), {numel}, dtype);
+  return Tensor::wrap(std::make_shared<Storage>(data, bytes, Device::cpu(), std::move(buffer)), {numel},
+                      dtype);
 }
 
 std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const void* data, size_t bytes) {
@@ -520,6 +579,78 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
   task->n = n;
   set_chunks(*task, n, size());
   return post_collective(std::move(task));
+}
+
+WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
+  if (t.defined() && t.device().is_cuda()) return nccl(t).reduce(t, root, op);
+  check_tensor("reduce", t, "the tensor");
+  check_peer("reduce", "root", root);
+  auto task = make_op(OpKind::reduce, comm_, *this);
+  task->reduce = op;
+  task->peer = root;
+  task->out = t;
+  (rank() == root ? task->writes : task->reads) = span_of(t);
+  task->dtype = t.dtype();
+  task->n = t.numel();
+  return post_collective(std::move(task));
+}
+
+WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
+  if (in.defined() && in.device().is_cuda()) return nccl(in).gather(out, in, root);
+  check_tensor("gather", in, "in");
+  if (rank() == root) check_tensor("gather", out, "out");
+  check_gather(*this, out, in, root);
+  auto task = make_op(OpKind::gather, comm_, *this);
+  task->peer = root;
+  task->in = in;
+  task->reads = span_of(in);
+  if (rank() == root) {
+    task->out = out;
+    task->writes = span_of(out);
+  }
+  task->dtype = in.dtype();
+  task->n = in.numel();
+  return post_collective(std::move(task));
+}
+
+WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) {
+  if (out.defined() && out.device().is_cuda()) return nccl(out).scatter(out, in, root);
+  check_tensor("scatter", out, "out");
+  if (rank() == root) check_tensor("scatter", in, "in");
+  check_scatter(*this, out, in, root);
+  auto task = make_op(OpKind::scatter, comm_, *this);
+  task->peer = root;
+  task->out = out;
+  task->writes = span_of(out);
+  if (rank() == root) {
+    task->in = in;
+    task->reads = span_of(in);
+  }
+  task->dtype = out.dtype();
+  task->n = out.numel();
+  return post_collective(std::move(task));
+}
+
+WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
+                                    const std::vector<int64_t>& out_splits,
+                                    const std::vector<int64_t>& in_splits) {
+  if (out.defined() && out.device().is_cuda()) return nccl(out).all_to_all(out, in, out_splits, in_splits);
+  check_tensor("all_to_all", out, "out");
+  check_tensor("all_to_all", in, "in");
+  const AllToAllLayout layout = all_to_all_layout(*this, out, in, out_splits, in_splits);
+  auto task = make_op(OpKind::all_to_all, comm_, *this);
+  task->out = out;
+  task->in = in;
+  task->writes = span_of(out);
+  task->reads = span_of(in);
+  task->dtype = out.dtype();
+  // Each count and offset is at most numel() <= INT_MAX (check_tensor).
+  auto as_int = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
+  task->counts = as_int(layout.out_counts);
+  task->displs = as_int(layout.out_offsets);
+  task->in_counts = as_int(layout.in_counts);
+  task->in_displs = as_int(layout.in_offsets);
+  return post_collective(std::move(task), &layout);
 }
 
 WorkPtr MpiProcessGroup::barrier() { return post_collective(make_op(OpKind::barrier, comm_, *this)); }

@@ -50,11 +50,17 @@ class MpiProcessGroup final : public ProcessGroup {
   // naming the group, the op and what was expected; errors MPI reports later are rethrown
   // by Work::wait(). Collectives start in call order and complete in call order: when a
   // Work's wait() returns, every earlier Work of this group is complete too. 0 elements is
-  // fine (no MPI call, still ordered). avg on i64 divides with truncation toward zero.
+  // fine (no MPI call, still ordered; all_to_all calls MPI all the same, as its counts are
+  // each rank's own). avg on i64 divides with truncation toward zero (reduce: on root).
   WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override;
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr all_gather(const Tensor& out, const Tensor& in) override;
   WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr reduce(const Tensor& t, int root, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr gather(const Tensor& out, const Tensor& in, int root) override;
+  WorkPtr scatter(const Tensor& out, const Tensor& in, int root) override;
+  WorkPtr all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_splits = {},
+                     const std::vector<int64_t>& in_splits = {}) override;
   WorkPtr barrier() override;
   // Point to point; requires peer != rank(), 0 <= tag <= MPI_TAG_UB. recv checks that the
   // message had exactly t.numel() elements.
@@ -81,8 +87,9 @@ class MpiProcessGroup final : public ProcessGroup {
   // Debug mode: before each collective (not send/recv) every rank of the group checks that all
   // of them call the same operation with the same reduce op, dtype, element count and root,
   // and the call throws Error on every rank naming the first rank that differs from rank 0
-  // (ControlChannel::check_same). Costs a small all-gather per collective. Default: on when
-  // the environment variable DPT_DIST_DEBUG is "collectives"; dist::set_debug_collectives()
+  // (ControlChannel::check_same); for all_to_all, that what each rank sends each other rank
+  // is what that one expects from it (ControlChannel::check_counts). Costs a small all-gather per collective.
+  // Default: on when the environment variable DPT_DIST_DEBUG is "collectives"; dist::set_debug_collectives()
   // sets it for every group. Every rank must use the same setting.
   void set_debug_collectives(bool on) { debug_collectives_ = on; }
   bool debug_collectives() const { return debug_collectives_; }
@@ -102,8 +109,9 @@ class MpiProcessGroup final : public ProcessGroup {
   ProcessGroup& nccl(const Tensor& t);
 
   WorkPtr post(std::shared_ptr<CommTask> task);
-  // Numbers a collective (and checks it in debug mode), then posts it.
-  WorkPtr post_collective(std::shared_ptr<MpiOp> task);
+  // Numbers a collective (and checks it in debug mode: all_to_all's counts too, from its
+  // layout), then posts it.
+  WorkPtr post_collective(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout = nullptr);
   void check_tensor(const char* op, const Tensor& t, const char* what) const;
   void check_peer(const char* op, const char* what, int peer) const;
   void check_tag(const char* op, int tag) const;
@@ -118,7 +126,7 @@ class MpiProcessGroup final : public ProcessGroup {
   int tag_ub_ = 32767;  // MPI_TAG_UB
   std::mutex shutdown_mutex_;
   std::atomic<bool> shut_down_{false};
-  bool on_one_node_ = false;          // 2+ ranks, all on this machine: shared memory works
+  bool on_one_node_ = false;         // 2+ ranks, all on this machine: shared memory works
   std::unique_ptr<ShmSegment> shm_;  // null: MPI does every small all-reduce
   std::mutex buffers_mutex_;
   std::vector<std::weak_ptr<ShmBuffer>> buffers_;  // handed out by collective_buffer

@@ -113,7 +113,10 @@ std::shared_ptr<NcclProcessGroup> NcclProcessGroup::split(int color, int key, st
 
 NcclProcessGroup::NcclProcessGroup(ncclComm_t comm, int rank, std::vector<int> world_ranks, std::string name,
                                    int device)
-    : ProcessGroup(rank, std::move(world_ranks), std::move(name)), comm_(comm), device_(device), stream_(device) {
+    : ProcessGroup(rank, std::move(world_ranks), std::move(name)),
+      comm_(comm),
+      device_(device),
+      stream_(device) {
   scratch_ = Tensor::zeros({1}, DType::f32, Device::cuda(device));
 }
 
@@ -132,8 +135,8 @@ NcclProcessGroup::~NcclProcessGroup() {
 void NcclProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what) const {
   DPT_CHECK(t.defined()) << op << " on " << name() << " (NCCL): " << what << " is an undefined tensor";
   DPT_CHECK(t.device() == Device::cuda(device_))
-      << op << " on " << name() << " (NCCL): " << what << " is on " << t.device().str() << ", the group's device is cuda:"
-      << device_;
+      << op << " on " << name() << " (NCCL): " << what << " is on " << t.device().str()
+      << ", the group's device is cuda:" << device_;
   DPT_CHECK(t.is_contiguous()) << op << " on " << name() << " (NCCL): " << what << " (shape "
                                << shape_str(t.shape()) << ") must be contiguous";
 }
@@ -185,8 +188,8 @@ WorkPtr NcclProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
 
 WorkPtr NcclProcessGroup::broadcast(const Tensor& t, int root) {
   check_tensor("broadcast", t, "the tensor");
-  DPT_CHECK(root >= 0 && root < size()) << "broadcast on " << name() << ": root " << root
-                                        << " is not a rank of this group of " << size();
+  DPT_CHECK(root >= 0 && root < size())
+      << "broadcast on " << name() << ": root " << root << " is not a rank of this group of " << size();
   cuda::DeviceGuard guard(device_);
   begin();
   if (t.numel() > 0)
@@ -203,8 +206,8 @@ WorkPtr NcclProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   const int64_t n = out.numel();
   const Chunk mine = chunk_of(n, size(), rank());
   DPT_CHECK(in.numel() == mine.end - mine.begin)
-      << "all_gather on " << name() << ": out has " << n << " elements, so rank " << rank() << "'s in must have "
-      << mine.end - mine.begin << " (chunk_of), got " << in.numel();
+      << "all_gather on " << name() << ": out has " << n << " elements, so rank " << rank()
+      << "'s in must have " << mine.end - mine.begin << " (chunk_of), got " << in.numel();
   const size_t element = dtype_size(out.dtype());
   const ncclDataType_t type = nccl_type(out.dtype());
   cuda::DeviceGuard guard(device_);
@@ -220,7 +223,8 @@ WorkPtr NcclProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
       if (c.end == c.begin) continue;
       char* dst = byte_ptr(out) + c.begin * element;
       const void* src = r == rank() ? in.raw_data() : dst;
-      NCCL_CHECK(ncclBroadcast(src, dst, static_cast<size_t>(c.end - c.begin), type, r, comm_, stream_.get()));
+      NCCL_CHECK(
+          ncclBroadcast(src, dst, static_cast<size_t>(c.end - c.begin), type, r, comm_, stream_.get()));
     }
     NCCL_CHECK(ncclGroupEnd());
   }
@@ -230,8 +234,8 @@ WorkPtr NcclProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
 WorkPtr NcclProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
   check_tensor("reduce_scatter", out, "out");
   check_tensor("reduce_scatter", in, "in");
-  DPT_CHECK(in.dtype() == out.dtype()) << "reduce_scatter on " << name() << ": out is " << dtype_name(out.dtype())
-                                       << " but in is " << dtype_name(in.dtype());
+  DPT_CHECK(in.dtype() == out.dtype()) << "reduce_scatter on " << name() << ": out is "
+                                       << dtype_name(out.dtype()) << " but in is " << dtype_name(in.dtype());
   DPT_CHECK(op != ReduceOp::avg || in.dtype() != DType::i64)
       << "reduce_scatter on " << name() << " (NCCL): avg needs a floating dtype, got i64";
   const int64_t n = in.numel();
@@ -244,8 +248,8 @@ WorkPtr NcclProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Re
   cuda::DeviceGuard guard(device_);
   begin();
   if (n > 0 && n % size() == 0) {
-    NCCL_CHECK(ncclReduceScatter(in.raw_data(), out.raw_data(), static_cast<size_t>(n / size()), type, nccl_op(op),
-                                 comm_, stream_.get()));
+    NCCL_CHECK(ncclReduceScatter(in.raw_data(), out.raw_data(), static_cast<size_t>(n / size()), type,
+                                 nccl_op(op), comm_, stream_.get()));
   } else if (n > 0) {
     // Uneven chunks: one reduce per rank to that rank's chunk, fused into one launch.
     NCCL_CHECK(ncclGroupStart());
@@ -261,10 +265,104 @@ WorkPtr NcclProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Re
   return end({out, in}, false);
 }
 
+WorkPtr NcclProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
+  check_tensor("reduce", t, "the tensor");
+  DPT_CHECK(root >= 0 && root < size())
+      << "reduce on " << name() << ": root " << root << " is not a rank of this group of " << size();
+  DPT_CHECK(op != ReduceOp::avg || t.dtype() != DType::i64)
+      << "reduce on " << name() << " (NCCL): avg needs a floating dtype, got i64";
+  cuda::DeviceGuard guard(device_);
+  begin();
+  if (t.numel() > 0)
+    NCCL_CHECK(ncclReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
+                          nccl_op(op), root, comm_, stream_.get()));
+  return end({t}, false);
+}
+
+void NcclProcessGroup::exchange(const Tensor& out, const std::vector<int64_t>& out_counts,
+                                const std::vector<int64_t>& out_offsets, const Tensor& in,
+                                const std::vector<int64_t>& in_counts,
+                                const std::vector<int64_t>& in_offsets) {
+  const DType dtype = out.defined() ? out.dtype() : in.dtype();
+  const size_t element = dtype_size(dtype);
+  const ncclDataType_t type = nccl_type(dtype);
+  const int me = rank();
+  if (in_counts[me] > 0)
+    CUDA_CHECK(cudaMemcpyAsync(
+        byte_ptr(out) + out_offsets[me] * element, byte_ptr(in) + in_offsets[me] * element,
+        static_cast<size_t>(in_counts[me]) * element, cudaMemcpyDeviceToDevice, stream_.get()));
+  NCCL_CHECK(ncclGroupStart());
+  for (int r = 0; r < size(); ++r) {
+    if (r == me) continue;
+    if (in_counts[r] > 0)
+      NCCL_CHECK(ncclSend(byte_ptr(in) + in_offsets[r] * element, static_cast<size_t>(in_counts[r]), type, r,
+                          comm_, stream_.get()));
+    if (out_counts[r] > 0)
+      NCCL_CHECK(ncclRecv(byte_ptr(out) + out_offsets[r] * element, static_cast<size_t>(out_counts[r]), type,
+                          r, comm_, stream_.get()));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+}
+
+WorkPtr NcclProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
+  check_tensor("gather", in, "in");
+  if (rank() == root) check_tensor("gather", out, "out");
+  check_gather(*this, out, in, root);
+  // Root receives block r from rank r (its own by a copy); every other rank sends root its in.
+  const int64_t m = in.numel();
+  std::vector<int64_t> out_counts(size(), 0), out_offsets(size(), 0), in_counts(size(), 0),
+      in_offsets(size(), 0);
+  if (rank() == root) {
+    for (int r = 0; r < size(); ++r) {
+      out_counts[r] = m;
+      out_offsets[r] = r * m;
+    }
+  }
+  in_counts[root] = m;
+  cuda::DeviceGuard guard(device_);
+  begin();
+  exchange(out, out_counts, out_offsets, in, in_counts, in_offsets);
+  return end(rank() == root ? std::vector<Tensor>{out, in} : std::vector<Tensor>{in}, false);
+}
+
+WorkPtr NcclProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) {
+  check_tensor("scatter", out, "out");
+  if (rank() == root) check_tensor("scatter", in, "in");
+  check_scatter(*this, out, in, root);
+  // Root sends block r to rank r (its own by a copy); every other rank receives its out from root.
+  const int64_t m = out.numel();
+  std::vector<int64_t> out_counts(size(), 0), out_offsets(size(), 0), in_counts(size(), 0),
+      in_offsets(size(), 0);
+  if (rank() == root) {
+    for (int r = 0; r < size(); ++r) {
+      in_counts[r] = m;
+      in_offsets[r] = r * m;
+    }
+  }
+  out_counts[root] = m;
+  cuda::DeviceGuard guard(device_);
+  begin();
+  exchange(out, out_counts, out_offsets, in, in_counts, in_offsets);
+  return end(rank() == root ? std::vector<Tensor>{out, in} : std::vector<Tensor>{out}, false);
+}
+
+WorkPtr NcclProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
+                                     const std::vector<int64_t>& out_splits,
+                                     const std::vector<int64_t>& in_splits) {
+  check_tensor("all_to_all", out, "out");
+  check_tensor("all_to_all", in, "in");
+  const AllToAllLayout l = all_to_all_layout(*this, out, in, out_splits, in_splits);
+  cuda::DeviceGuard guard(device_);
+  begin();
+  exchange(out, l.out_counts, l.out_offsets, in, l.in_counts, l.in_offsets);
+  return end({out, in}, false);
+}
+
 WorkPtr NcclProcessGroup::barrier() {
   cuda::DeviceGuard guard(device_);
   begin();
-  NCCL_CHECK(ncclAllReduce(scratch_.raw_data(), scratch_.raw_data(), 1, ncclFloat32, ncclSum, comm_, stream_.get()));
+  NCCL_CHECK(
+      ncclAllReduce(scratch_.raw_data(), scratch_.raw_data(), 1, ncclFloat32, ncclSum, comm_, stream_.get()));
   return end({}, true);
 }
 
@@ -276,7 +374,8 @@ WorkPtr NcclProcessGroup::send(const Tensor& t, int dst, int tag) {
   cuda::DeviceGuard guard(device_);
   begin();
   if (t.numel() > 0)
-    NCCL_CHECK(ncclSend(t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), dst, comm_, stream_.get()));
+    NCCL_CHECK(ncclSend(t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), dst, comm_,
+                        stream_.get()));
   return end({t}, false);
 }
 
@@ -288,7 +387,8 @@ WorkPtr NcclProcessGroup::recv(const Tensor& t, int src, int tag) {
   cuda::DeviceGuard guard(device_);
   begin();
   if (t.numel() > 0)
-    NCCL_CHECK(ncclRecv(t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), src, comm_, stream_.get()));
+    NCCL_CHECK(ncclRecv(t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), src, comm_,
+                        stream_.get()));
   return end({t}, false);
 }
 

@@ -1,6 +1,6 @@
 // The NCCL backend of ProcessGroup, for CUDA tensors (built only with DPT_WITH_CUDA).
 // Users never make one: an MPI group hands its CUDA tensors to the NCCL group it makes on
-// first use (mpi_process_group.cpp), so DDP, sync batch-norm and train.cpp run unchanged
+// first use (mpi_process_group.cpp), so DDP, sync batch-norm and the Trainer run unchanged
 // on GPUs — the PyTorch "cpu:gloo,cuda:nccl" arrangement.
 //
 // Streams: each group owns a communication stream on its device. A collective waits (on
@@ -51,10 +51,17 @@ class NcclProcessGroup final : public ProcessGroup {
   // As ProcessGroup; tensors must be contiguous CUDA tensors on device() of dtype f32,
   // bf16, f16 or i64 (avg: floating dtypes only). all_gather and reduce_scatter take sizes
   // that do not divide by the group size. send/recv take tag 0 only (NCCL has no tags).
+  // reduce is NCCL's; gather, scatter and all_to_all are one ncclSend/ncclRecv per peer in
+  // one NCCL group (a single launch), and a copy on the stream for the rank's own block.
   WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override;
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr all_gather(const Tensor& out, const Tensor& in) override;
   WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr reduce(const Tensor& t, int root, ReduceOp op = ReduceOp::sum) override;
+  WorkPtr gather(const Tensor& out, const Tensor& in, int root) override;
+  WorkPtr scatter(const Tensor& out, const Tensor& in, int root) override;
+  WorkPtr all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_splits = {},
+                     const std::vector<int64_t>& in_splits = {}) override;
   WorkPtr barrier() override;
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
@@ -63,6 +70,14 @@ class NcclProcessGroup final : public ProcessGroup {
   NcclProcessGroup(ncclComm_t comm, int rank, std::vector<int> world_ranks, std::string name, int device);
 
   void check_tensor(const char* op, const Tensor& t, const char* what) const;
+  // Inside begin()/end(), on the communication stream: sends in_counts[r] elements of `in`
+  // from in_offsets[r] to each peer r and receives out_counts[r] into `out` at
+  // out_offsets[r], in one NCCL group; the rank's own block (in_counts[rank()] elements) is a
+  // device copy. Zero counts move nothing; a tensor with only zero counts is not touched
+  // (it may be undefined).
+  void exchange(const Tensor& out, const std::vector<int64_t>& out_counts,
+                const std::vector<int64_t>& out_offsets, const Tensor& in,
+                const std::vector<int64_t>& in_counts, const std::vector<int64_t>& in_offsets);
   // Orders the communication stream after the compute stream's queued work.
   void begin();
   // Records the completion event, keeps `tensors` alive until it completes.

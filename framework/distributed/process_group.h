@@ -2,8 +2,8 @@
 // asynchronous: each returns a Work at once and starts in call order; the group's
 // communication thread progresses it in the background, so a gradient all-reduce
 // overlaps the rest of backward.
-// Backends: MPI for CPU tensors (mpi_process_group.cpp); NCCL for CUDA tensors comes
-// with the CUDA backend behind this same interface.
+// Backends: MPI for CPU tensors (mpi_process_group.cpp); NCCL for CUDA tensors
+// (nccl_process_group.cpp), behind this same interface.
 #pragma once
 
 #include <memory>
@@ -48,10 +48,11 @@ class ProcessGroup {
 
   // Every collective below requires contiguous tensors of the same dtype and element
   // count on every member (except as noted); tensors must stay alive, untouched, until
-  // wait() returns. Ranks are group ranks. Collectives start in call order and complete in
-  // call order: when wait() returns, every earlier Work of the group is complete too.
-  // Ones on disjoint tensors may be in flight together; one that touches a tensor an
-  // earlier one writes starts after it, so all_reduce(t) then broadcast(t) needs no wait.
+  // wait() returns. Ranks (root, dst, src, and the order of blocks) are group ranks. A
+  // collective's tensors must not overlap each other (except all_gather's in place). Collectives start in
+  // call order and complete in call order: when wait() returns, every earlier Work of the group is complete
+  // too. Ones on disjoint tensors may be in flight together; one that touches a tensor an earlier one writes
+  // starts after it, so all_reduce(t) then broadcast(t) needs no wait.
   virtual WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;  // in place
   virtual WorkPtr broadcast(const Tensor& t, int root) = 0;                      // in place
   // out (n elements, the same n everywhere) = concatenation over ranks r of each rank's
@@ -59,6 +60,26 @@ class ProcessGroup {
   virtual WorkPtr all_gather(const Tensor& out, const Tensor& in) = 0;
   // out = chunk_of(n, size, rank) of the reduction of every rank's `in` (n elements).
   virtual WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum) = 0;
+  // In place, n elements everywhere: on root, t = the reduction over ranks of every rank's
+  // t; on the other ranks t is only read.
+  virtual WorkPtr reduce(const Tensor& t, int root, ReduceOp op = ReduceOp::sum) = 0;
+  // Every rank's `in` holds m elements (the same m everywhere). On root, `out` holds
+  // size() * m and receives rank r's `in` at elements [r * m, (r + 1) * m) (all_gather's
+  // layout, to one rank). `out` is used on root only: other ranks may pass Tensor().
+  virtual WorkPtr gather(const Tensor& out, const Tensor& in, int root) = 0;
+  // The converse: on root, `in` holds size() * m elements; every rank's `out` (m elements,
+  // the same m everywhere) receives elements [rank * m, (rank + 1) * m) of root's `in`.
+  // `in` is used on root only: other ranks may pass Tensor().
+  virtual WorkPtr scatter(const Tensor& out, const Tensor& in, int root) = 0;
+  // Rank i sends in_splits[j] consecutive elements of its `in` to rank j, blocks in rank
+  // order; they land in rank j's `out` at the offset sum(out_splits[0..i)) (MPI_Alltoallv,
+  // torch's all_to_all_single). Empty splits mean equal ones: numel / size() each, which
+  // must divide. requires: one split per rank, sum(in_splits) == in.numel(),
+  // sum(out_splits) == out.numel(), in_splits[rank] == out_splits[rank] (the block a rank
+  // keeps), and rank j's out_splits[i] == rank i's in_splits[j]: only that last one needs
+  // the other ranks, and debug: collectives checks it before anything is sent.
+  virtual WorkPtr all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_splits = {},
+                             const std::vector<int64_t>& in_splits = {}) = 0;
   virtual WorkPtr barrier() = 0;
   virtual WorkPtr send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(const Tensor& t, int src, int tag = 0) = 0;
@@ -82,5 +103,24 @@ class ProcessGroup {
   std::string name_;
 };
 using GroupPtr = std::shared_ptr<ProcessGroup>;
+
+// The argument checks that do not depend on the backend; each throws Error naming the op
+// and the group. gather and scatter: root is a rank of the group, and on root the whole
+// (gather's out, scatter's in) has the part's dtype, holds size() blocks of the part's
+// numel() elements and does not overlap the part
+// (the backend checks each tensor itself first: defined, device, contiguous).
+void check_gather(const ProcessGroup& group, const Tensor& out, const Tensor& in, int root);
+void check_scatter(const ProcessGroup& group, const Tensor& out, const Tensor& in, int root);
+// all_to_all: the element count and offset of each rank's block of `out` and of `in`,
+// from the splits (empty: equal), checked against all_to_all's requirements that one rank
+// can check.
+struct AllToAllLayout {
+  std::vector<int64_t> out_counts, out_offsets, in_counts, in_offsets;
+};
+AllToAllLayout all_to_all_layout(const ProcessGroup& group, const Tensor& out, const Tensor& in,
+                                 const std::vector<int64_t>& out_splits,
+                                 const std::vector<int64_t>& in_splits);
+// Whether the bytes of a and b overlap (false when either is empty).
+bool overlaps(const Tensor& a, const Tensor& b);
 
 }  // namespace dpt::dist

@@ -82,7 +82,9 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
 }
 
 void Reducer::prepare_for_backward(bool synchronize) {
-  DPT_CHECK(!callback_queued_) << "DDP: forward called while the previous backward is still synchronising";
+  DPT_CHECK(!backward_open_) << "DDP on " << group_->name()
+                             << ": the previous backward's gradient all-reduces did not complete (see the error "
+                                "that backward threw); the group cannot be used after a failed collective";
   expecting_backward_ = synchronize;
   std::fill(ready_.begin(), ready_.end(), false);
   for (Bucket& bucket : buckets_) {
@@ -99,21 +101,28 @@ void Reducer::on_gradient_ready(size_t index) {
   if (!expecting_backward_) return;  // no_sync: gradients only accumulate locally
   DPT_CHECK(!ready_[index]) << "DDP: parameter '" << params_[index].first
                             << "' received two gradients in one backward pass";
-  if (!callback_queued_) {
-    callback_queued_ = true;
-    autograd::queue_callback([this] { finish_backward(); });
+  if (!backward_open_) {
+    backward_open_ = true;
+    autograd::queue_callback([this](bool failed) { finish_backward(failed); });
   }
   ready_[index] = true;
   if (!rebuilt_) arrival_order_.push_back(index);
   --buckets_[bucket_of_[index]].pending;
+  // With find_unused_parameters, which parameters get a gradient may differ by rank, and so
+  // would the moment a bucket fills: launched then, a bucket could come before another
+  // collective of backward (sync_bn's all-reduces) on one rank and after it on another, and
+  // the ranks' collectives would pair up wrongly. So there every bucket launches when
+  // backward ends, in index order, the same on every rank; overlap is given up.
+  if (options_.find_unused_parameters) return;
   note_completions();
   launch_ready_buckets();
 }
 
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    Bucket& bucket = buckets_[next_bucket_++];
-    bucket.work = group_->all_reduce(bucket.flat, ReduceOp::avg);
+    Bucket& bucket = buckets_[next_bucket_];
+    bucket.work = group_->all_reduce(bucket.flat, ReduceOp::avg);  // may throw (debug: collectives)
+    ++next_bucket_;
     launch_ms_.push_back((now_ns() - start_ns_) / 1e6);
   }
 }
@@ -124,23 +133,28 @@ void Reducer::note_completions() {
     complete_ms_.push_back((now_ns() - start_ns_) / 1e6);
 }
 
-void Reducer::finish_backward() {
-  callback_queued_ = false;
+void Reducer::finish_backward(bool failed) {
   expecting_backward_ = false;
   backward_end_ms_ = (now_ns() - start_ns_) / 1e6;
-  if (next_bucket_ < buckets_.size()) {
-    std::string unused;
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (!ready_[i]) {
-        unused += (unused.empty() ? "'" : ", '") + params_[i].first + "'";
-        --buckets_[bucket_of_[i]].pending;  // its gradient slot counts as zero
-        ready_[i] = true;
-      }
-    if (!options_.find_unused_parameters)
-      DPT_FAIL() << "DDP on " << group_->name() << ": parameters got no gradient in this backward: " << unused
-                 << " (set distributed.find_unused_parameters: true if they are unused on purpose)";
-    launch_ready_buckets();
+  if (failed) {
+    // After an error nothing new starts (another rank may be past this backward, or gone,
+    // and the error must not wait for it); the all-reduces already started are waited for,
+    // so none is left to write into the gradients later. The next backward starts clean.
+    for (size_t b = 0; b < next_bucket_; ++b) buckets_[b].work->wait();
+    if (!rebuilt_) arrival_order_.clear();
+    backward_open_ = false;
+    return;
   }
+  // A parameter without a gradient (unused here) counts as zero; its bucket still launches,
+  // so every rank all-reduces every bucket, also before the unused-parameter error below.
+  std::string unused;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!ready_[i]) {
+      unused += (unused.empty() ? "'" : ", '") + params_[i].first + "'";
+      --buckets_[bucket_of_[i]].pending;
+      ready_[i] = true;
+    }
+  launch_ready_buckets();
   note_completions();
   for (size_t b = complete_ms_.size(); b < buckets_.size(); ++b) {
     buckets_[b].work->wait();
@@ -160,6 +174,10 @@ void Reducer::finish_backward() {
     const int64_t* o = t.data<int64_t>();
     build_buckets(std::vector<size_t>(o, o + t.numel()));
   }
+  backward_open_ = false;
+  if (!unused.empty() && !options_.find_unused_parameters)
+    DPT_FAIL() << "DDP on " << group_->name() << ": parameters got no gradient in this backward: " << unused
+               << " (set distributed.find_unused_parameters: true if they are unused on purpose)";
 }
 
 }  // namespace dpt::dist

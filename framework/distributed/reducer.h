@@ -2,6 +2,9 @@
 // bucket buffer; when the last gradient of a bucket has been accumulated (the autograd
 // post-accumulate hook), the bucket's all-reduce starts at once, while backward goes on.
 // Buckets launch in index order on every rank, so collectives match across ranks.
+// A backward that throws waits for the all-reduces it had started before the error leaves
+// backward() and starts none, so when every rank fails alike the ranks stay in step and the
+// next step starts clean.
 #pragma once
 
 #include <string>
@@ -33,6 +36,7 @@ class Reducer {
   Reducer& operator=(const Reducer&) = delete;
 
   // Called before each forward whose backward must be synchronised (or not, under no_sync).
+  // Throws Error if the last backward's all-reduces could not complete (a failed collective).
   void prepare_for_backward(bool synchronize);
   const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
   // Milliseconds since prepare_for_backward at which each bucket's all-reduce was launched
@@ -62,7 +66,10 @@ class Reducer {
   void on_gradient_ready(size_t index);
   void launch_ready_buckets();
   void note_completions();
-  void finish_backward();
+  // The end of a synchronised backward (the engine's final callback): launches what is
+  // left, waits for every bucket, rebuilds once; after an error (`failed`), only waits for
+  // the buckets already launched.
+  void finish_backward(bool failed);
 
   nn::NamedTensors params_;
   GroupPtr group_;
@@ -77,7 +84,7 @@ class Reducer {
   std::vector<size_t> arrival_order_;
   size_t next_bucket_ = 0;
   bool expecting_backward_ = false;
-  bool callback_queued_ = false;
+  bool backward_open_ = false;  // from a synchronised backward's first gradient to its end
   bool rebuilt_ = false;
   double start_ns_ = 0;
   std::vector<double> launch_ms_;

@@ -3,6 +3,7 @@
 // old content or the complete new one, never a mix.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,5 +26,8 @@ void remove_file(const std::string& path);
 
 // Reads a whole regular file. Error naming the path and reason when it cannot.
 std::string read_file(const std::string& path);
+// What loaders take to get a file's bytes: read_file, or a reader that reads on one rank and
+// hands the bytes to the others (io/run_control.cpp).
+using FileReader = std::function<std::string(const std::string& path)>;
 
 }  // namespace dpt::io

@@ -282,8 +282,9 @@ CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string&
   return r;
 }
 
-CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects) {
-  const CheckpointRecord r = checkpoint_parse_json(read_file(json_path), json_path);
+CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects,
+                                 const FileReader& read) {
+  const CheckpointRecord r = checkpoint_parse_json(read(json_path), json_path);
   DPT_CHECK(r.model_name == objects.model_name)
       << json_path << ": a checkpoint of model '" << r.model_name << "', but the config's model is '"
       << objects.model_name << "'";
@@ -295,16 +296,20 @@ CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObj
       << json_path << ": key 'rng.dropout': " << r.dropout_rng.size()
       << " dropout generator states, but the model has " << drops.size() << " dropout layers";
 
-  // Both tensor files are read and parsed before anything is copied.
+  // Both tensor files are read and checked against their targets before anything is copied.
   const fs::path dir = fs::path(json_path).parent_path();
-  SafetensorsFile model_file = safetensors_read((dir / r.model_file).string());
-  SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string());
+  SafetensorsFile model_file = safetensors_read((dir / r.model_file).string(), read);
+  SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string(), read);
   const bool load_ema = objects.ema && r.has_ema;
-  safetensors_load_into(model_file, objects.model.state_dict(), "the model '" + objects.model_name + "'");
-  safetensors_load_into(
-      state_file, state_tensors(objects, load_ema),
-      "the " + objects.optimizer_name + " optimizer" + (load_ema ? " and EMA" : "") + " state",
-      [&](const std::string& name) { return !objects.ema && name.rfind("ema.", 0) == 0; });
+  const nn::NamedTensors model = objects.model.state_dict(), state = state_tensors(objects, load_ema);
+  const std::string model_what = "the model '" + objects.model_name + "'";
+  const std::string state_what =
+      "the " + objects.optimizer_name + " optimizer" + (load_ema ? " and EMA" : "") + " state";
+  auto ignore_ema = [&](const std::string& name) { return !objects.ema && name.rfind("ema.", 0) == 0; };
+  safetensors_check_into(model_file, model, model_what);
+  safetensors_check_into(state_file, state, state_what, ignore_ema);
+  safetensors_load_into(model_file, model, model_what);
+  safetensors_load_into(state_file, state, state_what, ignore_ema);
   objects.optimizer.set_step_count(r.optimizer_steps);
   for (size_t i = 0; i < drops.size(); ++i) drops[i]->rng().set_state(r.dropout_rng[i]);
   if (objects.ema) {

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/atomic_file.h"
 #include "nn/module.h"
 #include "optim/ema.h"
 #include "optim/optimizer.h"
@@ -98,8 +99,10 @@ CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string&
 // against `objects`, and every tensor's name, dtype and shape in both tensor files, then
 // copies the tensors and RNG states into `objects`. With an EMA but no EMA state in the
 // checkpoint, the EMA restarts from the loaded weights. Throws dpt::Error with one line
-// naming the file, the key or tensor, and what was expected.
-CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects);
+// naming the file, the key or tensor, and what was expected. `read` gives a file's bytes
+// (RunControl passes one that reads on rank 0 and hands the bytes to every rank).
+CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObjects& objects,
+                                 const FileReader& read = read_file);
 
 // Loads a model file (a checkpoint's step-S.safetensors, a run's model.safetensors, or a
 // PyTorch state dict saved as safetensors) into `model`: every parameter and buffer by

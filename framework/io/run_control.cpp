@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "core/threading.h"
@@ -23,6 +24,33 @@ void barrier() {
   if (dist::info().world_size > 1) dist::world()->barrier()->wait();
 }
 
+// Rank 0's `make()` on every rank: what it returns, or the Error it throws, thrown on every
+// rank alike. On a cluster the output directory may be on rank 0's host only, so rank 0's
+// filesystem decides where a run resumes from, and its bytes are what every rank loads.
+std::string from_rank0(const std::function<std::string()>& make) {
+  if (dist::info().world_size == 1) return make();
+  std::string text;
+  int64_t failed = 0;
+  if (dist::info().rank == 0) {
+    try {
+      text = make();
+    } catch (const Error& e) {
+      text = e.what();
+      failed = 1;
+    }
+  }
+  Tensor head = Tensor::from_vector(std::vector<int64_t>{failed, static_cast<int64_t>(text.size())}, {2});
+  dist::world()->broadcast(head, 0)->wait();
+  failed = head.data<int64_t>()[0];
+  const int64_t bytes = head.data<int64_t>()[1];
+  Tensor body = Tensor::zeros({(bytes + 7) / 8}, DType::i64);  // the bytes, 8 to an element
+  if (dist::info().rank == 0) std::memcpy(body.raw_data(), text.data(), text.size());
+  dist::world()->broadcast(body, 0)->wait();
+  text.assign(static_cast<const char*>(body.raw_data()), static_cast<size_t>(bytes));
+  if (failed) throw Error(text);
+  return text;
+}
+
 std::string last_checkpoint(const std::string& dir) {
   std::vector<int64_t> steps = checkpoint_steps(dir);
   return steps.empty() ? "none (no checkpoint written yet)"
@@ -41,32 +69,15 @@ RunControl::RunControl(const Config& config, const TrainingObjects& objects, Pro
 
 void RunControl::resume(const std::string& arg) {
   const bool main_rank = dist::info().rank == 0;
-  const std::string path = arg.empty() ? "" : checkpoint_resolve(arg, dir_);
-  // A fresh run's checkpoints must not mix with an earlier run's (--resume auto would
-  // pick theirs). Those of a run that finished (it wrote summary.json) are replaced; those
-  // of an interrupted one are kept, since deleting them on a forgotten flag would lose days
-  // of training.
-  const std::vector<int64_t> earlier = checkpoint_steps(dir_);
-  const std::string summary = config_.output.dir + "/summary.json";
-  const bool earlier_finished = std::filesystem::exists(summary);
-  DPT_CHECK(!arg.empty() || earlier.empty() || earlier_finished)
-      << dir_ << " holds checkpoints of an interrupted earlier run (the newest is step-" << earlier.back()
-      << ".json): continue it with --resume auto, or start over after removing them or with another "
-         "output.dir";
-  if (arg.empty()) {
-    barrier();  // every rank has looked before rank 0 removes anything
-    if (main_rank && !earlier.empty()) {
-      std::filesystem::remove_all(dir_);
-      std::printf("starting afresh: removed the checkpoints of the finished earlier run in %s\n", dir_.c_str());
-    }
-    if (main_rank) std::filesystem::remove(summary);  // written again when this run finishes
-  }
+  const std::string path = from_rank0([&] { return choose_checkpoint(arg); });
   if (path.empty()) {
     if (!arg.empty() && main_rank)
       std::printf("--resume %s: no checkpoint in %s, starting from scratch\n", arg.c_str(), dir_.c_str());
     return;
   }
-  const CheckpointInfo info = checkpoint_load(path, objects_).info;
+  const CheckpointInfo info = checkpoint_load(path, objects_, [](const std::string& file) {
+                                return from_rank0([&] { return read_file(file); });
+                              }).info;
   at_ = info.progress;
   resumed_ = true;
   // Results depend on the thread count (how oneDNN splits its sums): a deterministic run
@@ -92,6 +103,26 @@ void RunControl::resume(const std::string& arg) {
         threads_get(), info.threads);
 }
 
+std::string RunControl::choose_checkpoint(const std::string& arg) {
+  // A fresh run's checkpoints must not mix with an earlier run's (--resume auto would
+  // pick theirs). Those of a run that finished (it wrote summary.json) are replaced; those
+  // of an interrupted one are kept, since deleting them on a forgotten flag would lose days
+  // of training.
+  const std::vector<int64_t> earlier = checkpoint_steps(dir_);
+  const std::string summary = config_.output.dir + "/summary.json";
+  DPT_CHECK(!arg.empty() || earlier.empty() || std::filesystem::exists(summary))
+      << dir_ << " holds checkpoints of an interrupted earlier run (the newest is step-" << earlier.back()
+      << ".json): continue it with --resume auto, or start over after removing them or with another "
+         "output.dir";
+  if (!arg.empty()) return checkpoint_resolve(arg, dir_);
+  if (!earlier.empty()) {
+    std::filesystem::remove_all(dir_);
+    std::printf("starting afresh: removed the checkpoints of the finished earlier run in %s\n", dir_.c_str());
+  }
+  std::filesystem::remove(summary);  // written again when this run finishes
+  return "";
+}
+
 void RunControl::before_forward() {
   faults_.before_step(at_.step + 1);
   guard_.before_forward();
@@ -109,8 +140,8 @@ RunControl::StepAction RunControl::after_backward(const Tensor& loss, int64_t ep
   return nonfinite_action(loss.item(), epoch, step_in_epoch, steps);
 }
 
-RunControl::StepAction RunControl::after_backward(bool finite, float loss, int64_t epoch, int64_t step_in_epoch,
-                                                  int64_t steps) {
+RunControl::StepAction RunControl::after_backward(bool finite, float loss, int64_t epoch,
+                                                  int64_t step_in_epoch, int64_t steps) {
   ++at_.step;
   if (finite) return StepAction::apply;
   return nonfinite_action(loss, epoch, step_in_epoch, steps);

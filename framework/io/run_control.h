@@ -28,7 +28,9 @@ class RunControl {
   // so on rank 0, and in deterministic mode with `threads: 0` takes the checkpoint's
   // thread count. ARG "" (no --resume) is a fresh start, refused (dpt::Error) when the
   // checkpoint directory already holds an earlier run's checkpoints. Throws dpt::Error
-  // for a bad checkpoint.
+  // for a bad checkpoint. Collective: rank 0 looks in its output directory and reads the
+  // checkpoint, every rank loads rank 0's bytes (the other hosts of a cluster need not see
+  // the directory).
   void resume(const std::string& arg);
   // Where training stands; the run's counters (step, times, accuracies) live here.
   TrainingProgress& progress() { return at_; }
@@ -71,6 +73,9 @@ class RunControl {
   StepAction nonfinite_action(float loss, int64_t epoch, int64_t step_in_epoch, int64_t steps);
   void move_to(int64_t epoch, int64_t step_in_epoch);  // every rank
   void save(float lr);                                 // rank 0
+  // Rank 0's part of resume(): refuses or clears an earlier run's checkpoints, and returns
+  // the checkpoint's JSON path ("" for a fresh start).
+  std::string choose_checkpoint(const std::string& arg);
 
   const Config& config_;
   TrainingObjects objects_;

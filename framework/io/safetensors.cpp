@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <string_view>
 
 #include "io/atomic_file.h"
@@ -113,6 +114,14 @@ void check_tiling(const std::vector<SafetensorsEntry>& tensors, uint64_t data_si
                                  << "no tensor (the data is " << data_size << " bytes)";
 }
 
+// The dtype SafetensorsFile::tensor makes of entry `e`, or Error.
+DType readable_dtype(const std::string& path, const SafetensorsEntry& e) {
+  if (e.dtype == "I64") return DType::i64;
+  DPT_CHECK(e.dtype == "F32") << path << ": tensor '" << e.name << "' is " << e.dtype
+                              << ", dpt reads F32 (and I64) tensors";
+  return DType::f32;
+}
+
 }  // namespace
 
 const SafetensorsEntry* SafetensorsView::find(const std::string& name) const {
@@ -155,52 +164,45 @@ SafetensorsView parse_safetensors(const uint8_t* bytes, size_t size, const std::
 }
 
 Tensor SafetensorsFile::tensor(const SafetensorsEntry& e) const {
-  DType dtype = DType::f32;
-  if (e.dtype == "I64") {
-    dtype = DType::i64;
-  } else {
-    DPT_CHECK(e.dtype == "F32") << path << ": tensor '" << e.name << "' is " << e.dtype
-                                << ", dpt reads F32 (and I64) tensors";
-  }
-  Tensor t = Tensor::empty(e.shape, dtype);
+  Tensor t = Tensor::empty(e.shape, readable_dtype(path, e));
   if (e.end > e.begin) std::memcpy(t.raw_data(), bytes.data() + view.data_start + e.begin, e.end - e.begin);
   return t;
 }
 
-SafetensorsFile safetensors_read(const std::string& path) {
+SafetensorsFile safetensors_read(const std::string& path, const FileReader& read) {
   SafetensorsFile file;
   file.path = path;
-  file.bytes = read_file(path);
+  file.bytes = read(path);
   file.view = parse_safetensors(reinterpret_cast<const uint8_t*>(file.bytes.data()), file.bytes.size(), path);
   return file;
 }
 
+void safetensors_check_into(const SafetensorsFile& file, const nn::NamedTensors& into,
+                            const std::string& what, const std::function<bool(const std::string&)>& ignore) {
+  std::set<std::string> wanted;
+  for (const auto& [name, target] : into) {
+    wanted.insert(name);
+    const SafetensorsEntry* e = file.view.find(name);
+    DPT_CHECK(e) << file.path << ": no tensor '" << name << "', which " << what
+                 << " has (a checkpoint of another model or configuration?)";
+    DPT_CHECK(e->dtype == dtype_code(target.dtype()))
+        << file.path << ": tensor '" << name << "' is " << e->dtype << ", " << what << " expects "
+        << dtype_code(target.dtype());
+    DPT_CHECK(e->shape == target.shape())
+        << file.path << ": tensor '" << name << "' has shape " << shape_str(e->shape) << ", " << what
+        << " expects " << shape_str(target.shape());
+    readable_dtype(file.path, *e);
+  }
+  for (const auto& e : file.view.tensors)
+    DPT_CHECK(wanted.count(e.name) || (ignore && ignore(e.name)))
+        << file.path << ": tensor '" << e.name << "' is not part of " << what
+        << " (a checkpoint of another model or configuration?)";
+}
+
 void safetensors_load_into(const SafetensorsFile& file, const nn::NamedTensors& into, const std::string& what,
                            const std::function<bool(const std::string&)>& ignore) {
-  std::map<std::string, const SafetensorsEntry*> unused;
-  for (const auto& e : file.view.tensors) unused.emplace(e.name, &e);
-  // Check everything before copying anything, so a bad file leaves `into` untouched.
-  for (const auto& [name, target] : into) {
-    auto it = unused.find(name);
-    DPT_CHECK(it != unused.end()) << file.path << ": no tensor '" << name << "', which " << what
-                                  << " has (a checkpoint of another model or configuration?)";
-    const SafetensorsEntry& e = *it->second;
-    DPT_CHECK(e.dtype == dtype_code(target.dtype()))
-        << file.path << ": tensor '" << name << "' is " << e.dtype << ", " << what << " expects "
-        << dtype_code(target.dtype());
-    DPT_CHECK(e.shape == target.shape())
-        << file.path << ": tensor '" << name << "' has shape " << shape_str(e.shape) << ", " << what
-        << " expects " << shape_str(target.shape());
-  }
-  for (const auto& [name, target] : into) {
-    auto it = unused.find(name);
-    target.copy_from(file.tensor(*it->second));
-    unused.erase(it);
-  }
-  for (const auto& [name, e] : unused) {
-    DPT_CHECK(ignore && ignore(name)) << file.path << ": tensor '" << name << "' is not part of " << what
-                                      << " (a checkpoint of another model or configuration?)";
-  }
+  safetensors_check_into(file, into, what, ignore);
+  for (const auto& [name, target] : into) target.copy_from(file.tensor(*file.view.find(name)));
 }
 
 void safetensors_write(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata) {

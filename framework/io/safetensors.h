@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/atomic_file.h"
 #include "nn/module.h"
 
 namespace dpt::io {
@@ -56,12 +57,20 @@ struct SafetensorsFile {
   Tensor tensor(const SafetensorsEntry& e) const;
 };
 
-SafetensorsFile safetensors_read(const std::string& path);
+// The file's bytes come from `read` (io::read_file: from disk).
+SafetensorsFile safetensors_read(const std::string& path, const FileReader& read = read_file);
 
-// Copies the file's tensors into `into` by name. Every name in `into` must be in the file
-// with the same shape and a matching dtype (F32 for f32 tensors); a name in the file that
-// `into` lacks is an error unless `ignore(name)` is true. Messages name the file, the tensor
-// and what was expected; `what` says what `into` is ("the model", "optimizer state").
+// Checks that safetensors_load_into(file, into, what, ignore) would succeed, changing
+// nothing: every name in `into` is in the file with the same shape and a matching dtype (F32
+// for f32 tensors), and every name in the file that `into` lacks has `ignore(name)` true.
+// Otherwise throws Error naming the file, the tensor and what was expected; `what` says
+// what `into` is ("the model", "optimizer state").
+void safetensors_check_into(const SafetensorsFile& file, const nn::NamedTensors& into,
+                            const std::string& what,
+                            const std::function<bool(const std::string&)>& ignore = nullptr);
+
+// safetensors_check_into, then copies the file's tensors into `into` by name: a file that
+// fails a check leaves `into` untouched.
 void safetensors_load_into(const SafetensorsFile& file, const nn::NamedTensors& into, const std::string& what,
                            const std::function<bool(const std::string&)>& ignore = nullptr);
 

@@ -18,6 +18,8 @@
 namespace dpt {
 namespace {
 
+// `labels` must already be contiguous (contiguous_on_device): the check reads them as the
+// kernels will, element r for row r.
 Device check_logits_labels(const char* op, const Tensor& logits, const Tensor& labels) {
   Device device = op_device(op, {&logits});
   DPT_CHECK(logits.dim() == 2) << op << ": expected logits [N, C], got " << shape_str(logits.shape());
@@ -34,7 +36,7 @@ Device check_logits_labels(const char* op, const Tensor& logits, const Tensor& l
   if (device.is_cuda() && cuda::capture_active(device.index)) return device;
   if (device.is_cuda()) {
     int64_t label = 0;
-    int64_t row = cuda::first_bad_label(cuda::contiguous(labels), logits.size(1), &label);
+    int64_t row = cuda::first_bad_label(labels, logits.size(1), &label);
     DPT_CHECK(row < 0) << op << ": label " << label << " at row " << row << " is outside [0, "
                        << logits.size(1) << ")";
     return device;
@@ -151,8 +153,9 @@ Tensor log_softmax(const Tensor& x) {
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& labels_in) {
-  check_logits_labels("nll_loss", log_probs, labels_in);
-  Tensor lp = contiguous_on_device(log_probs), labels = contiguous_on_device(labels_in);
+  Tensor labels = contiguous_on_device(labels_in);
+  check_logits_labels("nll_loss", log_probs, labels);
+  Tensor lp = contiguous_on_device(log_probs);
   int64_t rows = lp.size(0), cols = lp.size(1);
   Tensor out = nll_forward_on(lp, labels);
   autograd::record("nll_loss", out, {log_probs}, [labels, rows, cols](const Tensor& g) {
@@ -174,10 +177,11 @@ Tensor f32_logits(const Tensor& logits) {
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, float label_smoothing) {
   Tensor logits = f32_logits(logits_in);
-  Device device = check_logits_labels("cross_entropy", logits, labels_in);
+  Tensor labels = contiguous_on_device(labels_in);
+  Device device = check_logits_labels("cross_entropy", logits, labels);
   DPT_CHECK(label_smoothing >= 0.0f && label_smoothing < 1.0f)
       << "cross_entropy: label_smoothing must be in [0, 1), got " << label_smoothing;
-  Tensor in = contiguous_on_device(logits), labels = contiguous_on_device(labels_in);
+  Tensor in = contiguous_on_device(logits);
   int64_t rows = in.size(0), cols = in.size(1);
   Tensor log_probs = Tensor::empty(in.shape(), DType::f32, device);
   Tensor out = cross_entropy_forward_on(in, labels, label_smoothing, log_probs);
@@ -191,10 +195,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, float lab
   return out;
 }
 
-int64_t count_correct(const Tensor& logits_in, const Tensor& labels) {
+int64_t count_correct(const Tensor& logits_in, const Tensor& labels_in) {
   Tensor logits = f32_logits(logits_in);
+  Tensor labels = contiguous_on_device(labels_in);
   check_logits_labels("count_correct", logits, labels);
-  return count_correct_on(contiguous_on_device(logits), contiguous_on_device(labels));
+  return count_correct_on(contiguous_on_device(logits), labels);
 }
 
 }  // namespace dpt

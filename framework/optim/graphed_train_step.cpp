@@ -84,7 +84,7 @@ GraphedStepResult GraphedTrainStep::run(const Tensor& images, const Tensor& labe
   // The label check the loss does eagerly, here before the replay: inside the graph it
   // cannot read back (ops/loss.cpp skips it there).
   if (labels.device().is_cuda()) {
-    // A batch already on the device (train's BatchUploader): checked there, with the eager
+    // A batch already on the device (the Trainer's BatchSource): checked there, with the eager
     // loss's small read-back, and copied into the static buffers on the device, queued.
     int64_t label = 0;
     const int64_t row = cuda::first_bad_label(cuda::contiguous(labels), options_.classes, &label);

@@ -1,0 +1,129 @@
+// world_table: each rank describes itself and its groups in a few lines of text, rank 0
+// gathers them (MPI_Gatherv over the world's group-creation communicator, on the calling
+// thread like group creation) and lays them out.
+#include "distributed/world_table.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "distributed/dist.h"
+#include "distributed/mpi_check.h"
+#include "distributed/mpi_process_group.h"
+
+namespace dpt::dist {
+namespace {
+
+constexpr size_t kListed = 64;  // rows of the world, and columns of a group, before "... (N more)"
+
+// This rank's lines: "host\tnode\tlocal rank\tdevice", then "name\tworld ranks" per group.
+std::string describe_rank(const std::string& device) {
+  const InitInfo& me = info();
+  std::ostringstream text;
+  text << me.host << '\t' << me.node << '\t' << me.local_rank << '\t' << device << '\n';
+  for (const GroupPtr& group : live_groups()) {
+    text << group->name() << '\t';
+    for (int r : group->world_ranks()) text << r << ' ';
+    text << '\n';
+  }
+  return text.str();
+}
+
+// Every rank's text on rank 0 (empty elsewhere).
+std::vector<std::string> gather_on_rank0(const std::string& mine) {
+  auto* world_group = dynamic_cast<MpiProcessGroup*>(world().get());
+  MPI_Comm comm = world_group->creation_comm();
+  const int size = world_group->size(), rank = world_group->rank();
+  int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
+  MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    offsets[r] = total;
+    total += lengths[r];
+  }
+  std::string all(rank == 0 ? static_cast<size_t>(total) : 0, '\0');
+  MPI_CHECK(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                        0, comm));
+  std::vector<std::string> texts;
+  if (rank == 0)
+    for (int r = 0; r < size; ++r) texts.push_back(all.substr(offsets[r], lengths[r]));
+  return texts;
+}
+
+std::vector<std::string> split_fields(const std::string& line, char separator) {
+  std::vector<std::string> fields;
+  std::istringstream in(line);
+  for (std::string field; std::getline(in, field, separator);)
+    if (!field.empty()) fields.push_back(field);
+  return fields;
+}
+
+std::string pad(const std::string& text, size_t width, bool right) {
+  const std::string spaces(width > text.size() ? width - text.size() : 0, ' ');
+  return right ? spaces + text : text + spaces;
+}
+
+}  // namespace
+
+std::string world_table(const std::string& device) {
+  const std::vector<std::string> texts = gather_on_rank0(describe_rank(device));
+  if (texts.empty()) return "";
+  struct Row {
+    std::vector<std::string> fields;  // host, node, local rank, device
+  };
+  std::vector<Row> rows;
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // name, world ranks
+  std::set<std::string> seen;
+  for (const std::string& text : texts) {
+    std::istringstream lines(text);
+    std::string line;
+    std::getline(lines, line);
+    rows.push_back({split_fields(line, '\t')});
+    rows.back().fields.resize(4);
+    while (std::getline(lines, line)) {
+      const size_t tab = line.find('\t');
+      const std::string name = line.substr(0, tab);
+      if (seen.insert(name).second) groups.emplace_back(name, split_fields(line.substr(tab + 1), ' '));
+    }
+  }
+  std::set<std::string> hosts;
+  size_t host_width = 4, device_width = 6;
+  for (const Row& row : rows) {
+    hosts.insert(row.fields[0]);
+    host_width = std::max(host_width, row.fields[0].size());
+    device_width = std::max(device_width, row.fields[3].size());
+  }
+  std::ostringstream out;
+  out << "world: " << rows.size() << " rank" << (rows.size() == 1 ? "" : "s") << " on " << hosts.size()
+      << " host" << (hosts.size() == 1 ? "" : "s") << '\n';
+  out << "  rank  " << pad("host", host_width, false) << "  node  local rank  device\n";
+  for (size_t r = 0; r < rows.size() && r < kListed; ++r) {
+    const auto& f = rows[r].fields;
+    out << "  " << pad(std::to_string(r), 4, true) << "  " << pad(f[0], host_width, false) << "  "
+        << pad(f[1], 4, true) << "  " << pad(f[2], 10, true) << "  " << f[3] << '\n';
+  }
+  if (rows.size() > kListed) out << "  ... (" << rows.size() - kListed << " more)\n";
+  for (const auto& [name, members] : groups) {
+    size_t width = 1;
+    for (const std::string& m : members) width = std::max(width, m.size());
+    out << "group " << name << ": " << members.size() << " rank" << (members.size() == 1 ? "" : "s") << '\n';
+    std::string world_row = "  world rank", group_row = "  group rank";
+    for (size_t g = 0; g < members.size() && g < kListed; ++g) {
+      world_row += "  " + pad(members[g], width, true);
+      group_row += "  " + pad(std::to_string(g), width, true);
+    }
+    if (members.size() > kListed) {
+      world_row += "  ... (" + std::to_string(members.size() - kListed) + " more)";
+      group_row += "  ...";
+    }
+    out << world_row << '\n' << group_row << '\n';
+  }
+  return out.str();
+}
+
+}  // namespace dpt::dist

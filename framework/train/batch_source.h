@@ -1,0 +1,38 @@
+// A loop's batches on the device that uses them: the loader's own on the CPU; on a CUDA
+// device copied there ahead of use (backend/cuda/batch_upload.h), so that batch i+1's copy
+// overlaps step i. The loop sees the same calls either way.
+#pragma once
+
+#include <memory>
+
+#include "core/device.h"
+#include "datasets/loader.h"
+
+namespace dpt::train {
+
+class BatchSource {
+ public:
+  // Keeps a reference to `loader`, which must outlive the source. Batches come out on
+  // `device` (a CUDA device needs the CUDA backend).
+  BatchSource(data::Loader& loader, Device device);
+  ~BatchSource();
+  BatchSource(const BatchSource&) = delete;
+  BatchSource& operator=(const BatchSource&) = delete;
+
+  data::Loader& loader() { return loader_; }
+  Device device() const { return device_; }
+  // After loader().start_epoch(): forgets a batch copied ahead that the last epoch did not use.
+  void restart();
+  // Fills `batch` with the epoch's next batch, on device(), and returns true; false at the
+  // epoch's end. Rethrows what the loader throws.
+  bool next(data::Batch& batch);
+
+ private:
+  struct DeviceCopies;  // the CUDA uploader (batch_source.cpp); null on the CPU
+
+  data::Loader& loader_;
+  Device device_;
+  std::unique_ptr<DeviceCopies> copies_;
+};
+
+}  // namespace dpt::train

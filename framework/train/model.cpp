@@ -1,0 +1,39 @@
+#include "train/model.h"
+
+#include "distributed/ddp.h"
+#include "distributed/dist.h"
+
+namespace dpt::train {
+
+nn::Compute compute_for(const io::Config& config, Device device) {
+  const bool bf16 = config.precision == io::Precision::bf16;
+  nn::Compute compute{bf16 ? DType::bf16 : DType::f32, config.channels_last};
+  DPT_CHECK(!compute.active() || device.is_cuda())
+      << (bf16 ? "precision: bf16" : "channels_last: true") << " needs a CUDA device, but this run trains on "
+      << device.str()
+      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: "
+         "false";
+  return compute;
+}
+
+models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed) {
+  return {train.channels, train.height, train.width, train.classes, seed};
+}
+
+nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec, nn::Compute compute) {
+  nn::ModulePtr net = models::build_model(config.model.node, spec);
+  net->set_compute(compute);
+  return net;
+}
+
+nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config) {
+  net->to(device);
+  if (dist::info().world_size == 1) return net;
+  return std::make_shared<dist::DistributedDataParallel>(
+      net, dist::world(),
+      dist::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb,
+                       .find_unused_parameters = config.find_unused_parameters,
+                       .sync_bn = config.sync_bn});
+}
+
+}  // namespace dpt::train

@@ -1,0 +1,244 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "core/threading.h"
+#include "datasets/augment.h"
+#include "datasets/sampler.h"
+#include "distributed/ddp.h"
+#include "distributed/dist.h"
+#include "distributed/rank_device.h"
+#include "distributed/world_table.h"
+#include "io/loss_meter.h"
+#include "io/safetensors.h"
+#include "models/summary.h"
+#include "train/metrics.h"
+#include "train/model.h"
+#include "train/optimizer.h"
+
+namespace dpt::train {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Threads per rank: the config's, else the CPUs this rank may use — all of them when
+// the launcher bound it to its share, else an even share of the machine.
+int compute_threads(int64_t configured) {
+  if (configured > 0) return static_cast<int>(configured);
+  int available = threads_available();
+  int machine = static_cast<int>(std::thread::hardware_concurrency());
+  if (available < machine) return available;
+  return std::max(1, available / dist::info().local_size);
+}
+
+}  // namespace
+
+// How an epoch's steps went, for its metrics line.
+struct Trainer::EpochSteps {
+  int exit_code = 0;       // non-zero: the run stops (non-finite gradients, a signal)
+  int64_t first_step = 0;  // a resumed epoch starts after its checkpoint's steps
+  int64_t step = 0;        // the steps of the epoch done
+  int64_t applied = 0;     // of those since first_step, the ones whose update was made
+  io::LossMeter losses;    // their losses; on CUDA read back once per log_every steps
+};
+
+Trainer::Trainer(io::Config config, TrainerOptions options)
+    : config_(std::move(config)), options_(std::move(options)), progress_(config_.epochs, config_.log_every) {
+  const dist::InitInfo& world = dist::info();
+  const bool main_rank = world.rank == 0;
+  // The process: how long a collective may wait, threads, device.
+  dist::set_timeout(config_.distributed.timeout_s);
+  dist::set_debug_collectives(config_.debug == io::DebugMode::collectives);
+  if (config_.deterministic) threads_set_deterministic();
+  threads_set(compute_threads(config_.threads));
+  const dist::DeviceChoice where = dist::rank_device_select(config_.device, config_.deterministic);
+  device_ = where.device;
+  if (main_rank) std::printf("%s\n", where.note.c_str());
+
+  const nn::Compute compute = compute_for(config_, device_);
+  data_ = load_data(config_.dataset, config_.seed);
+  const models::ModelSpec spec = model_spec(data_.train, config_.seed);
+  net_ = model_build(config_, spec, compute);
+  global_batch_ = config_.batch_size * world.world_size;
+  if (main_rank)
+    std::printf(
+        "model %s: %lld parameters, %.1fM multiply-adds per image; %d rank(s) x %d threads, global batch "
+        "%lld\n",
+        config_.model.name.c_str(), static_cast<long long>(net_->parameter_count()),
+        static_cast<double>(models::macs_per_image(*net_, spec)) / 1e6, world.world_size, threads_get(),
+        static_cast<long long>(global_batch_));
+  // On its device before the optimizer and the EMA (their state is made where the
+  // parameters are) and before the checkpoint is loaded into them.
+  model_ = model_distribute(net_, device_, config_.distributed);
+  if (world.world_size > 1) {  // after DDP made its group, so the table lists it
+    const std::string world_text = dist::world_table(device_.str());  // collective
+    if (main_rank) std::printf("%s", world_text.c_str());
+  }
+
+  make_loaders();
+
+  optimizer_ = make_optimizer(config_.optimizer, *model_);
+  if (config_.ema_decay > 0)
+    ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
+  schedule_.emplace(make_schedule(config_, steps_, world.world_size));
+  step_ = make_step(config_, *model_, *net_, *optimizer_, ema_.get(), data_.train);
+
+  // Checkpoints (resuming from one, saving them) and the output directory.
+  control_ =
+      std::make_unique<io::RunControl>(config_,
+                                       io::TrainingObjects{*net_, config_.model.name, *optimizer_,
+                                                           io::name_of(config_.optimizer.name), ema_.get()},
+                                       progress_);
+  control_->resume(options_.resume);
+  if (main_rank) metrics_start(config_, control_->resumed(), control_->progress().epoch);
+
+  profiler_ = std::make_unique<profile::StepProfiler>(
+      dynamic_cast<const dist::DistributedDataParallel*>(model_.get()), options_.timeline);
+  if (device_.is_cuda() && (options_.sync_phases || !options_.timeline.path.empty()))
+    profiler_->set_phase_sync([device = device_] { device_synchronize(device); });
+}
+
+Trainer::~Trainer() = default;
+
+// The training loader (shuffled, augmented when asked, whole batches) and the test
+// loader (in order, every sample), each behind a BatchSource for the device; and the steps
+// an epoch has on every rank.
+void Trainer::make_loaders() {
+  const dist::InitInfo& world = dist::info();
+  data::LoaderOptions train_options{
+      .batch_size = config_.batch_size, .shuffle = true, .drop_last = true, .seed = config_.seed};
+  // Only training batches are augmented; each rank draws its own crops and flips.
+  if (config_.dataset.augment)
+    train_options.transform =
+        data::make_augment_transform({}, data_.train.normalization, config_.seed, world.rank);
+  train_loader_ = std::make_unique<data::Loader>(data_.train, std::move(train_options));
+  test_loader_ = std::make_unique<data::Loader>(
+      data_.test,
+      data::LoaderOptions{
+          .batch_size = config_.eval_batch_size, .shuffle = false, .drop_last = false, .seed = config_.seed});
+  train_batches_ = std::make_unique<BatchSource>(*train_loader_, device_);
+  test_batches_ = std::make_unique<BatchSource>(*test_loader_, device_);
+  const int64_t shard_size = (data_.train.size() + world.world_size - 1) / world.world_size;
+  steps_ = train_loader_->batch_count(shard_size);
+  if (config_.max_steps_per_epoch > 0) steps_ = std::min(steps_, config_.max_steps_per_epoch);
+  DPT_CHECK(steps_ > 0) << "batch_size " << config_.batch_size << " is larger than the training set ("
+                        << data_.train.size() << " samples)";
+}
+
+int Trainer::run() {
+  const bool main_rank = dist::info().rank == 0;
+  io::TrainingProgress& at = control_->progress();
+  const Clock::time_point run_start = Clock::now();
+  for (int64_t epoch = at.epoch; epoch < config_.epochs; ++epoch) {
+    const Clock::time_point epoch_start = Clock::now();
+    EpochSteps done = train_steps(epoch, epoch_start);
+    if (done.exit_code != 0) return done.exit_code;
+    if (main_rank) progress_.finish_line();
+    device_synchronize(device_);  // the epoch's time includes its last steps' GPU work
+    const double train_time = seconds_since(epoch_start);
+    const int64_t images = (done.step - done.first_step) * global_batch_;
+    at.train_time_s += train_time;
+    at.train_images += images;
+    const double train_loss = control_->epoch_loss(epoch, done.losses.sum(), done.applied);
+    const EvalResult eval = evaluate_model();
+    at.final_test_acc = eval.accuracy;
+    at.best_test_acc = std::max(at.best_test_acc, eval.accuracy);
+    const double images_per_sec = static_cast<double>(images) / train_time;
+    const float last_lr = schedule_->lr_at((epoch + 1) * steps_ - 1);
+    const profile::StepPhases phases = profiler_->take_epoch_means();  // collective
+    if (main_rank) {
+      std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
+                  static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
+      std::fflush(stdout);
+      metrics_add_epoch(config_.output.dir, {.epoch = epoch + 1,
+                                             .train_loss = train_loss,
+                                             .test_loss = eval.loss,
+                                             .test_acc = eval.accuracy,
+                                             .images_per_sec = images_per_sec,
+                                             .epoch_time_s = seconds_since(epoch_start),
+                                             .elapsed_s = seconds_since(run_start),
+                                             .lr = last_lr,
+                                             .phases = phases});
+    }
+    control_->epoch_end(epoch, last_lr);  // after the metrics line
+  }
+  return finish(run_start);
+}
+
+Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_start) {
+  const dist::InitInfo& world = dist::info();
+  EpochSteps r;
+  // A resumed epoch goes on after the samples its checkpoint had trained on.
+  const int64_t done = control_->samples_done(epoch);
+  r.first_step = r.step = done / global_batch_;
+  train_loader_->start_epoch(data::train_shard_rest(data_.train.size(), config_.seed, epoch, world.rank,
+                                                    world.world_size, true, done),
+                             epoch, r.first_step);
+  train_batches_->restart();
+  data::Batch batch;
+  double shown_loss = 0;
+  profiler_->start_epoch();
+  while (r.step < steps_ && train_batches_->next(batch)) {
+    profiler_->lap(profile::Phase::data);
+    control_->before_forward();
+    const float lr = schedule_->lr_at(epoch * steps_ + r.step);
+    ++r.step;
+    const io::RunControl::StepAction action =
+        step_->run(batch, lr, {epoch, r.step, steps_}, {*control_, *profiler_, r.losses});
+    if (action == io::RunControl::StepAction::stop) {
+      r.exit_code = 3;
+      return r;
+    }
+    if (action == io::RunControl::StepAction::apply) ++r.applied;
+    if (world.rank == 0) {
+      const double elapsed = seconds_since(epoch_start);
+      const double rate = static_cast<double>((r.step - r.first_step) * global_batch_) / elapsed;
+      const double eta = elapsed / static_cast<double>(r.step - r.first_step) *
+                         static_cast<double>(steps_ * (config_.epochs - epoch) - r.step);
+      if (device_.is_cpu() || r.step % config_.log_every == 0 || r.step == steps_)
+        shown_loss = r.losses.sum() / static_cast<double>(std::max<int64_t>(r.applied, 1));
+      progress_.update(epoch + 1, r.step, steps_, shown_loss, rate, eta);
+    }
+    if (int signal = control_->stop_requested(
+            epoch, r.step, lr, [&] { return r.losses.sum(); }, r.applied)) {
+      r.exit_code = 128 + signal;
+      return r;
+    }
+  }
+  return r;
+}
+
+EvalResult Trainer::evaluate_model() {
+  if (!ema_) return evaluate(*model_, *test_batches_);
+  optim::Ema::Swap averaged(*ema_, *net_);
+  return evaluate(*model_, *test_batches_);
+}
+
+int Trainer::finish(Clock::time_point run_start) {
+  const dist::InitInfo& world = dist::info();
+  const io::TrainingProgress& at = control_->progress();
+  const profile::StepPhases phases = profiler_->run_means();  // collective
+  profiler_->write_timeline();                                // collective
+  if (world.rank != 0) return 0;
+  io::safetensors_write(config_.output.dir + "/model.safetensors", net_->state_dict(), {{"format", "pt"}});
+  summary_write(config_.output.dir, {.final_test_acc = at.final_test_acc,
+                                     .best_test_acc = at.best_test_acc,
+                                     .total_time_s = seconds_since(run_start),
+                                     .images_per_sec = static_cast<double>(at.train_images) / at.train_time_s,
+                                     .world_size = world.world_size,
+                                     .global_batch = global_batch_,
+                                     .model = config_.model.name,
+                                     .params = model_->parameter_count(),
+                                     .skipped_steps = at.skipped_steps,
+                                     .device = device_.str(),
+                                     .phases = phases});
+  std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", at.final_test_acc, at.best_test_acc,
+              config_.output.dir.c_str());
+  return 0;
+}
+
+}  // namespace dpt::train
