@@ -248,6 +248,19 @@ class CountingGroup : public dist::ProcessGroup {
   dist::WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, dist::ReduceOp op) override {
     return inner_->reduce_scatter(out, in, op);
   }
+  dist::WorkPtr reduce(const Tensor& t, int root, dist::ReduceOp op) override {
+    return inner_->reduce(t, root, op);
+  }
+  dist::WorkPtr gather(const Tensor& out, const Tensor& in, int root) override {
+    return inner_->gather(out, in, root);
+  }
+  dist::WorkPtr scatter(const Tensor& out, const Tensor& in, int root) override {
+    return inner_->scatter(out, in, root);
+  }
+  dist::WorkPtr all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_splits,
+                           const std::vector<int64_t>& in_splits) override {
+    return inner_->all_to_all(out, in, out_splits, in_splits);
+  }
   dist::WorkPtr barrier() override { return inner_->barrier(); }
   dist::WorkPtr send(const Tensor& t, int dst, int tag) override { return inner_->send(t, dst, tag); }
   dist::WorkPtr recv(const Tensor& t, int src, int tag) override { return inner_->recv(t, src, tag); }

@@ -16,33 +16,11 @@
 #include <vector>
 
 #include "distributed/ddp.h"
+#include "distributed/pipeline_schedule.h"
 #include "distributed/process_group.h"
 #include "nn/pipeline_stage.h"
 
 namespace dpt::dist {
-
-enum class PipelineSchedule {
-  gpipe,        // every forward, then every backward: M micro-batches' activations held
-  one_f_one_b,  // 1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s holds at most S - s
-};
-const char* pipeline_schedule_name(PipelineSchedule schedule);  // "gpipe", "1f1b"
-
-// One pass of one micro-batch.
-struct PipelineAction {
-  bool forward;
-  int micro_batch;
-};
-// The passes stage `stage` of `stages` runs in one step, in order. Every schedule runs the
-// backwards in micro-batch order 0, 1, ..., M - 1 (so gradients accumulate in the order a
-// single process's do) and each forward before its backward. 1F1B: S - s - 1 forwards
-// (at most M), then one forward and one backward alternately, then the remaining backwards.
-std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int stages, int stage,
-                                             int micro_batches);
-// The micro-batches stage `stage` holds activations for at most, under `schedule`.
-int pipeline_max_in_flight(PipelineSchedule schedule, int stages, int stage, int micro_batches);
-// (S - 1) / (M + S - 1): the fraction of a step each stage idles when S equal stages run M
-// micro-batches (either schedule; communication free).
-double pipeline_bubble_theory(int stages, int micro_batches);
 
 struct PipelineOptions {
   int micro_batches = 1;
@@ -77,7 +55,7 @@ class Pipeline {
   // Activations travel as contiguous tensors, each after a small header with its shape.
   PipelineStepStats train_step(const Tensor& input, const Tensor& target);
 
-  nn::PipelineStage& stage() { return *stage_; }
+  const nn::PipelineStage& stage() const { return *stage_; }
   const PipelineOptions& options() const { return options_; }
 
  private:

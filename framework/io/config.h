@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/pipeline_schedule.h"
 #include "distributed/rank_device.h"
 #include "optim/schedule.h"
 
@@ -59,6 +60,11 @@ inline const std::vector<std::string> kEnumNames<Precision> = {"fp32", "bf16"};
 enum class NonfiniteAction { stop, skip };
 template <>
 inline const std::vector<std::string> kEnumNames<NonfiniteAction> = {"stop", "skip"};
+
+template <>
+inline const std::vector<std::string> kEnumNames<dist::PipelineSchedule> = {
+    dist::pipeline_schedule_name(dist::PipelineSchedule::gpipe),
+    dist::pipeline_schedule_name(dist::PipelineSchedule::one_f_one_b)};
 
 // The config file's name for an enum value, for messages and records: "adamw".
 template <class E>
@@ -112,6 +118,19 @@ struct DistributedConfig {
   double timeout_s;
 };
 
+// How the ranks are laid out (train/parallel.h): dp x tp x pp = the world size.
+struct ParallelConfig {
+  int64_t dp;  // 0: the world size / (tp x pp)
+  int64_t tp;
+  int64_t pp;
+};
+
+// How a pipeline (parallel.pp > 1) runs a step (train/pipeline_step.h).
+struct PipelineConfig {
+  int64_t micro_batches;
+  dist::PipelineSchedule schedule;
+};
+
 struct CheckpointConfig {
   int64_t every_epochs;
   int64_t keep_last;
@@ -142,6 +161,8 @@ struct Config {
   bool channels_last;
   bool cuda_graphs;
   DistributedConfig distributed;
+  ParallelConfig parallel;
+  PipelineConfig pipeline;
   DebugMode debug;
   NonfiniteAction on_nonfinite;
   CheckpointConfig checkpoint;

@@ -63,7 +63,16 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   data_ = load_data(config_.dataset, config_.seed);
   const models::ModelSpec spec = model_spec(data_.train, config_.seed);
   net_ = model_build(config_, spec, compute);
-  global_batch_ = config_.batch_size * world.world_size;
+  if (config_.parallel.pp > 1) {
+    DPT_CHECK(options_.resume.empty())
+        << "--resume: a run with parallel.pp: " << config_.parallel.pp
+        << " starts from scratch (its checkpoints hold one stage's optimizer state)";
+    pipeline_ = pipeline_layout(config_);
+  }
+  // The ranks of a pipeline group read the same batches: the data is shared by replicas.
+  data_rank_ = pipeline_ ? pipeline_->replica : world.rank;
+  data_ranks_ = pipeline_ ? pipeline_->dp : world.world_size;
+  global_batch_ = config_.batch_size * data_ranks_;
   if (main_rank)
     std::printf(
         "model %s: %lld parameters, %.1fM multiply-adds per image; %d rank(s) x %d threads, global batch "
@@ -73,7 +82,9 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
         static_cast<long long>(global_batch_));
   // On its device before the optimizer and the EMA (their state is made where the
   // parameters are) and before the checkpoint is loaded into them.
-  model_ = model_distribute(net_, device_, config_.distributed);
+  model_ = pipeline_ ? pipeline_distribute(*net_, device_, config_.distributed, *pipeline_)
+                     : model_distribute(net_, device_, config_.distributed);
+  if (pipeline_ && main_rank) std::printf("%s", pipeline_describe(config_, *net_, *pipeline_).c_str());
   if (world.world_size > 1) {  // after DDP made its group, so the table lists it
     const std::string world_text = dist::world_table(device_.str());  // collective
     if (main_rank) std::printf("%s", world_text.c_str());
@@ -84,8 +95,14 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   optimizer_ = make_optimizer(config_.optimizer, *model_);
   if (config_.ema_decay > 0)
     ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
-  schedule_.emplace(make_schedule(config_, steps_, world.world_size));
-  step_ = make_step(config_, *model_, *net_, *optimizer_, ema_.get(), data_.train);
+  schedule_.emplace(make_schedule(config_, steps_, data_ranks_));
+  if (pipeline_) {
+    auto step = std::make_unique<PipelineStep>(config_, model_, *pipeline_, *optimizer_);
+    pipeline_step_ = step.get();
+    step_ = std::move(step);
+  } else {
+    step_ = make_step(config_, *model_, *net_, *optimizer_, ema_.get(), data_.train);
+  }
 
   // Checkpoints (resuming from one, saving them) and the output directory.
   control_ =
@@ -114,7 +131,7 @@ void Trainer::make_loaders() {
   // Only training batches are augmented; each rank draws its own crops and flips.
   if (config_.dataset.augment)
     train_options.transform =
-        data::make_augment_transform({}, data_.train.normalization, config_.seed, world.rank);
+        data::make_augment_transform({}, data_.train.normalization, config_.seed, data_rank_);
   train_loader_ = std::make_unique<data::Loader>(data_.train, std::move(train_options));
   test_loader_ = std::make_unique<data::Loader>(
       data_.test,
@@ -122,7 +139,7 @@ void Trainer::make_loaders() {
           .batch_size = config_.eval_batch_size, .shuffle = false, .drop_last = false, .seed = config_.seed});
   train_batches_ = std::make_unique<BatchSource>(*train_loader_, device_);
   test_batches_ = std::make_unique<BatchSource>(*test_loader_, device_);
-  const int64_t shard_size = (data_.train.size() + world.world_size - 1) / world.world_size;
+  const int64_t shard_size = (data_.train.size() + data_ranks_ - 1) / data_ranks_;
   steps_ = train_loader_->batch_count(shard_size);
   if (config_.max_steps_per_epoch > 0) steps_ = std::min(steps_, config_.max_steps_per_epoch);
   DPT_CHECK(steps_ > 0) << "batch_size " << config_.batch_size << " is larger than the training set ("
@@ -149,10 +166,14 @@ int Trainer::run() {
     at.best_test_acc = std::max(at.best_test_acc, eval.accuracy);
     const double images_per_sec = static_cast<double>(images) / train_time;
     const float last_lr = schedule_->lr_at((epoch + 1) * steps_ - 1);
-    const profile::StepPhases phases = profiler_->take_epoch_means();  // collective
+    const profile::StepPhases phases = profiler_->take_epoch_means();          // collective
+    const double bubble = pipeline_step_ ? pipeline_step_->take_bubble() : 0;  // collective
     if (main_rank) {
       std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
+      if (pipeline_step_)
+        std::printf("  pipeline bubble %.3f (idle / step time over the ranks; %.3f for equal stages)\n",
+                    bubble, pipeline_step_->bubble_theory());
       std::fflush(stdout);
       metrics_add_epoch(config_.output.dir, {.epoch = epoch + 1,
                                              .train_loss = train_loss,
@@ -175,9 +196,9 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
   // A resumed epoch goes on after the samples its checkpoint had trained on.
   const int64_t done = control_->samples_done(epoch);
   r.first_step = r.step = done / global_batch_;
-  train_loader_->start_epoch(data::train_shard_rest(data_.train.size(), config_.seed, epoch, world.rank,
-                                                    world.world_size, true, done),
-                             epoch, r.first_step);
+  train_loader_->start_epoch(
+      data::train_shard_rest(data_.train.size(), config_.seed, epoch, data_rank_, data_ranks_, true, done),
+      epoch, r.first_step);
   train_batches_->restart();
   data::Batch batch;
   double shown_loss = 0;
@@ -203,8 +224,13 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
         shown_loss = r.losses.sum() / static_cast<double>(std::max<int64_t>(r.applied, 1));
       progress_.update(epoch + 1, r.step, steps_, shown_loss, rate, eta);
     }
-    if (int signal = control_->stop_requested(
-            epoch, r.step, lr, [&] { return r.losses.sum(); }, r.applied)) {
+    // Called on every rank only when a signal stops the run, before rank 0 saves: then a
+    // pipeline's stages are gathered, so the checkpoint holds the whole model's weights.
+    auto loss_sum = [&] {
+      if (pipeline_) pipeline_gather_model(*net_, *pipeline_);
+      return r.losses.sum();
+    };
+    if (int signal = control_->stop_requested(epoch, r.step, lr, loss_sum, r.applied)) {
       r.exit_code = 128 + signal;
       return r;
     }
@@ -213,6 +239,10 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
 }
 
 EvalResult Trainer::evaluate_model() {
+  if (pipeline_) {  // every rank evaluates its share of the test set with the whole model
+    pipeline_gather_model(*net_, *pipeline_);
+    return evaluate(*net_, *test_batches_);
+  }
   if (!ema_) return evaluate(*model_, *test_batches_);
   optim::Ema::Swap averaged(*ema_, *net_);
   return evaluate(*model_, *test_batches_);

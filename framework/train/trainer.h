@@ -22,6 +22,7 @@
 #include "train/batch_source.h"
 #include "train/data.h"
 #include "train/evaluate.h"
+#include "train/pipeline_step.h"
 #include "train/step.h"
 
 namespace dpt::train {
@@ -69,7 +70,10 @@ class Trainer {
   Device device_;
   TrainData data_;
   nn::ModulePtr net_;    // the bare model
-  nn::ModulePtr model_;  // what steps call: DDP over net_, or net_
+  nn::ModulePtr model_;  // what steps call: DDP over net_, or net_; with pp > 1 this rank's stage
+  std::optional<PipelineLayout> pipeline_;  // set when parallel.pp > 1
+  PipelineStep* pipeline_step_ = nullptr;   // step_, when pipeline_ is set
+  int data_rank_ = 0, data_ranks_ = 1;      // this rank's share of the training data, of how many
   std::unique_ptr<data::Loader> train_loader_, test_loader_;
   std::unique_ptr<BatchSource> train_batches_, test_batches_;
   int64_t steps_ = 0;         // per epoch
