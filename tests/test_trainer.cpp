@@ -258,6 +258,20 @@ TEST_F(TrainerTest, ABatchLargerThanTheTrainingSetIsAnError) {
   }
 }
 
+// distributed.backend states how the gradients travel; on the CPU, NCCL cannot carry them.
+TEST_F(TrainerTest, NcclOnTheCpuIsAnError) {
+  const io::Config c = config(kResnetRun, {"distributed.backend=nccl"});
+  try {
+    train::Trainer trainer(c);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "distributed.backend: nccl carries CUDA tensors, but this run trains on cpu: set device: cuda, or "
+                 "distributed.backend: auto or mpi");
+  }
+  EXPECT_NO_THROW(train::Trainer(config(kResnetRun, {"distributed.backend=mpi", "epochs=1"})));
+}
+
 // evaluate() alone, on a model nobody trained: a test set of 37 samples in batches of 8
 // (the last one partial), against the hand count; the model is back in training mode.
 TEST_F(TrainerTest, EvaluateMatchesAHandCount) {

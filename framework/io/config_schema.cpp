@@ -98,8 +98,8 @@ std::vector<Key> config_keys(Config& c) {
       Key("distributed.find_unused_parameters", &c.distributed.find_unused_parameters, "false", "",
           "allow parameters that get no gradient in a step"),
       Key("distributed.backend", choice(&c.distributed.backend, "backend"), "auto", "",
-          "auto: NCCL for CUDA tensors, MPI for CPU tensors (train reads no other value yet: all act as "
-          "auto)"),
+          "how gradients travel: auto: NCCL for CUDA tensors, MPI for host tensors; nccl or mpi: the same, "
+          "and a run whose device needs the other one stops at start"),
       Key("distributed.timeout_s", &c.distributed.timeout_s, "1800", "[0, 1e9]",
           "a collective not complete after this long ends the run, naming the ranks that did not call it "
           "([faults](faults.md#timeouts))")
