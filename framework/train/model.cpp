@@ -26,7 +26,7 @@ nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spe
   return net;
 }
 
-nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config) {
+void backend_check(Device device, const io::DistributedConfig& config) {
   // A group carries each tensor where it lives (MPI for host memory, NCCL for device memory):
   // `backend` states which of the two the user expects, and is refused where the other one is.
   const bool cuda = device.is_cuda();
@@ -36,6 +36,10 @@ nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io
   DPT_CHECK(config.backend != io::CommBackend::mpi || !cuda)
       << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
       << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
+}
+
+nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config) {
+  backend_check(device, config);
   net->to(device);
   if (dist::info().world_size == 1) return net;
   return std::make_shared<dist::DistributedDataParallel>(

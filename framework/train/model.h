@@ -24,6 +24,10 @@ models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed);
 // `compute`, on the CPU. Throws dpt::Error for an unknown model or model key.
 nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec, nn::Compute compute);
 
+// Throws dpt::Error when `distributed.backend` names the backend that does not carry
+// `device`'s tensors (nccl for a CPU run, mpi for a CUDA one).
+void backend_check(Device device, const io::DistributedConfig& config);
+
 // Moves `net` to `device` and, when the world has several ranks, wraps it in DDP over the
 // world (which broadcasts rank 0's parameters and buffers). Returns what a step calls:
 // the wrapper, or `net` itself on one rank. Collective over the world.

@@ -7,6 +7,7 @@
 #include "nn/pipeline_stage.h"
 #include "ops/loss.h"
 #include "optim/nonfinite.h"
+#include "train/model.h"
 
 namespace dpt::train {
 
@@ -49,6 +50,7 @@ std::string pipeline_describe(const io::Config& config, nn::Module& net, const P
 
 nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::DistributedConfig& config,
                                   const PipelineLayout& layout) {
+  backend_check(device, config);
   net.to(device);  // the whole model: evaluation runs it after pipeline_gather_model
   nn::ModulePtr stage = nn::split_stage(net, layout.pp, layout.stage);
   if (layout.dp == 1) return stage;
