@@ -412,9 +412,10 @@ void copy_into(const nn::NamedTensors& tensors, const std::vector<Tensor>& value
 
 // BatchNorm without sync_bn: each rank normalises with its own shard's statistics, so the
 // parameters follow the average of per-shard gradients. The running statistics a rank
-// holds after a step are those it started the step from, moved by its own shard: rank 0's
-// of the step before (broadcast_buffers), or its own (without). The reference replays
-// every shard from the right starting statistics and keeps what this rank must hold.
+// holds after a step are rank 0's, moved by rank 0's shard, on every rank
+// (broadcast_buffers: broadcast after the forward), or its own moved by its own shard
+// (without). The reference replays every shard from the right starting statistics and
+// keeps what this rank must hold.
 double ddp_local_batch_norm_vs_single(bool broadcast_buffers, int steps) {
   auto group = dist::world();
   const int n = group->size(), r = group->rank();
@@ -426,17 +427,16 @@ double ddp_local_batch_norm_vs_single(bool broadcast_buffers, int steps) {
       *reference,
       [&](int k, optim::Sgd&) {
         Data d = global_batch(k);
-        std::vector<Tensor> next_chain, mine;
+        std::vector<Tensor> next_chain;
         for (int s = 0; s < n; ++s) {
           copy_into(buffers, chain);
           Data shard = rows(d, s * per_rank, (s + 1) * per_rank);
           mul(cross_entropy((*reference)(shard.images), shard.labels), 1.0f / static_cast<float>(n))
               .backward();
           if (s == (broadcast_buffers ? 0 : r)) next_chain = clones(buffers);
-          if (s == r) mine = clones(buffers);
         }
         chain = next_chain;
-        copy_into(buffers, mine);
+        copy_into(buffers, chain);
       },
       steps);
 
@@ -506,6 +506,63 @@ TEST(Ddp, BroadcastBuffersGiveRankZerosRunningStatistics) {
 
 TEST(Ddp, WithoutBroadcastBuffersEachRankKeepsItsOwnRunningStatistics) {
   EXPECT_LE(ddp_local_batch_norm_vs_single(false, 6), 1e-5);
+}
+
+// The collectives of a DDP step as the process groups count them (dist::collective_counts),
+// against what the model implies: with bucket_cap_mb 0 one all-reduce per parameter (the
+// first step also broadcasts rank 0's bucket order), plus one broadcast of all the
+// batch-norm buffers (f32: one flat buffer) per training forward, or none without
+// broadcast_buffers; the bytes are every gradient once and every buffer once per forward.
+// A forward under no_sync leaves its broadcast to the next forward. After the steps every
+// rank holds rank 0's buffers, bit for bit (and without broadcast_buffers they differ, so
+// the check can fail).
+TEST(Ddp, AStepMakesOneAllReducePerBucketAndOneBufferBroadcast) {
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t per_rank = kBatch / n;
+  for (bool broadcast_buffers : {true, false}) {
+    SCOPED_TRACE(broadcast_buffers ? "broadcast_buffers" : "without broadcast_buffers");
+    auto ddp = std::make_shared<dist::DistributedDataParallel>(
+        small_cnn(true), group, dist::DdpOptions{.bucket_cap_mb = 0, .broadcast_buffers = broadcast_buffers});
+    int64_t params = 0, param_bytes = 0, buffer_bytes = 0;
+    for (const auto& [name, t] : ddp->module().named_parameters()) {
+      ++params;
+      param_bytes += 4 * t.numel();
+    }
+    for (const auto& [name, t] : ddp->module().named_buffers()) buffer_bytes += 4 * t.numel();
+    ASSERT_GT(buffer_bytes, 0);
+    const int64_t broadcasts = broadcast_buffers ? 1 : 0;
+    sgd_steps(
+        *ddp,
+        [&](int k, optim::Sgd&) {
+          const dist::CollectiveCounts before = dist::collective_counts();
+          Data mine = rows(global_batch(k), r * per_rank, (r + 1) * per_rank);
+          const int micro_batches = k == 3 ? 2 : 1;  // the last step accumulates two
+          for (int m = 0; m < micro_batches; ++m) {
+            Data part = micro_batches == 1 ? mine : rows(mine, m * per_rank / 2, (m + 1) * per_rank / 2);
+            if (m + 1 < micro_batches) {
+              auto no_sync = ddp->no_sync();
+              cross_entropy((*ddp)(part.images), part.labels).backward();
+            } else {
+              cross_entropy((*ddp)(part.images), part.labels).backward();
+            }
+          }
+          const dist::CollectiveCounts step = dist::collective_counts() - before;
+          EXPECT_EQ(step.collectives, params + (k == 0 ? 1 : 0) + micro_batches * broadcasts) << "step " << k;
+          EXPECT_EQ(step.bytes,
+                    param_bytes + (k == 0 ? 8 * params : 0) + micro_batches * broadcasts * buffer_bytes)
+              << "step " << k;
+        },
+        4);
+    for (const auto& [name, t] : ddp->module().named_buffers()) {
+      Tensor rank0 = t.clone();
+      group->broadcast(rank0, 0)->wait();
+      if (broadcast_buffers || r == 0)
+        EXPECT_EQ(t.to_vector(), rank0.to_vector()) << "'" << name << "' differs from rank 0's";
+      else
+        EXPECT_NE(t.to_vector(), rank0.to_vector()) << "'" << name << "' equals rank 0's";
+    }
+  }
 }
 
 TEST(Ddp, UnevenShardsSeeEverySampleAndMatchOneProcess) {

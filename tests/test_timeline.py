@@ -3,8 +3,9 @@ synthetic data writes a Chrome trace that a JSON parser reads, with one row per 
 backward pass per autograd node, and each DDP bucket's all-reduce; at least one bucket's
 all-reduce is launched while backward still has nodes to run (the overlap DDP is built
 for), and the buckets hold exactly mnist_cnn's 421,642 parameters — the buckets that
-tools/predict_scaling derives from a 1-process trace. The phases in metrics.jsonl agree
-with the epoch's own clock. Run by CTest with DPT_BUILD_DIR and DPT_SOURCE_DIR set."""
+tools/predict_scaling derives from a 1-process trace. Each step's collectives and bytes
+(timeline counters, summary.json) are its buckets and the stop vote. The phases in
+metrics.jsonl agree with the epoch's own clock. Run by CTest with DPT_BUILD_DIR and DPT_SOURCE_DIR set."""
 import json
 import os
 import subprocess
@@ -140,6 +141,24 @@ class Timeline(unittest.TestCase):
                     if b["ts"] <= launch < end and any(launch <= n["ts"] < end for n in nodes):
                         overlapped += 1
         self.assertGreater(overlapped, 0)
+
+    def test_collectives_per_step_are_the_buckets_and_the_stop_vote(self):
+        """mnist_cnn has no buffers: a step is its bucket all-reduces (as the trace shows
+        them) and the stop vote (one i64), the bytes every gradient and that i64. The
+        timeline's counter holds each recorded step's count; summary.json the mean."""
+        expected_bytes = 4 * MNIST_CNN_PARAMS + 8
+        for pid in (0, 1):
+            buckets = len([e for e in self.spans if e["pid"] == pid and e["name"] == "allreduce"]) // 6
+            counts = [e["args"]["collectives"] for e in self.events
+                      if e["ph"] == "C" and e["pid"] == pid and e["name"] == "collectives per step"]
+            sizes = [e["args"]["bytes"] for e in self.events
+                     if e["ph"] == "C" and e["pid"] == pid and e["name"] == "bytes per step"]
+            self.assertEqual(counts, [buckets + 1] * 6)
+            self.assertEqual(sizes, [expected_bytes] * 6)
+        with open(os.path.join(os.path.dirname(TWO["metrics"]), "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(summary["collectives_per_step"], buckets + 1)
+        self.assertEqual(summary["bytes_per_step"], expected_bytes)
 
     def test_phases_add_up_to_the_epoch_clock(self):
         (m,) = read_lines(TWO["metrics"])

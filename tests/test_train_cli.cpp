@@ -25,6 +25,7 @@ namespace fs = std::filesystem;
 namespace io = dpt::io;
 using dpt::io::read_file;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -210,6 +211,37 @@ TEST_F(TrainCli, OneFailingRankEndsEveryRankQuickly) {
   EXPECT_THAT(r.err, HasSubstr("no_such_dir"));
 }
 
+// Under mpirun a rank's stdout is a pseudo-terminal wherever mpirun's own output goes; the
+// progress line asks where mpirun's goes (io/progress.cpp). Without DPT_TTY, a plain
+// mpirun into a file writes whole lines and no carriage return; on a terminal (`script`
+// gives mpirun one) the live line redraws at every step.
+class PlainMpirun : public TrainCli {
+ protected:
+  std::string command() {
+    return "env -u DPT_TTY OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+           "--bind-to none -np 2 " +
+           train_.string() + " " + write("ok.yaml", synthetic_config()).string() +
+           " --set epochs=1 --set log_every=4";  // 512 samples / (2 ranks x 32): 8 steps
+  }
+};
+
+TEST_F(PlainMpirun, IntoAFileWritesPlainLines) {
+  Result r = run(command());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\r'), 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("epoch 1/1  step 4/8  loss "));
+  EXPECT_THAT(r.out, Not(HasSubstr("step 3/8"))) << "every step printed, not every log_every";
+}
+
+TEST_F(PlainMpirun, OnATerminalRedrawsTheLiveLine) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no `script` (util-linux) to give mpirun a terminal";
+  const fs::path typescript = dir_ / "typescript";
+  Result r = run("script -qec '" + command() + "' " + typescript.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err << read_file(typescript);
+  EXPECT_THAT(read_file(typescript), HasSubstr("\repoch 1/1  step 3/8  loss "));
+}
+
 namespace {
 
 // Two ranks training the synthetic config for a long time, each with its own --set.
@@ -223,7 +255,7 @@ std::string two_ranks(const fs::path& train, const std::string& config, const st
 
 TEST_F(TrainCli, DebugCollectivesStopsRanksThatDisagreeAtTheCall) {
   // Rank 1 takes one step more per epoch: where rank 0 sums its epoch's loss (1 f32), rank 1
-  // all-reduces its gradient bucket (2212 f32). Without the check this is undefined
+  // starts the step's stop vote (1 i64, max). Without the check this is undefined
   // behaviour in MPI (Open MPI may corrupt memory); with it both ranks stop at the call.
   std::string config = write("ok.yaml", synthetic_config()).string();
   dpt::testing::MpiJob job(two_ranks(train_, config, "--set debug=collectives --set max_steps_per_epoch=3",
@@ -237,7 +269,7 @@ TEST_F(TrainCli, DebugCollectivesStopsRanksThatDisagreeAtTheCall) {
   EXPECT_THAT(r.first_err_line(), HasSubstr("] error: world: collective #")) << r.err;
   EXPECT_THAT(r.first_err_line(),
               HasSubstr(" differs between ranks (debug: collectives): rank 0 calls "
-                        "all_reduce(sum) of 1 f32, rank 1 calls all_reduce(avg) of 2212 f32"))
+                        "all_reduce(sum) of 1 f32, rank 1 calls all_reduce(max) of 1 i64"))
       << r.err;
 }
 

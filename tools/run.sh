@@ -22,8 +22,6 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-# Ranks see a pseudo-terminal whatever mpirun writes to: tell them what it really is.
-if [ -t 1 ]; then export DPT_TTY=1; else export DPT_TTY=0; fi
 cd "$DPT_ROOT"
 if [ -n "$nodes" ]; then
   [[ "$nodes" =~ ^[1-9][0-9]*$ ]] && [ $((np % nodes)) -eq 0 ] ||
@@ -41,4 +39,4 @@ else
   binding=(--oversubscribe --bind-to none)
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # these machines run as root
-exec mpirun -np "$np" "${binding[@]}" -x DPT_TTY "$DPT_BUILD/train" "$config" "${train_args[@]}"
+exec mpirun -np "$np" "${binding[@]}" "$DPT_BUILD/train" "$config" "${train_args[@]}"

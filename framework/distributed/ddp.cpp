@@ -83,16 +83,20 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr 
   reducer_ = std::make_unique<Reducer>(
       params, group_,
       ReducerOptions{.bucket_cap_mb = options_.bucket_cap_mb, .find_unused_parameters = options_.find_unused_parameters});
+  if (options_.broadcast_buffers && !options_.sync_bn && !module_->named_buffers().empty()) {
+    buffers_ = std::make_unique<BufferBroadcast>(module_->named_buffers(), group_);
+    reducer_->set_backward_done([b = buffers_.get()] { b->finish(); });
+  }
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
-  if (is_training() && options_.broadcast_buffers && !options_.sync_bn) {
-    std::vector<WorkPtr> works;
-    for (auto& [name, t] : module_->named_buffers()) works.push_back(group_->broadcast(t, 0));
-    for (auto& w : works) w->wait();
-  }
+  if (buffers_) buffers_->finish();  // the last training forward's, if its backward did not
   if (is_training() && autograd::grad_enabled()) reducer_->prepare_for_backward(sync_);
-  return module_->forward(x);
+  Tensor y = module_->forward(x);
+  // Started after the forward that moved the statistics, on every rank before any bucket
+  // of its backward, so the group's collectives line up.
+  if (buffers_ && is_training()) buffers_->start();
+  return y;
 }
 
 }  // namespace dpt::dist

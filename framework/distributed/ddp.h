@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "distributed/buffer_broadcast.h"
 #include "distributed/reducer.h"
 #include "nn/module.h"
 
@@ -15,7 +16,10 @@ struct DdpOptions {
   double bucket_cap_mb = 25.0;          // 0: one bucket per parameter
   bool find_unused_parameters = false;  // else a parameter without gradient is an error naming it
   bool sync_bn = false;                 // synchronised batch-norm statistics
-  bool broadcast_buffers = true;        // without sync_bn: rank 0's buffers before each forward
+  // Without sync_bn: after each training forward every rank takes rank 0's buffers (one
+  // flat broadcast that overlaps backward; buffer_broadcast.h), so all ranks evaluate and
+  // checkpoint with the statistics rank 0 saves.
+  bool broadcast_buffers = true;
 };
 
 class DistributedDataParallel : public nn::Module {
@@ -51,6 +55,7 @@ class DistributedDataParallel : public nn::Module {
   GroupPtr group_;
   DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<BufferBroadcast> buffers_;  // null without broadcast_buffers (or with sync_bn)
   bool sync_ = true;
 };
 

@@ -283,6 +283,12 @@ std::vector<GroupPtr> live_groups() {
   return groups;
 }
 
+CollectiveCounts collective_counts() {
+  CollectiveCounts sum;
+  for (const GroupPtr& group : live_groups()) sum += group->counts();
+  return sum;
+}
+
 GroupPtr new_group(const std::vector<int>& ranks) {
   auto world = world_checked("dist::new_group()");
   const std::string label = "new_group(" + ranks_str(ranks) + ")";

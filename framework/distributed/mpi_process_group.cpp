@@ -468,6 +468,7 @@ void set_chunks(MpiOp& op, int64_t n, int size) {
 }  // namespace
 
 WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+  count_collective(t);
   if (t.defined() && t.device().is_cuda()) return nccl(t).all_reduce(t, op);
   check_tensor("all_reduce", t, "the tensor");
   auto task = make_op(OpKind::all_reduce, comm_, *this);
@@ -518,6 +519,7 @@ std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const void* data, s
 }
 
 WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
+  count_collective(t);
   if (t.defined() && t.device().is_cuda()) return nccl(t).broadcast(t, root);
   check_tensor("broadcast", t, "the tensor");
   check_peer("broadcast", "root", root);
@@ -531,6 +533,7 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
 }
 
 WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
+  count_collective(out, in);
   if (out.defined() && out.device().is_cuda()) return nccl(out).all_gather(out, in);
   check_tensor("all_gather", out, "out");
   check_tensor("all_gather", in, "in");
@@ -558,6 +561,7 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
 }
 
 WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
+  count_collective(out, in);
   if (out.defined() && out.device().is_cuda()) return nccl(out).reduce_scatter(out, in, op);
   check_tensor("reduce_scatter", out, "out");
   check_tensor("reduce_scatter", in, "in");
@@ -582,6 +586,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
 }
 
 WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
+  count_collective(t);
   if (t.defined() && t.device().is_cuda()) return nccl(t).reduce(t, root, op);
   check_tensor("reduce", t, "the tensor");
   check_peer("reduce", "root", root);
@@ -596,6 +601,7 @@ WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
 }
 
 WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
+  count_collective(out, in);
   if (in.defined() && in.device().is_cuda()) return nccl(in).gather(out, in, root);
   check_tensor("gather", in, "in");
   if (rank() == root) check_tensor("gather", out, "out");
@@ -614,6 +620,7 @@ WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
 }
 
 WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) {
+  count_collective(out, in);
   if (out.defined() && out.device().is_cuda()) return nccl(out).scatter(out, in, root);
   check_tensor("scatter", out, "out");
   if (rank() == root) check_tensor("scatter", in, "in");
@@ -634,6 +641,7 @@ WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) 
 WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
                                     const std::vector<int64_t>& out_splits,
                                     const std::vector<int64_t>& in_splits) {
+  count_collective(out, in);
   if (out.defined() && out.device().is_cuda()) return nccl(out).all_to_all(out, in, out_splits, in_splits);
   check_tensor("all_to_all", out, "out");
   check_tensor("all_to_all", in, "in");
@@ -653,7 +661,10 @@ WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
   return post_collective(std::move(task), &layout);
 }
 
-WorkPtr MpiProcessGroup::barrier() { return post_collective(make_op(OpKind::barrier, comm_, *this)); }
+WorkPtr MpiProcessGroup::barrier() {
+  count_collective();
+  return post_collective(make_op(OpKind::barrier, comm_, *this));
+}
 
 WorkPtr MpiProcessGroup::send(const Tensor& t, int dst, int tag) {
   if (t.defined() && t.device().is_cuda()) return nccl(t).send(t, dst, tag);

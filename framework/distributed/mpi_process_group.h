@@ -52,6 +52,7 @@ class MpiProcessGroup final : public ProcessGroup {
   // Work's wait() returns, every earlier Work of this group is complete too. 0 elements is
   // fine (no MPI call, still ordered; all_to_all calls MPI all the same, as its counts are
   // each rank's own). avg on i64 divides with truncation toward zero (reduce: on root).
+  // Each call counts in counts() as it is made, whichever backend runs it.
   WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) override;
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr all_gather(const Tensor& out, const Tensor& in) override;

@@ -31,6 +31,24 @@ Chunk chunk_of(int64_t n, int size, int rank) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
+CollectiveCounts& CollectiveCounts::operator+=(const CollectiveCounts& other) {
+  collectives += other.collectives;
+  bytes += other.bytes;
+  return *this;
+}
+
+CollectiveCounts CollectiveCounts::operator-(const CollectiveCounts& other) const {
+  return {collectives - other.collectives, bytes - other.bytes};
+}
+
+void ProcessGroup::count_collective(const Tensor& a, const Tensor& b) {
+  auto bytes = [](const Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(dtype_size(t.dtype())) : int64_t{0};
+  };
+  collectives_.fetch_add(1, std::memory_order_relaxed);
+  bytes_.fetch_add(std::max(bytes(a), bytes(b)), std::memory_order_relaxed);
+}
+
 bool overlaps(const Tensor& a, const Tensor& b) {
   const size_t na = a.numel() * dtype_size(a.dtype()), nb = b.numel() * dtype_size(b.dtype());
   if (na == 0 || nb == 0) return false;

@@ -6,6 +6,7 @@
 // (nccl_process_group.cpp), behind this same interface.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,14 @@ struct Chunk {
   int64_t begin, end;
 };
 Chunk chunk_of(int64_t n, int size, int rank);
+
+// Collectives a rank called and their bytes: how many round trips a training step makes.
+struct CollectiveCounts {
+  int64_t collectives = 0;
+  int64_t bytes = 0;  // per collective, the largest tensor it reads or writes on this rank
+  CollectiveCounts& operator+=(const CollectiveCounts& other);
+  CollectiveCounts operator-(const CollectiveCounts& other) const;
+};
 
 class ProcessGroup {
  public:
@@ -93,14 +102,22 @@ class ProcessGroup {
     return Tensor::zeros({numel}, dtype, device);
   }
 
+  // The collectives (every one above but send and recv) this rank has called on this group
+  // since it was made, on any device, and their bytes. Thread-safe.
+  CollectiveCounts counts() const { return {collectives_.load(), bytes_.load()}; }
+
  protected:
   ProcessGroup(int rank, std::vector<int> world_ranks, std::string name)
       : rank_(rank), world_ranks_(std::move(world_ranks)), name_(std::move(name)) {}
+  // An implementation calls this once per collective call it accepts, with the call's
+  // tensors (undefined ones count 0 bytes).
+  void count_collective(const Tensor& a = Tensor(), const Tensor& b = Tensor());
 
  private:
   int rank_;
   std::vector<int> world_ranks_;
   std::string name_;
+  std::atomic<int64_t> collectives_{0}, bytes_{0};
 };
 using GroupPtr = std::shared_ptr<ProcessGroup>;
 

@@ -160,6 +160,7 @@ void Reducer::finish_backward(bool failed) {
     buckets_[b].work->wait();
     complete_ms_.push_back((now_ns() - start_ns_) / 1e6);
   }
+  if (backward_done_) backward_done_();  // its wait, if any, is exposed communication too
   exposed_wait_ms_ = (now_ns() - start_ns_) / 1e6 - backward_end_ms_;
 
   if (!rebuilt_) {

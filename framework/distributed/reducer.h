@@ -7,6 +7,7 @@
 // next step starts clean.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ class Reducer {
   // Called before each forward whose backward must be synchronised (or not, under no_sync).
   // Throws Error if the last backward's all-reduces could not complete (a failed collective).
   void prepare_for_backward(bool synchronize);
+  // `done` runs at the end of each synchronised backward that completed, after its buckets'
+  // all-reduces (DDP finishes its buffer broadcast there).
+  void set_backward_done(std::function<void()> done) { backward_done_ = std::move(done); }
   const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
   // Milliseconds since prepare_for_backward at which each bucket's all-reduce was launched
   // in the last backward, and when the backward pass itself ended (for overlap checks).
@@ -82,6 +86,7 @@ class Reducer {
   std::vector<size_t> bucket_of_;  // parameter -> bucket
   std::vector<bool> ready_;
   std::vector<size_t> arrival_order_;
+  std::function<void()> backward_done_;
   size_t next_bucket_ = 0;
   bool expecting_backward_ = false;
   bool backward_open_ = false;  // from a synchronised backward's first gradient to its end

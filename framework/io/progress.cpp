@@ -4,16 +4,61 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
 
 namespace dpt::io {
 
 namespace {
 
-// Under mpirun a rank's stdout is a pseudo-terminal even when mpirun's own output goes to
-// a file, so tools/run.sh says what mpirun's stdout is in DPT_TTY (1 or 0).
+// Where process `pid`'s stdout goes ("/dev/pts/3", "/tmp/log", "pipe:[123]"); "" if unknown.
+std::string stdout_of(const std::string& pid) {
+  char target[256] = {};
+  const ssize_t n = readlink(("/proc/" + pid + "/fd/1").c_str(), target, sizeof(target) - 1);
+  return n > 0 ? std::string(target, static_cast<size_t>(n)) : "";
+}
+
+std::string parent_of(const std::string& pid) {
+  std::ifstream stat("/proc/" + pid + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t name_end = text.rfind(')');  // the name may hold spaces and parentheses
+  if (name_end == std::string::npos) return "";
+  std::istringstream rest(text.substr(name_end + 1));
+  std::string state, ppid;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+// Whether the launcher that started this rank writes to a terminal. Open MPI gives each
+// rank a pseudo-terminal of its own whatever mpirun's stdout is, so the rank looks up its
+// ancestors (through wrappers such as `sh -c`) for the first whose stdout is not that
+// pseudo-terminal: mpirun's on mpirun's host. On another host that is the Open MPI
+// daemon's, never a terminal, which is right: those lines reach the user through mpirun.
+bool launcher_writes_to_terminal() {
+  const std::string mine = stdout_of("self");
+  std::string pid = "self";
+  for (int depth = 0; depth < 8; ++depth) {
+    pid = parent_of(pid);
+    if (pid.empty() || pid == "0") return false;
+    const std::string out = stdout_of(pid);
+    if (out == mine) continue;
+    return out.rfind("/dev/pts/", 0) == 0 || out.rfind("/dev/tty", 0) == 0;
+  }
+  return false;
+}
+
+// A live line only on a terminal. DPT_TTY (1 or 0) says outright; otherwise a rank
+// started by mpirun (OMPI_COMM_WORLD_SIZE, or PMIX_RANK / PMI_RANK of other launchers)
+// that sees a terminal asks whether mpirun's own output goes to one, so that
+// `mpirun ... > log` writes plain lines.
 bool is_terminal(std::FILE* out) {
   if (const char* tty = std::getenv("DPT_TTY")) return std::strcmp(tty, "1") == 0;
-  return isatty(fileno(out)) != 0;
+  if (isatty(fileno(out)) == 0) return false;
+  const bool launched =
+      std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
+  return !launched || launcher_writes_to_terminal();
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // The live progress line. On a terminal it redraws one line (epoch, step/total, loss,
-// images/s, ETA); in a log file or pipe it prints a plain line every `every` steps.
+// images/s, ETA); in a log file or pipe it prints a plain line every `every` steps. Under
+// mpirun "a terminal" means mpirun's own stdout (each rank's is a pseudo-terminal
+// whatever mpirun writes to); DPT_TTY=1 or 0 overrides the guess.
 #pragma once
 
 #include <cstdint>

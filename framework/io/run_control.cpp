@@ -7,7 +7,6 @@
 
 #include "core/threading.h"
 #include "distributed/dist.h"
-#include "io/stop_signal.h"
 #include "ops/elementwise.h"
 
 namespace dpt::io {
@@ -124,8 +123,9 @@ std::string RunControl::choose_checkpoint(const std::string& arg) {
 }
 
 void RunControl::before_forward() {
-  faults_.before_step(at_.step + 1);
+  faults_.before_step(at_.step + 1);  // a signal it sends counts in this step's vote
   guard_.before_forward();
+  stop_vote_.start();
 }
 
 Tensor RunControl::loss_hook(const Tensor& loss) const {
@@ -170,7 +170,7 @@ RunControl::StepAction RunControl::nonfinite_action(float loss, int64_t epoch, i
 
 int RunControl::stop_requested(int64_t epoch, int64_t step_in_epoch, float lr,
                                const std::function<double()>& loss_sum, int64_t applied) {
-  const int signal = stop_signal_agreed();
+  const int signal = stop_vote_.result();
   if (signal == 0) return 0;
   const bool carried = epoch == at_.epoch;
   at_.epoch_loss_sum = (carried ? at_.epoch_loss_sum : 0) +

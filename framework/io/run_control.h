@@ -14,6 +14,7 @@
 #include "io/config.h"
 #include "io/fault_injection.h"
 #include "io/progress.h"
+#include "io/stop_signal.h"
 #include "optim/nonfinite.h"
 
 namespace dpt::io {
@@ -40,7 +41,8 @@ class RunControl {
   // checkpoint stopped in has any).
   int64_t samples_done(int64_t epoch) const { return epoch == at_.epoch ? at_.samples_in_epoch : 0; }
 
-  // Before a step's forward pass: fault injection, and in skip mode a copy of the buffers.
+  // Before a step's forward pass: fault injection, in skip mode a copy of the buffers, and
+  // the start of the step's stop vote (stop_signal.h). Collective.
   void before_forward();
   // The step's loss, multiplied by NaN when a fault says so.
   Tensor loss_hook(const Tensor& loss) const;
@@ -54,7 +56,8 @@ class RunControl {
   // verdict, `loss` this rank's loss.
   StepAction after_backward(bool finite, float loss, int64_t epoch, int64_t step_in_epoch, int64_t steps);
 
-  // Collective, after each step: the signal any rank received (0 if none). When non-zero,
+  // Collective, after each step: the signal any rank had received when the step began (0
+  // if none; the vote before_forward started). When non-zero,
   // rank 0 has saved a checkpoint at (epoch, step_in_epoch), with the epoch's loss so far
   // (`loss_sum()` over `applied` steps on this rank; called only then, as reading a loss
   // kept on a GPU waits for it), and every rank passed a barrier after it.
@@ -82,6 +85,7 @@ class RunControl {
   Progress& progress_;
   std::string dir_;
   FaultInjection faults_;
+  StopVote stop_vote_;
   optim::NonfiniteGuard guard_;
   TrainingProgress at_;
   bool resumed_ = false;

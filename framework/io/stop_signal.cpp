@@ -27,11 +27,25 @@ void stop_signals_install() {
 
 int stop_signal_pending() { return g_signal; }
 
-int stop_signal_agreed() {
-  if (!dist::initialized() || dist::info().world_size == 1) return stop_signal_pending();
-  Tensor t = Tensor::from_vector(std::vector<int64_t>{stop_signal_pending()}, {1});
-  dist::world()->all_reduce(t, dist::ReduceOp::max)->wait();
-  return static_cast<int>(t.data<int64_t>()[0]);
+namespace {
+
+bool one_process() { return !dist::initialized() || dist::info().world_size == 1; }
+
+}  // namespace
+
+void StopVote::start() {
+  if (one_process()) return;
+  signal_ = Tensor::from_vector(std::vector<int64_t>{stop_signal_pending()}, {1});
+  work_ = dist::world()->all_reduce(signal_, dist::ReduceOp::max);
+}
+
+int StopVote::result() {
+  if (one_process()) return stop_signal_pending();
+  if (!work_) start();
+  const dist::WorkPtr work = std::move(work_);
+  work_.reset();
+  work->wait();
+  return static_cast<int>(signal_.data<int64_t>()[0]);
 }
 
 }  // namespace dpt::io

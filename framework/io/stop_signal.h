@@ -4,6 +4,9 @@
 // so a file-size limit shows as a failed write naming the file instead of a core dump.
 #pragma once
 
+#include "core/tensor.h"
+#include "distributed/process_group.h"
+
 namespace dpt::io {
 
 // Installs the handlers. Call once, early in main.
@@ -12,9 +15,24 @@ void stop_signals_install();
 // The signal this process received (SIGTERM or SIGINT), 0 if none.
 int stop_signal_pending();
 
-// The signal any rank received, 0 if none: collective over the world (a max all-reduce
-// of one number), so every rank stops after the same step. Without MPI, or with one rank,
-// it is stop_signal_pending().
-int stop_signal_agreed();
+// The ranks' agreement on stopping after a step, so that every rank stops after the same
+// one: a max all-reduce over the world of each rank's pending signal, started before the
+// step's forward and read after its update. It runs while the step computes (the gradient
+// all-reduces queued behind it complete after it), so reading it costs no round trip. A
+// signal that arrives after start() counts at the next step.
+class StopVote {
+ public:
+  // Collective over the world, non-blocking: starts the vote with this rank's pending
+  // signal. Nothing without MPI or with one rank.
+  void start();
+  // The signal any rank had pending at start() (0 if none), waiting for the vote; without
+  // a start() since the last result, a vote started and read at once. Collective. Without
+  // MPI, or with one rank, stop_signal_pending().
+  int result();
+
+ private:
+  Tensor signal_;
+  dist::WorkPtr work_;
+};
 
 }  // namespace dpt::io

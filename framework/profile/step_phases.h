@@ -22,6 +22,12 @@ struct StepPhases {
   io::JsonOut& add_to(io::JsonOut& json) const;
 };
 
+// A step's collectives and their bytes on this rank (distributed/process_group.h's
+// CollectiveCounts), as a mean over steps: the round trips the step makes.
+struct StepTraffic {
+  double collectives = 0, bytes = 0;
+};
+
 // Collective over the world: the mean of every rank's phases (a rank's own on one). For
 // means per step (sent as f32), not long totals.
 StepPhases mean_over_ranks(const StepPhases& mine);

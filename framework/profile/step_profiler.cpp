@@ -36,7 +36,8 @@ StepProfiler::~StepProfiler() = default;
 void StepProfiler::start_epoch() {
   update_recording();
   if (sync_) sync_();
-  last_ns_ = now_ns();
+  last_ns_ = step_begin_ns_ = now_ns();
+  step_begin_counts_ = dist::collective_counts();  // what happened between epochs is no step's
 }
 
 void StepProfiler::lap(Phase phase) {
@@ -54,11 +55,23 @@ void StepProfiler::lap(Phase phase) {
   current_[phase] += ms;
   last_ns_ = now;
   if (phase != Phase::optimizer) return;
+  const dist::CollectiveCounts counts = dist::collective_counts();
+  const dist::CollectiveCounts step = counts - step_begin_counts_;
+  if (recorder_) {
+    timeline_->counter("collectives per step", step_begin_ns_, {{"collectives", step.collectives}});
+    timeline_->counter("bytes per step", step_begin_ns_, {{"bytes", step.bytes}});
+  }
   epoch_ += current_;
   ++epoch_steps_;
   run_ += current_;
-  if (++step_ > warmup_steps) run_after_warmup_ += current_;
+  run_counts_ += step;
+  if (++step_ > warmup_steps) {
+    run_after_warmup_ += current_;
+    run_counts_after_warmup_ += step;
+  }
   current_ = {};
+  step_begin_counts_ = counts;
+  step_begin_ns_ = now;
   update_recording();
 }
 
@@ -103,6 +116,14 @@ StepPhases StepProfiler::run_means() const {
   const StepPhases& sums = long_run ? run_after_warmup_ : run_;
   int64_t steps = long_run ? step_ - warmup_steps : step_;
   return mean_over_ranks(sums.scaled(steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0));
+}
+
+StepTraffic StepProfiler::run_traffic() const {
+  const bool long_run = step_ > warmup_steps;
+  const dist::CollectiveCounts& sums = long_run ? run_counts_after_warmup_ : run_counts_;
+  const double steps = static_cast<double>(long_run ? step_ - warmup_steps : step_);
+  if (steps == 0) return {};
+  return {static_cast<double>(sums.collectives) / steps, static_cast<double>(sums.bytes) / steps};
 }
 
 void StepProfiler::write_timeline() {

@@ -1,7 +1,9 @@
 // Times each training step by phase (step_phases.h) and, when asked, records a window of
 // steps into a Timeline: the loop calls lap() after each phase, and the profiler splits
 // DDP's exposed all-reduce wait off backward and adds each bucket's all-reduce to the
-// timeline. With no timeline it costs two clock reads a phase.
+// timeline. It also counts each step's collectives on every process group
+// (dist::collective_counts()): the round trips a step makes. With no timeline it costs two
+// clock reads a phase and a look at the counters a step.
 #pragma once
 
 #include <functional>
@@ -43,6 +45,9 @@ class StepProfiler {
   // Mean phases per step of the run after `warmup_steps` (all of them for a shorter run),
   // over every rank (collective).
   StepPhases run_means() const;
+  // This rank's collectives and bytes per step, over the same steps as run_means(): what
+  // every collective called from one step's first lap to its last costs (not collective).
+  StepTraffic run_traffic() const;
   // Collective over the world: writes the timeline when one was asked for.
   void write_timeline();
 
@@ -62,6 +67,8 @@ class StepProfiler {
   int64_t step_ = 0;  // steps of the run so far
   StepPhases current_, epoch_, run_, run_after_warmup_;
   int64_t epoch_steps_ = 0;
+  double step_begin_ns_ = 0;
+  dist::CollectiveCounts step_begin_counts_, run_counts_, run_counts_after_warmup_;
 };
 
 }  // namespace dpt::profile

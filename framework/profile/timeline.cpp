@@ -89,6 +89,14 @@ void Timeline::add(int track, const std::string& name, double begin_ns, double e
   ++spans_;
 }
 
+void Timeline::counter(const std::string& name, double at_ns, io::JsonOut values) {
+  events_.push_back({{"ph", "C"},
+                     {"name", name},
+                     {"pid", dist::info().rank},
+                     {"ts", micros(at_ns - origin_ns_)},
+                     {"args", std::move(values)}});
+}
+
 void Timeline::write(const std::string& path) const {
   io::JsonOut mine = row_names(dist::info().rank, tracks_);
   mine.insert(mine.end(), events_.begin(), events_.end());

@@ -2,7 +2,8 @@
 // process row per rank, and in it one thread row per track — the compute thread (data
 // wait, forward, backward with one span per autograd node, the all-reduce wait backward
 // did not hide, optimizer) and one row per DDP bucket (its all-reduce from launch to
-// completion) — so overlap of communication with backward shows at a glance.
+// completion) — so overlap of communication with backward shows at a glance; and counters
+// (the collectives and bytes of each step).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,9 @@ class Timeline {
   // A span [begin_ns, end_ns] on `track`, with `args` (a JSON object, e.g. {"bytes": 4096}).
   void add(int track, const std::string& name, double begin_ns, double end_ns,
            io::JsonOut args = io::JsonOut::object());
+  // A counter sample at `at_ns` (chrome://tracing draws one graph per name and rank, each
+  // key of `values` a series): it holds until the next sample of that name.
+  void counter(const std::string& name, double at_ns, io::JsonOut values);
   int64_t spans() const { return spans_; }
   // Collective over the world: every rank's spans go to rank 0, which writes `path` (one
   // JSON object with "traceEvents"). Throws Error naming the file when it cannot.

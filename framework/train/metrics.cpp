@@ -38,7 +38,9 @@ void summary_write(const std::string& dir, const RunSummary& s) {
                          {"model", s.model},
                          {"params", s.params},
                          {"skipped_steps", s.skipped_steps},
-                         {"device", s.device}};
+                         {"device", s.device},
+                         {"collectives_per_step", s.traffic.collectives},
+                         {"bytes_per_step", s.traffic.bytes}};
   io::write_file_atomic(dir + "/summary.json",
                         {io::json_text(io::json_rounded(s.phases.add_to(summary)), 2) + "\n"});
 }

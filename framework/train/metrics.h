@@ -34,7 +34,8 @@ struct RunSummary {
   int64_t params = 0;
   int64_t skipped_steps = 0;  // for non-finite gradients
   std::string device;
-  profile::StepPhases phases;  // mean per step after the warm-up steps, over the ranks
+  profile::StepPhases phases;    // mean per step after the warm-up steps, over the ranks
+  profile::StepTraffic traffic;  // collectives and bytes per step, the same steps, on rank 0
 };
 
 // Makes output.dir, writes config.yaml there, and leaves in metrics.jsonl the lines of the

@@ -265,7 +265,8 @@ int Trainer::finish(Clock::time_point run_start) {
                                      .params = model_->parameter_count(),
                                      .skipped_steps = at.skipped_steps,
                                      .device = device_.str(),
-                                     .phases = phases});
+                                     .phases = phases,
+                                     .traffic = profiler_->run_traffic()});
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", at.final_test_acc, at.best_test_acc,
               config_.output.dir.c_str());
   return 0;
