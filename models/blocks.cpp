@@ -110,6 +110,39 @@ Tensor PreActBlock::forward(const Tensor& x) {
   return add(h, shortcut_ ? shortcut_->forward(s) : s);
 }
 
+std::vector<nn::StageUnit> ResNet::stage_units() {
+  std::vector<nn::StageUnit> units;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    const auto& blocks = stages_[s]->layers();
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      std::string name = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
+      nn::ModulePtr block = blocks[b];
+      units.push_back({name, {{name, block}}, [block](const Tensor& x) { return block->forward(x); }});
+    }
+  }
+  // The stem before the first block, as in forward().
+  nn::StageUnit& first = units.front();
+  first.name = "conv1.." + first.name;
+  first.modules.insert(first.modules.begin(), {"conv1", conv1_});
+  if (bn1_) first.modules.insert(first.modules.begin() + 1, {"bn1", bn1_});
+  first.forward = [conv1 = conv1_, bn1 = bn1_, block = first.forward](const Tensor& x) {
+    Tensor h = conv1->forward(x);
+    if (bn1) h = bn1->forward_relu(h);
+    return block(h);
+  };
+  // The head after the last block.
+  nn::StageUnit& last = units.back();
+  last.name += "..fc";
+  if (bn_final_) last.modules.emplace_back("bn_final", bn_final_);
+  last.modules.emplace_back("fc", fc_);
+  last.forward = [block = last.forward, bn_final = bn_final_, fc = fc_](const Tensor& x) {
+    Tensor h = block(x);
+    if (bn_final) h = bn_final->forward_relu(h);
+    return fc->forward(global_avg_pool2d(h));
+  };
+  return units;
+}
+
 ResNet::ResNet(const ResNetOptions& options, int64_t in_channels, int64_t num_classes, Rng& rng) {
   DPT_CHECK(!options.widths.empty() && options.blocks_per_stage >= 1)
       << "ResNet: needs at least one stage of at least one block";

@@ -13,6 +13,8 @@
 #include "models/registry.h"
 #include "nn/layers.h"
 #include "nn/module.h"
+#include "nn/pipeline_stage.h"
+#include "nn/sequential.h"
 
 namespace dpt::models {
 
@@ -89,16 +91,21 @@ struct ResNetOptions {
 // global average pooling, linear classifier ("fc", PyTorch's default initialisation).
 // Parameter names follow kuangliu/pytorch-cifar: conv1.weight, layer2.0.conv1.weight,
 // layer2.0.shortcut.0.weight (torchvision's "downsample"), fc.bias.
-class ResNet : public nn::Module {
+class ResNet : public nn::Module, public nn::Splittable {
  public:
   ResNet(const ResNetOptions& options, int64_t in_channels, int64_t num_classes, Rng& rng);
   Tensor forward(const Tensor& x) override;
   std::string describe() const override { return description_; }
+  // A unit per block ("layer2.0"), the stem joining the first and the head (final BN,
+  // pooling, fc) the last: the blocks cost about the same (each stage halves the map and
+  // doubles the channels), so stages of equal block counts are balanced, and 3 stages of a
+  // CIFAR ResNet are its 3 stages.
+  std::vector<nn::StageUnit> stage_units() override;
 
  private:
   std::shared_ptr<nn::Conv2d> conv1_;
   std::shared_ptr<nn::BatchNorm2d> bn1_;  // null for preact
-  std::vector<nn::ModulePtr> stages_;
+  std::vector<std::shared_ptr<nn::Sequential>> stages_;
   std::shared_ptr<nn::BatchNorm2d> bn_final_;  // preact only
   std::shared_ptr<nn::Linear> fc_;
   std::string description_;

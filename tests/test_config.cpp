@@ -415,7 +415,7 @@ TEST_F(ConfigTest, EveryChoiceLoadsWithItsDefaultsAndRoundTrips) {
       ++choices;
     }
   }
-  EXPECT_EQ(choices, 28);
+  EXPECT_EQ(choices, 30);  // pipeline.schedule: gpipe and 1f1b among them
 }
 
 // A typo in only() or default_if() would make a key apply nowhere, or a default never used.

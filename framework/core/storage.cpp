@@ -27,15 +27,18 @@ class CpuBackend final : public DeviceBackend {
         void* ptr = it->second.back();
         it->second.pop_back();
         cached_bytes_ -= rounded;
+        count_allocated(rounded);
         return ptr;
       }
     }
     void* ptr = std::aligned_alloc(64, rounded);
     if (!ptr) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    count_allocated(rounded);
     return ptr;
   }
   void deallocate(void* ptr, size_t bytes, int) override {
     size_t rounded = round_up(bytes);
+    allocated_.fetch_sub(rounded, std::memory_order_relaxed);
     if (rounded >= kCachedFrom) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (cached_bytes_ + rounded <= kCacheLimit) {
@@ -53,7 +56,19 @@ class CpuBackend final : public DeviceBackend {
   int device_count() override { return 1; }
   void synchronize(int) override {}  // CPU kernels have returned when their op has
 
+  HostMemoryStats stats() const {
+    return {allocated_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed)};
+  }
+  void reset_peak() { peak_.store(allocated_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+
  private:
+  void count_allocated(size_t bytes) {
+    size_t now = allocated_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    size_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+
   static constexpr size_t kCachedFrom = 64 << 10;
   static constexpr size_t kCacheLimit = size_t{4} << 30;  // idle bytes kept at most
   static size_t round_up(size_t bytes) {
@@ -65,9 +80,16 @@ class CpuBackend final : public DeviceBackend {
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t cached_bytes_ = 0;
+  std::atomic<size_t> allocated_{0}, peak_{0};
 };
 
 DeviceBackend* g_backends[2] = {nullptr, nullptr};
+
+CpuBackend& cpu_backend() {
+  // Never destroyed: tensors in static objects may be freed after main returns.
+  static CpuBackend* backend = new CpuBackend();
+  return *backend;
+}
 
 }  // namespace
 
@@ -76,9 +98,7 @@ void device_backend_register(DeviceType type, DeviceBackend* backend) {
 }
 
 DeviceBackend& device_backend(DeviceType type) {
-  // Never destroyed: tensors in static objects may be freed after main returns.
-  static CpuBackend* cpu_backend = new CpuBackend();
-  if (type == DeviceType::cpu) return *cpu_backend;
+  if (type == DeviceType::cpu) return cpu_backend();
   DeviceBackend* backend = g_backends[static_cast<int>(type)];
   DPT_CHECK(backend) << "no CUDA support in this build of dpt (configure with -DDPT_CUDA=ON on a "
                         "machine with the CUDA toolkit, cuDNN and NCCL)";
@@ -98,6 +118,10 @@ std::string device_unavailable_reason(DeviceType type) {
 }
 
 void device_synchronize(Device device) { device_backend(device.type).synchronize(device.index); }
+
+HostMemoryStats host_memory_stats() { return cpu_backend().stats(); }
+
+void host_memory_reset_peak() { cpu_backend().reset_peak(); }
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = device_backend(device.type).allocate(bytes, device.index);

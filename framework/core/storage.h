@@ -45,6 +45,17 @@ std::string device_unavailable_reason(DeviceType type);
 // Waits for all work queued on `device` (nothing to wait for on the CPU).
 void device_synchronize(Device device);
 
+// Host memory held by live CPU storages (as allocated: rounded up, not counting what the
+// allocator keeps idle for reuse), and the most held at once since the last
+// host_memory_reset_peak(): what a step keeps alive, e.g. a pipeline schedule's
+// activations. Process-wide; the CUDA allocator has its own (backend/cuda/allocator.h).
+struct HostMemoryStats {
+  size_t allocated_bytes = 0;
+  size_t peak_allocated_bytes = 0;
+};
+HostMemoryStats host_memory_stats();
+void host_memory_reset_peak();  // peak := allocated now
+
 class Storage {
  public:
   Storage(size_t bytes, Device device);

@@ -52,6 +52,11 @@ class DistributedDataParallel : public nn::Module {
     DistributedDataParallel& ddp_;
   };
   NoSync no_sync() { return NoSync(*this); }
+  // Makes the next backward pass synchronised whatever no_sync said at its forward: for
+  // schedules that run several forwards before their backwards (a pipeline's micro-batches,
+  // all forwarded under no_sync), where the backward that must all-reduce the sum is the
+  // last to run, not the last forward's. Call right before that backward.
+  void sync_next_backward() { reducer_->prepare_for_backward(true); }
 
  private:
   nn::ModulePtr module_;

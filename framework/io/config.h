@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "distributed/hierarchical.h"
+#include "distributed/pipeline_schedule.h"
 #include "distributed/rank_device.h"
 #include "optim/schedule.h"
 
@@ -66,6 +67,11 @@ inline const std::vector<std::string> kEnumNames<Precision> = {"fp32", "bf16"};
 enum class NonfiniteAction { stop, skip };
 template <>
 inline const std::vector<std::string> kEnumNames<NonfiniteAction> = {"stop", "skip"};
+
+template <>
+inline const std::vector<std::string> kEnumNames<dist::PipelineSchedule> = {
+    dist::pipeline_schedule_name(dist::PipelineSchedule::gpipe),
+    dist::pipeline_schedule_name(dist::PipelineSchedule::one_f_one_b)};
 
 // The config file's name for an enum value, for messages and records: "adamw".
 template <class E>
@@ -129,6 +135,12 @@ struct ParallelConfig {
   int64_t pp;
 };
 
+// How a pipeline (parallel.pp > 1) runs a step (train/pipeline_step.h).
+struct PipelineConfig {
+  int64_t micro_batches;
+  dist::PipelineSchedule schedule;
+};
+
 struct CheckpointConfig {
   int64_t every_epochs;
   int64_t keep_last;
@@ -160,6 +172,7 @@ struct Config {
   bool cuda_graphs;
   DistributedConfig distributed;
   ParallelConfig parallel;
+  PipelineConfig pipeline;
   DebugMode debug;
   NonfiniteAction on_nonfinite;
   CheckpointConfig checkpoint;

@@ -122,7 +122,14 @@ std::vector<Key> config_keys(Config& c) {
       Key("parallel.tp", &c.parallel.tp, "1", ">= 1",
           "tensor-parallel ranks: each group splits the layers of a model with `tensor_parallel: true`"),
       Key("parallel.pp", &c.parallel.pp, "1", ">= 1",
-          "pipeline stages (parsed and checked; train runs pp 1)"),
+          "pipeline stages: the model cut into this many stages, one per rank of a pipeline group "
+          "([pipeline stages](hybrid.md#pipeline-stages))"),
+      Key("pipeline.micro_batches", &c.pipeline.micro_batches, "4", ">= 1",
+          "micro-batches each step's batch is cut into; they flow through the stages one after another "
+          "(must divide batch_size)"),
+      Key("pipeline.schedule", choice(&c.pipeline.schedule, "pipeline schedule"), "gpipe", "",
+          "gpipe: every micro-batch's forward, then every backward; 1f1b: after a warm-up one forward and "
+          "one backward alternately, so a stage holds at most as many micro-batches as stages follow it"),
       Key("debug", choice(&c.debug, "debug mode"), "none", "",
           "collectives: before each collective every rank checks that all call the same one "
           "([faults](faults.md#debug-collectives))"),
@@ -184,6 +191,30 @@ std::vector<Rule> config_rules() {
          if (!c.cuda_graphs || c.on_nonfinite != NonfiniteAction::skip) return "";
          return "cuda_graphs: true needs on_nonfinite: stop (a captured step cannot skip its update), got "
                 "on_nonfinite: skip";
+       }},
+      {"pipeline.micro_batches",
+       [](const Config& c) -> std::string {
+         if (c.parallel.pp == 1 || c.batch_size % c.pipeline.micro_batches == 0) return "";
+         return "key 'pipeline.micro_batches': " + std::to_string(c.pipeline.micro_batches) +
+                " micro-batches do not divide batch_size " + std::to_string(c.batch_size);
+       }},
+      // What a pipelined run does not do yet: each is refused by name rather than run wrong.
+      {"parallel.pp",
+       [](const Config& c) -> std::string {
+         if (c.parallel.pp == 1) return "";
+         const std::string pp = "parallel.pp: " + std::to_string(c.parallel.pp) + " ";
+         if (c.checkpoint.every_epochs != 0)
+           return pp +
+                  "trains without checkpoints (each stage's optimizer state lives on its own rank): set "
+                  "checkpoint.every_epochs: 0";
+         if (c.cuda_graphs) return pp + "runs its steps eagerly: set cuda_graphs: false";
+         if (c.ema_decay > 0) return pp + "keeps no weight average: set ema_decay: 0";
+         if (c.distributed.sync_bn)
+           return pp + "normalises each micro-batch on its own: set distributed.sync_bn: false";
+         if (c.on_nonfinite == NonfiniteAction::skip)
+           return pp + "stops on non-finite gradients: set on_nonfinite: stop";
+         if (c.optimizer.shard) return pp + "keeps each stage's optimizer state whole: set optimizer.shard: false";
+         return "";
        }},
   };
 }

@@ -27,8 +27,7 @@ nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spe
   return net;
 }
 
-nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config,
-                               bool shard_gradients, dist::GroupPtr dp_group) {
+void backend_check(Device device, const io::DistributedConfig& config) {
   // A group carries each tensor where it lives (MPI for host memory, NCCL for device memory):
   // `backend` states which of the two the user expects, and is refused where the other one is.
   const bool cuda = device.is_cuda();
@@ -38,6 +37,11 @@ nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io
   DPT_CHECK(config.backend != io::CommBackend::mpi || !cuda)
       << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
       << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
+}
+
+nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config,
+                               bool shard_gradients, dist::GroupPtr dp_group) {
+  backend_check(device, config);
   net->to(device);
   if (!dp_group) dp_group = dist::world();
   if (dp_group->size() == 1) return net;

@@ -25,6 +25,10 @@ models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::Gr
 // `compute`, on the CPU. Throws dpt::Error for an unknown model or model key.
 nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec, nn::Compute compute);
 
+// Throws dpt::Error when `distributed.backend` names the backend that does not carry
+// `device`'s tensors (nccl for a CPU run, mpi for a CUDA one).
+void backend_check(Device device, const io::DistributedConfig& config);
+
 // Moves `net` to `device` and, when `dp_group` has several ranks, wraps it in DDP over
 // that group (which broadcasts its rank 0's parameters and buffers; reduce-scatters the
 // gradients for a sharded optimizer when `shard_gradients`). Returns what a step calls: the

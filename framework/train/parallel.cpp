@@ -16,8 +16,9 @@ ParallelLayout parallel_layout(const io::Config& config, const std::string& resu
   DPT_CHECK(layout.dp * layout.tp * layout.pp == world)
       << "parallel: dp " << layout.dp << " x tp " << layout.tp << " x pp " << layout.pp << " = "
       << layout.dp * layout.tp * layout.pp << " ranks, but the world size is " << world;
-  DPT_CHECK(layout.pp == 1) << "parallel.pp: " << layout.pp
-                            << " pipeline stages, but train runs one stage (pp: 1)";
+  DPT_CHECK(layout.pp == 1 || layout.tp == 1)
+      << "parallel: tp " << layout.tp << " with pp " << layout.pp
+      << ": train runs tensor parallelism or pipeline stages, not both";
   if (layout.tp > 1) {
     const YAML::Node split = config.model.node["tensor_parallel"];
     DPT_CHECK(split && split.as<bool>(false))
@@ -28,6 +29,7 @@ ParallelLayout parallel_layout(const io::Config& config, const std::string& resu
         << " trains without checkpoints (a checkpoint holds rank 0's model, a tp rank holds a slice): set "
            "checkpoint.every_epochs: 0 and no --resume";
   }
+  if (layout.pp > 1) return layout;  // the pipeline's groups: train/pipeline_step.h
   if (layout.tp == 1) {  // plain data parallelism: DDP over the world, as without `parallel:`
     layout.dp_group = dist::world();
     layout.data_rank = dist::info().rank;

@@ -20,8 +20,8 @@ struct ParallelLayout {
 };
 
 // The layout `config.parallel` asks for, its groups made from a dist::DeviceMesh when
-// tp > 1 (tp_group null otherwise). Collective over the world. Throws dpt::Error (one line, naming the key
-// and the world size) when dp x tp x pp is not the world size; for pp > 1 (train runs no pipeline); for tp >
+// tp > 1 (tp_group null otherwise; with pp > 1 the groups are pipeline_layout's). Collective over the world. Throws dpt::Error (one line, naming the key
+// and the world size) when dp x tp x pp is not the world size; for tp > 1 with pp > 1; for tp >
 // 1 with a model whose `tensor_parallel` is not true (it would be copied, not split); and for tp > 1 with
 // checkpoints or `resume` (a checkpoint holds one rank's model, and a tensor-parallel rank holds a slice).
 ParallelLayout parallel_layout(const io::Config& config, const std::string& resume);

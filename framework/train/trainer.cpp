@@ -65,6 +65,13 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   data_ = load_data(config_.dataset, config_.seed);
   const models::ModelSpec spec = model_spec(data_.train, config_.seed, layout_.tp_group);
   net_ = model_build(config_, spec, compute);
+  if (config_.parallel.pp > 1) {
+    DPT_CHECK(options_.resume.empty())
+        << "--resume: a run with parallel.pp: " << config_.parallel.pp
+        << " starts from scratch (its checkpoints hold one stage's optimizer state)";
+    pipeline_ = pipeline_layout(config_);
+    layout_.data_rank = pipeline_->replica;  // the stages of one pipeline read the same batches
+  }
   global_batch_ = config_.batch_size * layout_.dp;
   // On every rank: counting runs a forward pass, and a tensor-parallel one has collectives.
   const double macs = static_cast<double>(models::macs_per_image(*net_, spec)) / 1e6;
@@ -77,7 +84,9 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
         static_cast<long long>(global_batch_));
   // On its device before the optimizer and the EMA (their state is made where the
   // parameters are) and before the checkpoint is loaded into them.
-  model_ = model_distribute(net_, device_, config_.distributed, config_.optimizer.shard, layout_.dp_group);
+  model_ = pipeline_ ? pipeline_distribute(*net_, device_, config_.distributed, *pipeline_)
+                    : model_distribute(net_, device_, config_.distributed, config_.optimizer.shard, layout_.dp_group);
+  if (pipeline_ && main_rank) std::printf("%s", pipeline_describe(config_, *net_, *pipeline_).c_str());
   if (world.world_size > 1) {  // after DDP made its group, so the table lists it
     const std::string world_text = dist::world_table(device_.str());  // collective
     if (main_rank && layout_.tp_group) std::printf("%s\n", parallel_layout_str(layout_).c_str());
@@ -94,7 +103,13 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   if (config_.ema_decay > 0)
     ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
   schedule_.emplace(make_schedule(config_, steps_, layout_.dp));
-  step_ = make_step(config_, *model_, *net_, *optimizer_, ema_.get(), data_.train);
+  if (pipeline_) {
+    auto step = std::make_unique<PipelineStep>(config_, model_, *pipeline_, *optimizer_);
+    pipeline_step_ = step.get();
+    step_ = std::move(step);
+  } else {
+    step_ = make_step(config_, *model_, *net_, *optimizer_, ema_.get(), data_.train);
+  }
 
   // Checkpoints (resuming from one, saving them) and the output directory.
   control_ =
@@ -158,10 +173,14 @@ int Trainer::run() {
     at.best_test_acc = std::max(at.best_test_acc, eval.accuracy);
     const double images_per_sec = static_cast<double>(images) / train_time;
     const float last_lr = schedule_->lr_at((epoch + 1) * steps_ - 1);
-    const profile::StepPhases phases = profiler_->take_epoch_means();  // collective
+    const profile::StepPhases phases = profiler_->take_epoch_means();          // collective
+    const double bubble = pipeline_step_ ? pipeline_step_->take_bubble() : 0;  // collective
     if (main_rank) {
       std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
+      if (pipeline_step_)
+        std::printf("  pipeline bubble %.3f (idle / step time over the ranks; %.3f for equal stages)\n",
+                    bubble, pipeline_step_->bubble_theory());
       std::fflush(stdout);
       metrics_add_epoch(config_.output.dir, {.epoch = epoch + 1,
                                              .train_loss = train_loss,
@@ -212,8 +231,13 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
         shown_loss = r.losses.sum() / static_cast<double>(std::max<int64_t>(r.applied, 1));
       progress_.update(epoch + 1, r.step, steps_, shown_loss, rate, eta);
     }
-    if (int signal = control_->stop_requested(
-            epoch, r.step, lr, [&] { return r.losses.sum(); }, r.applied)) {
+    // Called on every rank only when a signal stops the run, before rank 0 saves: then a
+    // pipeline's stages are gathered, so the checkpoint holds the whole model's weights.
+    auto loss_sum = [&] {
+      if (pipeline_) pipeline_gather_model(*net_, *pipeline_);
+      return r.losses.sum();
+    };
+    if (int signal = control_->stop_requested(epoch, r.step, lr, loss_sum, r.applied)) {
       r.exit_code = 128 + signal;
       return r;
     }
@@ -222,6 +246,10 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
 }
 
 EvalResult Trainer::evaluate_model() {
+  if (pipeline_) {  // every rank evaluates its share of the test set with the whole model
+    pipeline_gather_model(*net_, *pipeline_);
+    return evaluate(*net_, *test_batches_);
+  }
   if (!ema_) return evaluate(*model_, *test_batches_, layout_.data_rank, layout_.dp);
   optim::Ema::Swap averaged(*ema_, *net_);
   return evaluate(*model_, *test_batches_, layout_.data_rank, layout_.dp);

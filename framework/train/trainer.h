@@ -23,6 +23,7 @@
 #include "train/data.h"
 #include "train/evaluate.h"
 #include "train/parallel.h"
+#include "train/pipeline_step.h"
 #include "train/step.h"
 
 namespace dpt::train {
@@ -71,7 +72,9 @@ class Trainer {
   ParallelLayout layout_;  // the groups: DDP's (dp) and the model's (tp); this rank's data share
   TrainData data_;
   nn::ModulePtr net_;    // the bare model
-  nn::ModulePtr model_;  // what steps call: DDP over net_, or net_
+  nn::ModulePtr model_;  // what steps call: DDP over net_, or net_; with pp > 1 this rank's stage
+  std::optional<PipelineLayout> pipeline_;  // set when parallel.pp > 1
+  PipelineStep* pipeline_step_ = nullptr;   // step_, when pipeline_ is set
   std::unique_ptr<data::Loader> train_loader_, test_loader_;
   std::unique_ptr<BatchSource> train_batches_, test_batches_;
   int64_t steps_ = 0;         // per epoch
