@@ -86,7 +86,8 @@ TEST_F(TrainMesh, AParallelSectionTheWorldCannotHoldIsOneLine) {
   };
   expect_error("{dp: 2, tp: 2}", "parallel: dp 2 x tp 2 x pp 1 = 4 ranks, but the world size is 2");
   expect_error("{tp: 3}", "parallel: tp 3 x pp 1 does not divide the world size 2");
-  expect_error("{pp: 2}", "parallel.pp: 2 pipeline stages, but train runs one stage (pp: 1)");
+  // Stages without a tp axis: the model's split layers have no group to split over.
+  expect_error("{pp: 2}", "model.tensor_parallel: true needs a tensor-parallel group");
   dpt::testing::TrainResult r = train_on(2, mesh_config("copy", "{name: mlp}") + "parallel: {tp: 2}\n");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("parallel.tp: 2 needs a model with tensor_parallel: true"));
