@@ -2,8 +2,8 @@
 # Step time of ZeRO-1 (optimizer.shard: true) against plain DDP: RUNS alternating runs of
 # each on synthetic data, the median and spread of ms per step from each run's summary.json
 # (training images per second over the global batch). Usage:
-#   tools/zero_step_time.sh MODEL SHAPE BATCH STEPS [NP=2] [RUNS=5]
-#   e.g. tools/zero_step_time.sh mnist_cnn '[1, 28, 28]' 128 40
+#   tools/bench/zero_step_time.sh MODEL SHAPE BATCH STEPS [NP=2] [RUNS=5]
+#   e.g. tools/bench/zero_step_time.sh mnist_cnn '[1, 28, 28]' 128 40
 set -euo pipefail
 model=$1 shape=$2 batch=$3 steps=$4 np=${5:-2} runs=${6:-5}
 build=${DPT_BUILD_DIR:-build}
