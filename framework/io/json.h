@@ -21,11 +21,13 @@ using JsonIn = nlohmann::json;
 // `value` as text: one line (indent < 0) or indented by `indent` spaces. Numbers read back
 // exactly (doubles in their shortest round-trip form, integers as integers); a non-finite
 // number is written as null (JSON has none); bytes that are not UTF-8 become U+FFFD.
+// "Shortest" is nlohmann's Grisu2: for about 1 double in 600 it prints 17 digits of a
+// value that fewer would name (0.020768 as 0.020767999999999998); it still reads back exactly.
 std::string json_text(const JsonOut& value, int indent = -1);
 
 // `value` with every double rounded to 9 significant digits: for measurements people read
-// (metrics.jsonl, summary.json), short ("0.282352954", not "0.2823529541492462") and still
-// exact for a float. Not for what must read back bit for bit (checkpoints).
+// (metrics.jsonl, summary.json), short ("0.282352954", not "0.2823529541492462", but for
+// Grisu2's rare long form above) and still exact for a float. Not for what must read back bit for bit (checkpoints).
 JsonOut json_rounded(JsonOut value);
 
 // Parses one JSON document (RFC 8259, whitespace around it). Throws dpt::Error
