@@ -29,14 +29,17 @@
 #include "ops/loss.h"
 #include "ops/shape.h"
 #include "optim/sgd.h"
+#include "step_batches.h"
 
 using namespace dpt;
+using dpt::testing::Data;
 using dpt::testing::error_of;
+using dpt::testing::global_batch;
+using dpt::testing::kBatch;
+using dpt::testing::rows;
 using ::testing::HasSubstr;
 
 namespace {
-
-constexpr int64_t kBatch = 24;  // divisible by 1, 2, 3 and 4 ranks
 
 nn::ModulePtr small_cnn(bool batch_norm, uint64_t seed = 7) {
   Rng rng(seed);
@@ -54,25 +57,6 @@ nn::ModulePtr small_cnn(bool batch_norm, uint64_t seed = 7) {
   return net;
 }
 
-struct Data {
-  Tensor images, labels;
-};
-
-// Step k's global batch, the same on every rank.
-Data global_batch(int step) {
-  Tensor x = Tensor::empty({kBatch, 1, 8, 8});
-  Rng(100 + step).fill_normal(x, 0, 1);
-  std::vector<int64_t> y(kBatch);
-  for (int64_t i = 0; i < kBatch; ++i) y[i] = (i * 7 + step) % 5;
-  return {x, Tensor::from_vector(y, {kBatch})};
-}
-
-Data rows(const Data& d, int64_t begin, int64_t end) {
-  int64_t per = d.images.numel() / d.images.size(0);
-  Tensor x = d.images.as_strided({end - begin, 1, 8, 8}, {64, 64, 8, 1}, d.images.offset() + begin * per);
-  Tensor y = d.labels.as_strided({end - begin}, {1}, d.labels.offset() + begin);
-  return {x, y};
-}
 
 void sgd_steps(nn::Module& model, const std::function<void(int, optim::Sgd&)>& step_fn, int steps) {
   optim::Sgd sgd(optim::param_groups(model, 1e-3f, false), {0.9f, true});

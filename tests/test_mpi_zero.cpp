@@ -26,14 +26,18 @@
 #include "optim/ema.h"
 #include "optim/nonfinite.h"
 #include "optim/sgd.h"
+#include "step_batches.h"
 #include "temp_dir.h"
 
 using namespace dpt;
+using dpt::testing::Data;
+using dpt::testing::global_batch;
+using dpt::testing::kBatch;
+using dpt::testing::rows;
 using ::testing::HasSubstr;
 
 namespace {
 
-constexpr int64_t kBatch = 24;  // divisible by 1, 2, 3 and 4 ranks
 constexpr float kLr = 0.05f;
 
 // Parameter sizes 27, 3, 3, 135, 5, 560, 7, 35, 5: none divides by 2, 3 and 4 at once, and
@@ -54,25 +58,10 @@ nn::ModulePtr small_cnn() {
   return net;
 }
 
-struct Data {
-  Tensor images, labels;
-};
-
-// Step k's global batch, the same on every rank.
-Data global_batch(int step) {
-  Tensor x = Tensor::empty({kBatch, 1, 8, 8});
-  Rng(100 + step).fill_normal(x, 0, 1);
-  std::vector<int64_t> y(kBatch);
-  for (int64_t i = 0; i < kBatch; ++i) y[i] = (i * 7 + step) % 5;
-  return {x, Tensor::from_vector(y, {kBatch})};
-}
-
 // Rank r of n's rows of step k's global batch.
 Data rank_batch(int step, int r, int n) {
-  const Data d = global_batch(step);
-  const int64_t per = kBatch / n, begin = r * per;
-  return {d.images.as_strided({per, 1, 8, 8}, {64, 64, 8, 1}, begin * 64),
-          d.labels.as_strided({per}, {1}, begin)};
+  const int64_t per = kBatch / n;
+  return rows(global_batch(step), r * per, (r + 1) * per);
 }
 
 enum class Rule { sgd, adamw };
