@@ -57,7 +57,6 @@ nn::ModulePtr small_cnn(bool batch_norm, uint64_t seed = 7) {
   return net;
 }
 
-
 void sgd_steps(nn::Module& model, const std::function<void(int, optim::Sgd&)>& step_fn, int steps) {
   optim::Sgd sgd(optim::param_groups(model, 1e-3f, false), {0.9f, true});
   for (int k = 0; k < steps; ++k) {
