@@ -91,6 +91,9 @@ class MpiJob {
     return false;
   }
 
+  // Sends `signal` to the job's process group (as a terminal's Ctrl-C or `timeout` does).
+  void signal_group(int signal) const { ::kill(-pid_, signal); }
+
   // From now on JobResult::seconds counts from here (call it when causing the fault).
   void mark() { mark_ = std::chrono::steady_clock::now(); }
 
@@ -123,11 +126,12 @@ class MpiJob {
     return s.str();
   }
   // Ends a job still running: SIGTERM first, so that a launcher can clean up after itself
-  // (tools/cluster.sh removes its namespaces), SIGKILL after 10 s.
+  // (tools/cluster.sh waits up to 10 s for train's checkpoint, then removes its namespaces),
+  // SIGKILL after 20 s.
   void stop() {
     if (pid_ <= 0 || reaped_) return;
     ::kill(-pid_, SIGTERM);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!exited() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (reaped_) return;

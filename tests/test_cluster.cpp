@@ -1,9 +1,10 @@
 // Training across simulated hosts (tools/cluster.sh: network namespaces on one machine), and
 // how such a run ends when a host fails: a rank killed on the second host ends every rank
 // within 30 s; a second host whose link goes down ends the run within distributed.timeout_s
-// plus a few seconds, with the error naming the ranks that did not answer. Each job's
-// namespaces are gone afterwards. Skipped, with cluster.sh's reason, where namespaces cannot
-// be made (not root, no CAP_SYS_ADMIN).
+// plus a few seconds, with the error naming the ranks that did not answer; a SIGTERM to the
+// launcher stops every rank after a checkpoint. Each job's namespaces are gone afterwards.
+// Skipped, with cluster.sh's reason, where namespaces cannot be made (not root, no
+// CAP_SYS_ADMIN).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "mpi_job.h"
@@ -130,6 +132,24 @@ TEST_P(Cluster, ARankKilledOnTheSecondHostEndsEveryRank) {
       << r;
   EXPECT_FALSE(namespace_exists(host)) << host << " is left behind";
   std::printf("every rank gone %.1f s after the kill\n", r.seconds);
+}
+
+// As a terminal's Ctrl-C or `timeout` would: the signal goes to cluster.sh's process group,
+// which mpirun is not in; cluster.sh passes SIGUSR1 to mpirun, which forwards it to every rank
+// on both hosts, and rank 0 writes a checkpoint before the namespaces go.
+TEST_P(Cluster, SigtermToTheLauncherCheckpointsBeforeTheHostsGo) {
+  auto job = start();
+  ASSERT_FALSE(HasFailure());
+  std::string host;
+  ASSERT_GT(second_host_rank(*job, host), 0);
+  job->signal_group(SIGTERM);
+  dpt::testing::JobResult r = job->finish(std::chrono::seconds(60));
+  ASSERT_TRUE(r.finished) << r;
+  EXPECT_EQ(r.exit_code, 143) << r;
+  std::smatch stopped;
+  ASSERT_TRUE(std::regex_search(r.out, stopped, std::regex("signal 10: stopping after step (\\d+)"))) << r;
+  EXPECT_TRUE(fs::exists(dir_.file("run/checkpoints/step-" + stopped[1].str() + ".json"))) << r;
+  EXPECT_FALSE(namespace_exists(host)) << host << " is left behind";
 }
 
 TEST_P(Cluster, ASecondHostWhoseLinkGoesDownEndsTheRun) {

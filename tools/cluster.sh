@@ -7,7 +7,8 @@
 # N hosts (2) x P processes (1), ranks 0..P-1 on host 0; RATE limits each host's link in both
 # directions (a tc rate: 100mbit, 1gbit, 10gbit). Exit: the program's (mpirun's) exit code; 2
 # for bad arguments or where namespaces cannot be made. Everything it makes is removed on
-# every way out (normal end, error, Ctrl-C, SIGTERM; after a SIGKILL, by the next run).
+# every way out (normal end, error, Ctrl-C, SIGTERM; after a SIGKILL, by the next run). Ctrl-C
+# and SIGTERM reach the program as SIGUSR1, which train answers with a checkpoint.
 #
 # What it makes (k: a slot free at start, taken under a lock, so that runs at once never meet):
 #   namespace dpt<k>-sw    the switch: a bridge with one veth port per host;
@@ -114,7 +115,9 @@ cleanup() {
   trap '' INT TERM HUP
   trap - EXIT
   if [ -n "$mpirun_pid" ] && kill -0 "$mpirun_pid" 2>/dev/null; then
-    kill -TERM "$mpirun_pid" 2>/dev/null  # mpirun passes it on: train checkpoints and stops
+    # mpirun forwards SIGUSR1 to every rank (SIGTERM would have it kill them 1 s later):
+    # train checkpoints and stops, other programs end.
+    kill -USR1 "$mpirun_pid" 2>/dev/null
     for _ in $(seq 100); do kill -0 "$mpirun_pid" 2>/dev/null || break; sleep 0.1; done
   fi
   [ -n "$slot" ] && slot_remove "$slot"
@@ -180,8 +183,11 @@ mpirun_command=(mpirun -np $((nodes * per_node)) --hostfile "$work/hostfile" --m
   --mca plm_rsh_agent "$work/agent" --mca pml ob1 --mca btl tcp,vader,self
   --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24"
   "${mpirun_args[@]}" "$@")
-# mpirun runs on host 0, in the background so that a signal reaches the traps at once.
-"$work/agent" "$prefix-n0" "exec $(printf '%q ' "${mpirun_command[@]}")" &
+# mpirun runs on host 0, in the background so that a signal reaches the traps at once, and
+# in a session of its own, so that a Ctrl-C or a signal to this script's process group
+# reaches only this script, which passes SIGUSR1 on (cleanup); SIGINT or SIGTERM would make
+# mpirun kill the ranks 1 s later, often before train's checkpoint is written.
+setsid "$work/agent" "$prefix-n0" "exec $(printf '%q ' "${mpirun_command[@]}")" &
 mpirun_pid=$!
 wait "$mpirun_pid"
 code=$?

@@ -22,6 +22,7 @@ void stop_signals_install() {
   action.sa_flags = SA_RESETHAND | SA_RESTART;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGUSR1, &action, nullptr);
   std::signal(SIGXFSZ, SIG_IGN);
 }
 
