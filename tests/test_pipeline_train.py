@@ -102,6 +102,11 @@ class PipelineTrain(unittest.TestCase):
                     r = run(path, np, *overrides)
                     self.assertNotEqual(r.returncode, 0)
                     self.assertIn(message, r.stderr)
+            r = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", TRAIN, path,
+                                "--set", "parallel.pp=2", "--resume", "auto"],
+                               env=ENV, capture_output=True, text=True, timeout=200)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("--resume: a run with parallel.pp: 2 starts from scratch", r.stderr)
             # More stages than the model has units (mlp [64, 32]: 3).
             r = run(path, 4, "parallel.pp=4")
             self.assertNotEqual(r.returncode, 0)

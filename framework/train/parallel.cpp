@@ -29,7 +29,16 @@ ParallelLayout parallel_layout(const io::Config& config, const std::string& resu
         << " trains without checkpoints (a checkpoint holds rank 0's model, a tp rank holds a slice): set "
            "checkpoint.every_epochs: 0 and no --resume";
   }
-  if (layout.pp > 1) return layout;  // the pipeline's groups: train/pipeline_step.h
+  if (layout.pp > 1) {
+    DPT_CHECK(resume.empty()) << "--resume: a run with parallel.pp: " << layout.pp
+                              << " starts from scratch (its checkpoints hold one stage's optimizer state)";
+    dist::DeviceMesh mesh({layout.pp, layout.dp}, {"pp", "dp"});
+    layout.stage = mesh.coordinates()[0];
+    layout.data_rank = mesh.coordinates()[1];
+    layout.pp_group = mesh.group("pp");
+    layout.dp_group = mesh.group("dp");
+    return layout;
+  }
   if (layout.tp == 1) {  // plain data parallelism: DDP over the world, as without `parallel:`
     layout.dp_group = dist::world();
     layout.data_rank = dist::info().rank;

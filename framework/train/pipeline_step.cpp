@@ -11,27 +11,7 @@
 
 namespace dpt::train {
 
-PipelineLayout pipeline_layout(const io::Config& config) {
-  const io::ParallelConfig& p = config.parallel;
-  const int world = dist::info().world_size;
-  DPT_CHECK(p.tp == 1) << "parallel: tp " << p.tp << " with pp " << p.pp
-                       << ": a pipeline's stages are not split over tensor-parallel ranks (set tp: 1)";
-  DPT_CHECK(world % p.pp == 0) << "parallel: pp " << p.pp << " does not divide the world size " << world;
-  PipelineLayout layout;
-  layout.pp = static_cast<int>(p.pp);
-  layout.dp = p.dp > 0 ? static_cast<int>(p.dp) : world / layout.pp;
-  DPT_CHECK(layout.dp * layout.pp == world)
-      << "parallel: dp " << layout.dp << " x pp " << layout.pp << " = " << layout.dp * layout.pp
-      << " ranks, but the world size is " << world;
-  dist::DeviceMesh mesh({layout.pp, layout.dp}, {"pp", "dp"});
-  layout.stage = mesh.coordinates()[0];
-  layout.replica = mesh.coordinates()[1];
-  layout.pp_group = mesh.group("pp");
-  layout.dp_group = mesh.group("dp");
-  return layout;
-}
-
-std::string pipeline_describe(const io::Config& config, nn::Module& net, const PipelineLayout& layout) {
+std::string pipeline_describe(const io::Config& config, nn::Module& net, const ParallelLayout& layout) {
   const int64_t m = config.pipeline.micro_batches;
   std::string out = "pipeline: " + std::to_string(layout.pp) + " stages x " + std::to_string(layout.dp) +
                     " data-parallel replicas; rank r holds stage r / " + std::to_string(layout.dp) +
@@ -49,7 +29,7 @@ std::string pipeline_describe(const io::Config& config, nn::Module& net, const P
 }
 
 nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::DistributedConfig& config,
-                                  const PipelineLayout& layout) {
+                                  const ParallelLayout& layout) {
   backend_check(device, config);
   net.to(device);  // the whole model: evaluation runs it after pipeline_gather_model
   nn::ModulePtr stage = nn::split_stage(net, layout.pp, layout.stage);
@@ -60,7 +40,7 @@ nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::Dist
                        .find_unused_parameters = config.find_unused_parameters});
 }
 
-void pipeline_gather_model(nn::Module& net, const PipelineLayout& layout) {
+void pipeline_gather_model(nn::Module& net, const ParallelLayout& layout) {
   std::vector<dist::WorkPtr> pending;
   for (int s = 0; s < layout.pp; ++s)
     for (const auto& [name, tensor] : nn::split_stage(net, layout.pp, s)->state_dict())
@@ -68,7 +48,7 @@ void pipeline_gather_model(nn::Module& net, const PipelineLayout& layout) {
   for (const dist::WorkPtr& work : pending) work->wait();
 }
 
-PipelineStep::PipelineStep(const io::Config& config, nn::ModulePtr stage, const PipelineLayout& layout,
+PipelineStep::PipelineStep(const io::Config& config, nn::ModulePtr stage, const ParallelLayout& layout,
                            optim::Optimizer& optimizer)
     : pipeline_(
           stage, layout.pp_group,

@@ -1,8 +1,8 @@
 // Training with the model cut into pipeline stages (parallel.pp > 1): the ranks form a
 // pp x dp mesh, each rank trains one stage (nn/pipeline_stage.h) of one data-parallel
 // replica, and a step sends its micro-batches through the stages (dist::Pipeline). What the
-// Trainer does differently for a pipeline is here: the layout, the stage it trains, the
-// step, and gathering the stages back into the whole model for evaluation and saving.
+// Trainer does differently for a pipeline is here: the stage it trains, the step, and
+// gathering the stages back into the whole model for evaluation and saving.
 #pragma once
 
 #include <memory>
@@ -13,44 +13,31 @@
 #include "io/config.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
+#include "train/parallel.h"
 #include "train/step.h"
 
 namespace dpt::train {
 
-// Rank r of the world holds stage r / dp of data-parallel replica r % dp (pp outermost, as
-// in the mesh of parallel: dp x tp x pp). pp_group: the stages of this rank's replica, in
-// stage order; dp_group: the ranks that hold this rank's stage.
-struct PipelineLayout {
-  int pp = 1, dp = 1;
-  int stage = 0, replica = 0;
-  dist::GroupPtr pp_group, dp_group;
-};
-
-// The layout `config.parallel` asks for (requires pp > 1). Collective over the world (it
-// makes the groups). Throws dpt::Error, one line, when dp x pp is not the world size or tp
-// is not 1.
-PipelineLayout pipeline_layout(const io::Config& config);
-
 // What rank 0 prints: the mesh, each stage's units and ranks, the schedule. Lines end in \n.
-std::string pipeline_describe(const io::Config& config, nn::Module& net, const PipelineLayout& layout);
+std::string pipeline_describe(const io::Config& config, nn::Module& net, const ParallelLayout& layout);
 
 // This rank's stage of `net` (sharing its tensors), on `device`, in DDP over the layout's
 // dp group when dp > 1: what the optimizer and the step train. Throws dpt::Error when the
 // model cannot be cut into pp stages. Collective over the dp group.
 nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::DistributedConfig& config,
-                                  const PipelineLayout& layout);
+                                  const ParallelLayout& layout);
 
 // Each stage's parameters and buffers, broadcast from the rank that trains them to the
 // other ranks of its pipeline group: afterwards `net` is the whole trained model on every
 // rank (as evaluation and model.safetensors need). Collective over the pp group.
-void pipeline_gather_model(nn::Module& net, const PipelineLayout& layout);
+void pipeline_gather_model(nn::Module& net, const ParallelLayout& layout);
 
 // One training step through the pipeline: every rank of a pipeline group passes the same
 // batch; the loss is the cross-entropy of the last stage's output. A step is applied or
 // stopped on every rank alike (the non-finite verdict is agreed over the world).
 class PipelineStep : public Step {
  public:
-  PipelineStep(const io::Config& config, nn::ModulePtr stage, const PipelineLayout& layout,
+  PipelineStep(const io::Config& config, nn::ModulePtr stage, const ParallelLayout& layout,
                optim::Optimizer& optimizer);
   io::RunControl::StepAction run(const data::Batch& batch, float lr, StepAt at, StepHooks hooks) override;
 

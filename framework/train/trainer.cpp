@@ -65,13 +65,6 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   data_ = load_data(config_.dataset, config_.seed);
   const models::ModelSpec spec = model_spec(data_.train, config_.seed, layout_.tp_group);
   net_ = model_build(config_, spec, compute);
-  if (config_.parallel.pp > 1) {
-    DPT_CHECK(options_.resume.empty())
-        << "--resume: a run with parallel.pp: " << config_.parallel.pp
-        << " starts from scratch (its checkpoints hold one stage's optimizer state)";
-    pipeline_ = pipeline_layout(config_);
-    layout_.data_rank = pipeline_->replica;  // the stages of one pipeline read the same batches
-  }
   global_batch_ = config_.batch_size * layout_.dp;
   // On every rank: counting runs a forward pass, and a tensor-parallel one has collectives.
   const double macs = static_cast<double>(models::macs_per_image(*net_, spec)) / 1e6;
@@ -84,9 +77,10 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
         static_cast<long long>(global_batch_));
   // On its device before the optimizer and the EMA (their state is made where the
   // parameters are) and before the checkpoint is loaded into them.
-  model_ = pipeline_ ? pipeline_distribute(*net_, device_, config_.distributed, *pipeline_)
+  const bool pipeline = layout_.pp > 1;
+  model_ = pipeline ? pipeline_distribute(*net_, device_, config_.distributed, layout_)
                     : model_distribute(net_, device_, config_.distributed, config_.optimizer.shard, layout_.dp_group);
-  if (pipeline_ && main_rank) std::printf("%s", pipeline_describe(config_, *net_, *pipeline_).c_str());
+  if (pipeline && main_rank) std::printf("%s", pipeline_describe(config_, *net_, layout_).c_str());
   if (world.world_size > 1) {  // after DDP made its group, so the table lists it
     const std::string world_text = dist::world_table(device_.str());  // collective
     if (main_rank && layout_.tp_group) std::printf("%s\n", parallel_layout_str(layout_).c_str());
@@ -103,8 +97,8 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   if (config_.ema_decay > 0)
     ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
   schedule_.emplace(make_schedule(config_, steps_, layout_.dp));
-  if (pipeline_) {
-    auto step = std::make_unique<PipelineStep>(config_, model_, *pipeline_, *optimizer_);
+  if (pipeline) {
+    auto step = std::make_unique<PipelineStep>(config_, model_, layout_, *optimizer_);
     pipeline_step_ = step.get();
     step_ = std::move(step);
   } else {
@@ -234,7 +228,7 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
     // Called on every rank only when a signal stops the run, before rank 0 saves: then a
     // pipeline's stages are gathered, so the checkpoint holds the whole model's weights.
     auto loss_sum = [&] {
-      if (pipeline_) pipeline_gather_model(*net_, *pipeline_);
+      if (pipeline_step_) pipeline_gather_model(*net_, layout_);
       return r.losses.sum();
     };
     if (int signal = control_->stop_requested(epoch, r.step, lr, loss_sum, r.applied)) {
@@ -246,8 +240,8 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
 }
 
 EvalResult Trainer::evaluate_model() {
-  if (pipeline_) {  // every rank evaluates its share of the test set with the whole model
-    pipeline_gather_model(*net_, *pipeline_);
+  if (pipeline_step_) {  // every rank evaluates its share of the test set with the whole model
+    pipeline_gather_model(*net_, layout_);
     return evaluate(*net_, *test_batches_);
   }
   if (!ema_) return evaluate(*model_, *test_batches_, layout_.data_rank, layout_.dp);

@@ -69,12 +69,11 @@ class Trainer {
   TrainerOptions options_;
   io::Progress progress_;  // the live line
   Device device_;
-  ParallelLayout layout_;  // the groups: DDP's (dp) and the model's (tp); this rank's data share
+  ParallelLayout layout_;  // the groups: DDP's (dp), the model's (tp), the pipeline's (pp); this rank's data share
   TrainData data_;
   nn::ModulePtr net_;    // the bare model
   nn::ModulePtr model_;  // what steps call: DDP over net_, or net_; with pp > 1 this rank's stage
-  std::optional<PipelineLayout> pipeline_;  // set when parallel.pp > 1
-  PipelineStep* pipeline_step_ = nullptr;   // step_, when pipeline_ is set
+  PipelineStep* pipeline_step_ = nullptr;  // step_, when parallel.pp > 1
   std::unique_ptr<data::Loader> train_loader_, test_loader_;
   std::unique_ptr<BatchSource> train_batches_, test_batches_;
   int64_t steps_ = 0;         // per epoch
