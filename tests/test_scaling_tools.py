@@ -1,8 +1,11 @@
 """tools/scaling.sh, scaling_report.py, plot_run.py and plot_timeline.py end to end: a tiny
 weak and strong sweep (np 1 and 2, a few steps of an MLP on synthetic data) writes the CSV,
 markdown and PNG, with each run's batch, images/s and efficiency recomputed here from the
-runs' own summary.json; the report's arithmetic on made-up runs (efficiency, time to a
-target accuracy) against values worked by hand; bad arguments end with one line and exit 2."""
+runs' own summary.json; a sweep across simulated hosts (--cluster 1x2,2x1 at two link
+rates, through tools/cluster.sh; skipped where namespaces cannot be made) likewise, each
+2x1 run's world table naming two hosts; the report's arithmetic on made-up runs
+(efficiency, time to a target accuracy, medians of repeats, one baseline per variant)
+against values worked by hand; bad arguments end with one line and exit 2."""
 import csv
 import json
 import os
@@ -88,6 +91,41 @@ class Sweep(unittest.TestCase):
             self.assertTrue(is_png(png))
 
 
+class ClusterSweep(unittest.TestCase):
+    def test_layouts_and_links(self):
+        check = run(os.path.join(TOOLS, "cluster.sh"), "--check")
+        if check.returncode != 0:
+            self.skipTest(check.stderr.strip() or f"tools/cluster.sh --check exited with {check.returncode}")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "cluster")
+            r = run(os.path.join(TOOLS, "scaling.sh"), tiny_config(d), "--cluster", "1x2,2x1", "--link", "1gbit,none",
+                    "--steps", "3", "--out", out)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            rows = read_csv(os.path.join(out, "results.csv"))
+            # One host first, then the unlimited link, then 1 Gbit/s; the 1x2 run is the baseline.
+            self.assertEqual([(row["layout"], row["link"]) for row in rows],
+                             [("1x2", ""), ("2x1", "none"), ("2x1", "1gbit")])
+            base = None
+            for row, folder in zip(rows, ["1x2", "2x1-none", "2x1-1gbit"]):
+                self.assertEqual(row["run"], f"{folder}/r1")
+                with open(os.path.join(out, folder, "r1", "summary.json")) as f:
+                    summary = json.load(f)
+                self.assertEqual((summary["world_size"], summary["global_batch"]), (2, 64))
+                ips = summary["global_batch"] / summary["step_ms"] * 1e3
+                self.assertAlmostEqual(float(row["images_per_sec"]), ips, delta=1e-3 * ips)
+                base = base or ips
+                self.assertAlmostEqual(float(row["efficiency"]), ips / base, places=3)
+                with open(os.path.join(out, folder, "r1.log")) as f:
+                    log = f.read()
+                self.assertIn("world: 2 ranks on 2 hosts" if folder != "1x2" else "world: 2 ranks on 1 host", log)
+            with open(os.path.join(out, "results.md")) as f:
+                md = f.read()
+            self.assertIn("| layout | link | np |", md)
+            self.assertIn("\n| 2x1 | 1gbit | 2 |", md)
+            self.assertIn("\n| 1x2 | - | 2 |", md)
+            self.assertTrue(is_png(os.path.join(out, "scaling.png")))
+
+
 class Report(unittest.TestCase):
     def test_efficiency_and_time_to_target(self):
         with tempfile.TemporaryDirectory() as d:
@@ -127,6 +165,50 @@ class Report(unittest.TestCase):
             self.assertIn("np 4: more processes than 2 slot(s)", md)
             self.assertIn("90% idle for 2 s (except 1, after 10 minutes of waiting)", md)
 
+    def test_variants_and_repeats(self):
+        with tempfile.TemporaryDirectory() as d:
+            # Variants a and b, each at 1x1 and 2x1 at 1gbit, three repeats of 64 images a rank.
+            # a: 1x1 steps 100, 80, 120 ms, 2x1 200, 125, 160. Best: 1x1 800 images/s a process, 2x1
+            # 1024 / 2 = 512, efficiency 0.64; medians 100 and 160 ms: 640 and 800 / 2 = 400, 0.625.
+            # b: 1x1 50 ms, 2x1 100 ms, every time: 0.5 both ways, against b's own 1x1 (not a's).
+            steps = {("1x1", "a"): [100, 80, 120], ("2x1-1gbit", "a"): [200, 125, 160],
+                     ("1x1", "b"): [50, 50, 50], ("2x1-1gbit", "b"): [100, 100, 100]}
+            for (folder, variant), times in steps.items():
+                hosts = int(folder[0])
+                for k, step in enumerate(times, start=1):
+                    run_dir = os.path.join(d, f"{folder}-{variant}", f"r{k}")
+                    os.makedirs(run_dir)
+                    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+                        json.dump(dict(world_size=hosts, global_batch=64 * hosts, final_test_acc=0.5, best_test_acc=0.5,
+                                       step_ms=step, data_ms=0.0, forward_ms=step / 2, backward_ms=step / 2,
+                                       comm_wait_ms=float(k), optimizer_ms=0.0), f)
+                    with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+                        f.write(json.dumps(dict(epoch=1, test_acc=0.5, elapsed_s=1.0)) + "\n")
+                    with open(os.path.join(run_dir, "run.json"), "w") as f:
+                        json.dump(dict(hosts=hosts, per_host=1, link="1gbit" if hosts > 1 else "", variant=variant), f)
+            with open(os.path.join(d, "sweep.json"), "w") as f:
+                json.dump(dict(command="tools/scaling.sh x.yaml --cluster 1x1,2x1", mode="weak", threads_per_rank=1,
+                               cores=2, slots=2, repeats=3, target=None, oversubscribed=[], date="today",
+                               variants=["b", "a"], cluster=["1x1", "2x1"], links=["1gbit"],
+                               load_average={"before": "0.1", "after": "0.2"}), f)
+            r = run(PY, os.path.join(TOOLS, "scaling_report.py"), d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rows = read_csv(os.path.join(d, "results.csv"))
+            self.assertEqual([(row["layout"], row["link"], row["variant"]) for row in rows],
+                             [("1x1", "", "b"), ("1x1", "", "a"), ("2x1", "1gbit", "b"), ("2x1", "1gbit", "a")])
+            self.assertEqual([float(row["step_ms"]) for row in rows], [50, 80, 100, 125])
+            self.assertEqual([float(row["step_ms_median"]) for row in rows], [50, 100, 100, 160])
+            self.assertEqual([(float(row["step_ms_min"]), float(row["step_ms_max"])) for row in rows],
+                             [(50, 50), (80, 120), (100, 100), (125, 200)])
+            self.assertEqual([float(row["comm_wait_ms_median"]) for row in rows], [2, 2, 2, 2])
+            self.assertEqual([float(row["efficiency"]) for row in rows], [1.0, 1.0, 0.5, 0.64])
+            self.assertEqual([float(row["efficiency_median"]) for row in rows], [1.0, 1.0, 0.5, 0.625])
+            with open(os.path.join(d, "results.md")) as f:
+                md = f.read()
+            self.assertIn("| layout | link | variant | np |", md)
+            self.assertIn("\n| 2x1 | 1gbit | a | 2 | 128 | 1024 | 125.00 |", md)
+            self.assertIn("| 160.00 (125.00-200.00) | 2.00 | 0.625 |", md)
+
 
 class BadArguments(unittest.TestCase):
     def expect_error(self, cmd, needle):
@@ -143,6 +225,13 @@ class BadArguments(unittest.TestCase):
             self.expect_error([sh, config, "--np", "1,two"], "--np")
             self.expect_error([sh, config, "--steps", "5", "--epochs", "1"], "not both")
             self.expect_error([sh, config, "--np", "3", "--strong", "--np", "2,3", "--out", d], "does not divide")
+            self.expect_error([sh, config, "--np", "2", "--cluster", "2x1"], "not both")
+            self.expect_error([sh, config, "--cluster", "2x"], "HOSTSxPROCESSES")
+            self.expect_error([sh, config, "--cluster", "2x1,0x2"], "HOSTSxPROCESSES")
+            self.expect_error([sh, config, "--cluster", "2x1", "--link", "1gbit,1gb"], "'1gb'")
+            self.expect_error([sh, config, "--np", "2", "--link", "1gbit"], "--link needs --cluster")
+            self.expect_error([sh, config, "--variant", "flat"], "--variant")
+            self.expect_error([sh, config, "--variant", "a x=1", "--variant", "a y=2"], "two variants named 'a'")
             self.expect_error([PY, os.path.join(TOOLS, "scaling_report.py"), d], "sweep.json")
             self.expect_error([PY, os.path.join(TOOLS, "plot_run.py"), d], "metrics.jsonl")
             self.expect_error([PY, os.path.join(TOOLS, "plot_timeline.py"), os.path.join(d, "no.json")], "no.json")
