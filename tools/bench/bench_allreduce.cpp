@@ -5,7 +5,8 @@
 // "shared", a tensor from ProcessGroup::collective_buffer, which ranks on one machine
 // all-reduce in place in shared memory (shm_buffer.h; DDP's buckets). The older design, every
 // MPI call handed to the communication thread, is timed for the 0-element call, the barrier
-// and the overlap section. Run:
+// and the overlap section. Each measurement repeats its call as often as fills --budget-ms (3
+// to 2000 calls; 50 in the overlap section). Run:
 //   mpirun --oversubscribe -np 2 build/bench_allreduce [--min-bytes 4] [--max-bytes 268435456]
 //     [--budget-ms 100] [--rounds 2] [--min-sleep-us 2] [--max-sleep-us 128] [--idle-yield-us 20]
 #include <mpi.h>
@@ -44,10 +45,17 @@ double time_per_call(int iters, const std::function<void()>& op) {
 }
 
 // The same on every rank: rank 0's choice of how many calls fill `budget_s`.
-int iterations_for(double seconds_per_call, double budget_s) {
-  int iters = static_cast<int>(std::clamp(budget_s / std::max(seconds_per_call, 1e-9), 3.0, 2000.0));
+int iterations_for(double seconds_per_call, double budget_s, int max_iters = 2000) {
+  int iters =
+      static_cast<int>(std::clamp(budget_s / std::max(seconds_per_call, 1e-9), 3.0, double(max_iters)));
   MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
   return iters;
+}
+
+// Seconds per call of `op`, over as many calls (3 to max_iters) as fill `budget_s`: on a
+// slow link or oversubscribed cores a barrier takes milliseconds, not microseconds.
+double time_in_budget(double budget_s, int max_iters, const std::function<void()>& op) {
+  return time_per_call(iterations_for(time_per_call(1, op), budget_s, max_iters), op);
 }
 
 // Cache-resident arithmetic standing in for backward's kernels.
@@ -65,32 +73,33 @@ float compute(int reps) {
 // with a poll loop that never sleeps, and a helper thread in blocking MPI_Allreduce (MPI's
 // own spinning wait).
 void overlap_section(ProcessGroup& group, MpiProcessGroup& mpi_group, const Tensor& t,
-                     const PollPolicy& policy, int rank) {
+                     const PollPolicy& policy, int rank, double budget_s) {
   const int count = static_cast<int>(t.numel());
   float* data = t.data<float>();
   volatile float sink = 0;
   mpi_group.set_poll_policy(policy);
-  const double m = time_per_call(50, [&] { group.all_reduce(t)->wait(); });
+  const double m = time_in_budget(budget_s, 50, [&] { group.all_reduce(t)->wait(); });
   // Compute as long as the all-reduce: the case where overlap could hide it all.
   const double per_rep = time_per_call(20, [&] { sink = sink + compute(10); }) / 10;
   int reps = std::max(1, static_cast<int>(m / per_rep));
   MPI_Bcast(&reps, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  const double c = time_per_call(50, [&] { sink = sink + compute(reps); });
+  const int iters = iterations_for(std::max(m, per_rep * reps), budget_s, 50);
+  const double c = time_per_call(iters, [&] { sink = sink + compute(reps); });
   auto overlapped = [&] {
     WorkPtr work = group.all_reduce(t);
     sink = sink + compute(reps);
     work->wait();
   };
-  const double o_dpt = time_per_call(50, overlapped);
+  const double o_dpt = time_per_call(iters, overlapped);
   PollPolicy handoff = policy;
   handoff.caller_progress = false;
   mpi_group.set_poll_policy(handoff);
-  const double o_handoff = time_per_call(50, overlapped);
+  const double o_handoff = time_per_call(iters, overlapped);
   PollPolicy spinning = policy;
   spinning.min_sleep_us = spinning.max_sleep_us = 0;
   spinning.idle_yield_us = 0;
   mpi_group.set_poll_policy(spinning);
-  const double o_spin = time_per_call(50, overlapped);
+  const double o_spin = time_per_call(iters, overlapped);
   mpi_group.set_poll_policy(policy);
 
   MPI_Comm comm;
@@ -105,7 +114,7 @@ void overlap_section(ProcessGroup& group, MpiProcessGroup& mpi_group, const Tens
       done.release();
     }
   });
-  const double o_blocking = time_per_call(50, [&] {
+  const double o_blocking = time_per_call(iters, [&] {
     go.release();
     sink = sink + compute(reps);
     done.acquire();
@@ -161,20 +170,21 @@ int main(int argc, char** argv) {
   // bookkeeping (and, handed off, the queue and two thread wake-ups).
   Tensor empty = Tensor::zeros({0});
   for (int i = 0; i < 100; ++i) group->all_reduce(empty)->wait();
-  const double overhead = time_per_call(2000, [&] { group->all_reduce(empty)->wait(); });
+  const double overhead = time_in_budget(budget_s, 2000, [&] { group->all_reduce(empty)->wait(); });
   mpi_group->set_poll_policy(handoff);
-  const double overhead_handoff = time_per_call(2000, [&] { group->all_reduce(empty)->wait(); });
-  const double barrier_handoff = time_per_call(2000, [&] { group->barrier()->wait(); });
+  const double overhead_handoff = time_in_budget(budget_s, 2000, [&] { group->all_reduce(empty)->wait(); });
+  const double barrier_handoff = time_in_budget(budget_s, 2000, [&] { group->barrier()->wait(); });
   mpi_group->set_poll_policy(fast);
-  const double barrier_mpi = time_per_call(2000, [&] { MPI_Barrier(MPI_COMM_WORLD); });
-  const double barrier_dpt = time_per_call(2000, [&] { group->barrier()->wait(); });
+  const double barrier_mpi = time_in_budget(budget_s, 2000, [&] { MPI_Barrier(MPI_COMM_WORLD); });
+  const double barrier_dpt = time_in_budget(budget_s, 2000, [&] { group->barrier()->wait(); });
 
   if (me.rank == 0) {
     std::printf(
-        "# dpt all_reduce benchmark: %d ranks, f32 sum, in place; per call, slowest rank, best of %d rounds\n",
+        "# dpt all_reduce benchmark: %d ranks, f32 sum, in place; per call, slowest rank, best of %d "
+        "rounds\n",
         n, rounds);
-    std::printf("# 0-element all_reduce (no MPI call): dpt %.2f us, thread hand-off %.2f us\n", overhead * 1e6,
-                overhead_handoff * 1e6);
+    std::printf("# 0-element all_reduce (no MPI call): dpt %.2f us, thread hand-off %.2f us\n",
+                overhead * 1e6, overhead_handoff * 1e6);
     std::printf("# barrier: MPI_Barrier %.1f us, dpt barrier %.1f us, thread hand-off %.1f us\n",
                 barrier_mpi * 1e6, barrier_dpt * 1e6, barrier_handoff * 1e6);
     std::printf(
@@ -232,7 +242,8 @@ int main(int argc, char** argv) {
     }
   }
   const int64_t overlap_bytes = std::min<int64_t>(max_bytes, 4 << 20);
-  overlap_section(*group, *mpi_group, buffer.as_strided({overlap_bytes / 4}, {1}, 0), fast, me.rank);
+  overlap_section(*group, *mpi_group, buffer.as_strided({overlap_bytes / 4}, {1}, 0), fast, me.rank,
+                  budget_s);
   finalize();
   return 0;
 }
