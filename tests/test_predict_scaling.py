@@ -1,7 +1,8 @@
 """tools/predict_scaling against closed forms worked by hand: the alpha-beta costs of ring
 and hierarchical all-reduce, the bucket schedule with and without a shared core, the wait
 for the slowest rank (against enumerating every draw), alpha and beta recovered from a
-made-up bench_allreduce table, the ResNet layer tables against torchvision's parameter
+made-up bench_allreduce table (and each way across hosts from one run under tools/cluster.sh),
+a link's wait that does not take the core from compute, the ResNet layer tables against torchvision's parameter
 counts, a hand-made trace read back, and bad arguments (one line, exit code 2)."""
 import importlib.util
 import itertools
@@ -81,6 +82,25 @@ class Costs(unittest.TestCase):
         self.assertEqual(rows, [(1024, 2.0e-6), (4096, 3.0e-6)])
 
 
+    def test_hosts_calibration_fits_each_column(self):
+        # flat: 100 us + 8 ns/byte (1 Gbit/s); hier: 10 ms + 8 ns/byte; bf16: 10 ms + 4 ns/byte.
+        lines = {"flat": (100e-6, 8e-9), "hierarchical": (10e-3, 8e-9), "bf16": (10e-3, 4e-9)}
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write("      bytes     count  iters     MPI us     I+W us     dpt us     algbw     busbw dpt/MPI"
+                    " I+W/MPI  shared us  sh/MPI    flat us    hier us    bf16 us\n")
+            for size in (1024, 65536, 1 << 20, 4 << 20):
+                t = {k: (a + b * size) * 1e6 for k, (a, b) in lines.items()}
+                f.write(f"{size} {size // 4} 3 1 1 1 1 1 1 1 1 1 {t['flat']:.4f} {t['hierarchical']:.4f} "
+                        f"{t['bf16']:.4f}\n")
+        cal = ps.HostsCalibration(f"2x1-1gbit={f.name}", 4 << 20)
+        os.unlink(f.name)
+        self.assertEqual(cal.key(), (2, 1, "1gbit"))
+        for name, (a, b) in lines.items():
+            self.assertAlmostEqual(cal.seconds(name, 1 << 20) / (a + b * (1 << 20)), 1, places=5)
+        with self.assertRaises(ValueError):
+            ps.HostsCalibration("2x-1gbit=x.txt", 4 << 20)
+
+
 class Schedule(unittest.TestCase):
     def test_buckets_follow_ddp(self):
         mb = 1 << 20
@@ -118,6 +138,21 @@ class Schedule(unittest.TestCase):
         r = ps.simulate(ps.Profile("p", 0, 10, 0, [(10, 1)]), lambda nbytes: 2e-3, shared_core=True)
         self.assertAlmostEqual(r["step_ms"], 12)
         self.assertAlmostEqual(r["exposed_ms"], 2)
+
+    def test_a_links_wait_does_not_take_the_core(self):
+        # Backward 10 ms of work; from 4 ms a bucket of 2 ms CPU work then 4 ms on the link:
+        # both at half speed to 8 ms (compute has done 6), compute alone while the link
+        # carries it (to 12 ms: done 10, and the bucket too). The link's time is hidden.
+        prof = ps.Profile("p", 0, 10, 0, [(4, 1)])
+        r = ps.simulate(prof, lambda nbytes: (2e-3, 4e-3), shared_core=True)
+        (b,) = r["buckets"]
+        self.assertAlmostEqual(b["end_ms"], 12)
+        self.assertAlmostEqual(r["backward_ms"], 12)
+        self.assertAlmostEqual(r["exposed_ms"], 0)
+        # Ready at the end: 2 + 4 ms after backward, all exposed.
+        r = ps.simulate(ps.Profile("p", 0, 10, 0, [(10, 1)]), lambda nbytes: (2e-3, 4e-3), shared_core=True)
+        self.assertAlmostEqual(r["exposed_ms"], 6)
+        self.assertAlmostEqual(r["step_ms"], 16)
 
     def test_slowest_rank(self):
         samples = [10.0, 11.0, 15.0]
@@ -195,7 +230,8 @@ class BadArguments(unittest.TestCase):
                              (["--model", "resnet50", "--network", "this-machine"], "--calibrate"),
                              (["--model", "resnet50", "--network", "this-machine", "--calibrate", "/no/file"],
                               "/no/file"),
-                             (["--timeline", "/no/trace.json"], "/no/trace.json")):
+                             (["--timeline", "/no/trace.json"], "/no/trace.json"),
+                             (["--model", "resnet50", "--calibrate-hosts", "2x1=ar.txt"], "LAYOUT-LINK=FILE")):
             r = self.run_tool(*args)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(needle, r.stderr)

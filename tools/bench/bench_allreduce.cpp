@@ -5,8 +5,9 @@
 // "shared", a tensor from ProcessGroup::collective_buffer, which ranks on one machine
 // all-reduce in place in shared memory (shm_buffer.h; DDP's buckets). The older design, every
 // MPI call handed to the communication thread, is timed for the 0-element call, the barrier
-// and the overlap section. Each measurement repeats its call as often as fills --budget-ms (3
-// to 2000 calls; 50 in the overlap section). Run:
+// and the overlap section. Across hosts (tools/cluster.sh), three more columns time the
+// shared tensor as DDP's buckets go with each distributed.hierarchical / compress setting. Each measurement
+// repeats its call as often as fills --budget-ms (3 to 2000 calls; 50 in the overlap section). Run:
 //   mpirun --oversubscribe -np 2 build/bench_allreduce [--min-bytes 4] [--max-bytes 268435456]
 //     [--budget-ms 100] [--rounds 2] [--min-sleep-us 2] [--max-sleep-us 128] [--idle-yield-us 20]
 #include <mpi.h>
@@ -165,6 +166,7 @@ int main(int argc, char** argv) {
   Tensor buffer = Tensor::zeros({std::max<int64_t>(max_bytes / 4, 1)});
   float* data = buffer.data<float>();
   Tensor shared_buffer = group->collective_buffer(buffer.numel(), DType::f32, Device::cpu());
+  const bool across_hosts = mpi_group->host_groups().across != nullptr;
 
   // The fixed cost alone: a 0-element all_reduce makes no MPI call, so call + wait is dpt's
   // bookkeeping (and, handed off, the queue and two thread wake-ups).
@@ -193,9 +195,15 @@ int main(int argc, char** argv) {
     std::printf(
         "# (the caller starts it and polls it); shared: the same on a tensor from collective_buffer\n"
         "# (ranks on one machine: reduced in place in shared memory). algbw, busbw: dpt's\n");
-    std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %7s %10s %7s\n", "bytes", "count", "iters", "MPI us",
+    if (across_hosts) {
+      std::printf(
+          "# ranks on several hosts: shared as DDP's buckets go with distributed.hierarchical false (flat),\n"
+          "# true (hier) and true with compress bf16 (bf16)\n");
+    }
+    std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %7s %10s %7s", "bytes", "count", "iters", "MPI us",
                 "I+W us", "dpt us", "algbw", "busbw", "dpt/MPI", "I+W/MPI", "shared us", "sh/MPI");
-    std::printf("%11s %9s %6s %10s %10s %10s %9s %9s %7s %7s %10s %7s\n", "", "", "", "", "", "", "GB/s",
+    if (across_hosts) std::printf(" %10s %10s %10s", "flat us", "hier us", "bf16 us");
+    std::printf("\n%11s %9s %6s %10s %10s %10s %9s %9s %7s %7s %10s %7s\n", "", "", "", "", "", "", "GB/s",
                 "GB/s", "", "", "", "");
   }
 
@@ -206,10 +214,24 @@ int main(int argc, char** argv) {
 
     // Right answer first, both ways: rank r holds r + 1.
     const float expected = n * (n + 1) / 2.0f;
-    for (const Tensor& x : {t, s}) {
+    // Across hosts also each way DDP's buckets can go (small integers: exact in bf16 too).
+    auto shared_as = [&](Hierarchical mode, Compression compress) {
+      mpi_group->set_hierarchical(mode);
+      mpi_group->all_reduce(s, ReduceOp::sum, compress)->wait();
+      mpi_group->set_hierarchical(Hierarchical::automatic);
+    };
+    std::vector<std::pair<Tensor, std::function<void()>>> checks = {
+        {t, [&] { group->all_reduce(t)->wait(); }}, {s, [&] { group->all_reduce(s)->wait(); }}};
+    if (across_hosts) {
+      for (Hierarchical mode : {Hierarchical::off, Hierarchical::on}) {
+        checks.push_back({s, [&, mode] { shared_as(mode, Compression::none); }});
+      }
+      checks.push_back({s, [&] { shared_as(Hierarchical::on, Compression::bf16); }});
+    }
+    for (const auto& [x, op] : checks) {
       float* p = x.data<float>();
       std::fill(p, p + count, static_cast<float>(me.rank + 1));
-      group->all_reduce(x)->wait();
+      op();
       if (p[0] != expected || p[count - 1] != expected) {
         abort_all("bench_allreduce: wrong sum at " + std::to_string(bytes) + " bytes", 1);
       }
@@ -226,18 +248,28 @@ int main(int argc, char** argv) {
     auto shared = [&] { group->all_reduce(s)->wait(); };
     mpi();
     const int iters = iterations_for(time_per_call(1, mpi), budget_s);
-    double t_mpi = 1e9, t_iw = 1e9, t_dpt = 1e9, t_shared = 1e9;
+    double t_mpi = 1e9, t_iw = 1e9, t_dpt = 1e9, t_shared = 1e9, t_flat = 1e9, t_hier = 1e9, t_bf16 = 1e9;
     for (int round = 0; round < rounds; ++round) {
       t_mpi = std::min(t_mpi, time_per_call(iters, mpi));
       t_iw = std::min(t_iw, time_per_call(iters, iw));
       t_dpt = std::min(t_dpt, time_per_call(iters, dpt));
       t_shared = std::min(t_shared, time_per_call(iters, shared));
+      if (across_hosts) {
+        t_flat =
+            std::min(t_flat, time_per_call(iters, [&] { shared_as(Hierarchical::off, Compression::none); }));
+        t_hier =
+            std::min(t_hier, time_per_call(iters, [&] { shared_as(Hierarchical::on, Compression::none); }));
+        t_bf16 =
+            std::min(t_bf16, time_per_call(iters, [&] { shared_as(Hierarchical::on, Compression::bf16); }));
+      }
     }
     if (me.rank == 0) {
       const double algbw = bytes / t_dpt / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
-      std::printf("%11lld %9d %6d %10.1f %10.1f %10.1f %9.3f %9.3f %7.2f %7.2f %10.1f %7.2f\n",
+      std::printf("%11lld %9d %6d %10.1f %10.1f %10.1f %9.3f %9.3f %7.2f %7.2f %10.1f %7.2f",
                   static_cast<long long>(bytes), count, iters, t_mpi * 1e6, t_iw * 1e6, t_dpt * 1e6, algbw,
                   busbw, t_mpi / t_dpt, t_mpi / t_iw, t_shared * 1e6, t_mpi / t_shared);
+      if (across_hosts) std::printf(" %10.1f %10.1f %10.1f", t_flat * 1e6, t_hier * 1e6, t_bf16 * 1e6);
+      std::printf("\n");
       std::fflush(stdout);
     }
   }
