@@ -262,7 +262,8 @@ TEST(Zero, GatherDuringForwardMatchesGatherInStep) {
     // Every bucket is left in flight by step(), and each layer's forward waits for its own.
     Training t(Rule::sgd, world, true, cap, false, true);
     auto& zero = dynamic_cast<dist::ZeroOptimizer&>(*t.optimizer);
-    const int buckets = static_cast<int>(dynamic_cast<dist::DistributedDataParallel&>(*t.model).reducer().buckets().size());
+    const int buckets =
+        static_cast<int>(dynamic_cast<dist::DistributedDataParallel&>(*t.model).reducer().buckets().size());
     t.train(0, 1);
     EXPECT_EQ(zero.gathers_pending(), buckets);
     const Data d = rank_batch(1, world->rank(), world->size());
@@ -285,8 +286,9 @@ TEST(Zero, AModuleWithoutTheHookKeepsTheGatherInStep) {
   net->add(std::make_shared<nn::Linear>(4, 4, rng)).add(std::make_shared<UnhookedScale>());
   auto ddp = std::make_shared<dist::DistributedDataParallel>(
       net, dist::world(), dist::DdpOptions{.bucket_cap_mb = 0.0, .shard_gradients = true});
-  dist::ZeroOptimizer zero(*ddp, groups_of(*net),
-                           [](std::vector<optim::ParamGroup> gs) { return make_rule(Rule::sgd, std::move(gs)); });
+  dist::ZeroOptimizer zero(*ddp, groups_of(*net), [](std::vector<optim::ParamGroup> gs) {
+    return make_rule(Rule::sgd, std::move(gs));
+  });
   EXPECT_FALSE(zero.gather_during_forward());
   zero.step(kLr);
   EXPECT_EQ(zero.gathers_pending(), 0);

@@ -146,13 +146,13 @@ struct MpiOp final : public CommTask {
   // how many elements come from each rank and where they go.
   Tensor received;
   std::vector<int> received_counts, received_displs;
-  bool in_place = false;                  // all_gather's `in` is its own chunk of `out`
-  ShmSegment* shm = nullptr;              // all_reduce: through shared memory instead of MPI
-  uint64_t shm_seq = 0;                   // its op number, once started
+  bool in_place = false;      // all_gather's `in` is its own chunk of `out`
+  ShmSegment* shm = nullptr;  // all_reduce: through shared memory instead of MPI
+  uint64_t shm_seq = 0;       // its op number, once started
   // all_reduce and all_gather in place: `out`, reduce_scatter: `in` lies in this buffer.
   std::shared_ptr<ShmBuffer> shared;
-  size_t shared_offset = 0;  // of that tensor in it, in bytes
-  bool shared_reduced = false;            // this rank's share is done
+  size_t shared_offset = 0;     // of that tensor in it, in bytes
+  bool shared_reduced = false;  // this rank's share is done
   // all_reduce across hosts, in stages (hierarchical.h); null for every other collective.
   std::unique_ptr<HierarchicalAllReduce> hierarchical;
   ControlChannel* control = nullptr;  // the group's, which outlives its pending work

@@ -140,7 +140,8 @@ void ZeroOptimizer::parameters_ready() {
 }
 
 int ZeroOptimizer::gathers_pending() const {
-  return static_cast<int>(std::count_if(gathers_.begin(), gathers_.end(), [](const WorkPtr& w) { return !!w; }));
+  return static_cast<int>(
+      std::count_if(gathers_.begin(), gathers_.end(), [](const WorkPtr& w) { return !!w; }));
 }
 
 void ZeroOptimizer::step(float lr) {
