@@ -188,12 +188,6 @@ double relative_difference(const nn::NamedTensors& mine, const nn::NamedTensors&
   return diff == 0 ? 0 : diff / scale;  // 0 also when `mine` is empty (a stage without buffers)
 }
 
-double loss_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = 0;
-  for (size_t k = 0; k < b.size(); ++k) worst = std::max(worst, std::abs(a[k] - b[k]) / std::abs(b[k]));
-  return worst;
-}
-
 struct Layout {
   int dp, pp;
 };
@@ -228,7 +222,9 @@ void expect_equal_to_one_process(const ModelCase& c) {
       EXPECT_EQ(relative_difference(mine.params, reference.params), 0.0);
       // The running statistics too, without DDP; with it each forward starts from replica
       // 0's (broadcast_buffers), which saw only its own micro-batches.
-      if (layout.dp == 1) EXPECT_EQ(relative_difference(mine.buffers, reference.buffers), 0.0);
+      if (layout.dp == 1) {
+        EXPECT_EQ(relative_difference(mine.buffers, reference.buffers), 0.0);
+      }
     }
   }
 }

@@ -6,6 +6,8 @@
 // averaging two numbers is the same sum however it is done, against plain DDP bit for bit.
 // A sharded checkpoint holds the state whole and resumes unsharded and at another world
 // size; the non-finite verdict, checked on each rank's own shard, is the same on every rank.
+// With the all-gather left in flight by step() and waited for layer by layer in the next
+// forward, training is bit for bit what it is with the gather waited for in step().
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -84,17 +86,21 @@ struct Training {
   std::unique_ptr<optim::Ema> ema;
   dist::GroupPtr group;
 
-  Training(Rule rule, dist::GroupPtr g, bool shard, double bucket_cap_mb = 25.0, bool with_ema = false)
+  Training(Rule rule, dist::GroupPtr g, bool shard, double bucket_cap_mb = 25.0, bool with_ema = false,
+           bool gather_in_forward = false)
       : net(small_cnn()), model(net), group(std::move(g)) {
     if (group) {
       auto ddp = std::make_shared<dist::DistributedDataParallel>(
           net, group,
           dist::DdpOptions{.bucket_cap_mb = bucket_cap_mb, .sync_bn = true, .shard_gradients = shard});
       model = ddp;
-      if (shard)
-        optimizer = std::make_unique<dist::ZeroOptimizer>(
+      if (shard) {
+        auto zero = std::make_unique<dist::ZeroOptimizer>(
             *ddp, groups_of(*net),
             [rule](std::vector<optim::ParamGroup> gs) { return make_rule(rule, std::move(gs)); });
+        if (gather_in_forward) EXPECT_TRUE(zero->gather_during_forward());
+        optimizer = std::move(zero);
+      }
     }
     if (!optimizer) optimizer = make_rule(rule, groups_of(*net));
     if (with_ema) ema = std::make_unique<optim::Ema>(*net, 0.9f);
@@ -110,7 +116,10 @@ struct Training {
       optimizer->zero_grad();
       loss.backward();
       optimizer->step(kLr);
-      if (ema) ema->update(*net);
+      if (ema) {
+        optimizer->parameters_ready();
+        ema->update(*net);
+      }
       Tensor mean = loss.detach().clone();
       if (group) group->all_reduce(mean, dist::ReduceOp::avg)->wait();
       losses.push_back(mean.item());
@@ -235,6 +244,54 @@ TEST(Zero, NeedsDdpThatReduceScatters) {
                 });
               }),
               HasSubstr("make it with DdpOptions::shard_gradients"));
+}
+
+TEST(Zero, GatherDuringForwardMatchesGatherInStep) {
+  auto world = dist::world();
+  for (double cap : {0.0, 25.0}) {
+    SCOPED_TRACE("bucket_cap_mb " + std::to_string(cap));
+    for (bool with_ema : {false, true}) {
+      Training in_step(Rule::adamw, world, true, cap, with_ema);
+      Training in_forward(Rule::adamw, world, true, cap, with_ema, true);
+      EXPECT_EQ(in_forward.train(0, 20), in_step.train(0, 20));
+      EXPECT_EQ(flat(in_forward.net->state_dict()), flat(in_step.net->state_dict()));
+      if (with_ema) {
+        EXPECT_EQ(flat(in_forward.ema->shadow()), flat(in_step.ema->shadow()));
+      }
+    }
+    // Every bucket is left in flight by step(), and each layer's forward waits for its own.
+    Training t(Rule::sgd, world, true, cap, false, true);
+    auto& zero = dynamic_cast<dist::ZeroOptimizer&>(*t.optimizer);
+    const int buckets =
+        static_cast<int>(dynamic_cast<dist::DistributedDataParallel&>(*t.model).reducer().buckets().size());
+    t.train(0, 1);
+    EXPECT_EQ(zero.gathers_pending(), buckets);
+    const Data d = rank_batch(1, world->rank(), world->size());
+    (*t.model)(d.images);
+    EXPECT_EQ(zero.gathers_pending(), 0);
+  }
+}
+
+// A layer that owns a parameter but does not run Module::before_forward: gathering during
+// forward would let it read its parameter in flight, so step() keeps waiting.
+class UnhookedScale : public nn::Module {
+ public:
+  UnhookedScale() { register_parameter("scale", Tensor::full({4}, 1.0f)); }
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+TEST(Zero, AModuleWithoutTheHookKeepsTheGatherInStep) {
+  auto net = std::make_shared<nn::Sequential>();
+  Rng rng(3);
+  net->add(std::make_shared<nn::Linear>(4, 4, rng)).add(std::make_shared<UnhookedScale>());
+  auto ddp = std::make_shared<dist::DistributedDataParallel>(
+      net, dist::world(), dist::DdpOptions{.bucket_cap_mb = 0.0, .shard_gradients = true});
+  dist::ZeroOptimizer zero(*ddp, groups_of(*net), [](std::vector<optim::ParamGroup> gs) {
+    return make_rule(Rule::sgd, std::move(gs));
+  });
+  EXPECT_FALSE(zero.gather_during_forward());
+  zero.step(kLr);
+  EXPECT_EQ(zero.gathers_pending(), 0);
 }
 
 namespace {

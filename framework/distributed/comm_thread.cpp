@@ -84,6 +84,18 @@ bool CommTask::is_completed() {
   return false;
 }
 
+bool CommTask::test() {
+  if (finished()) return true;
+  CommThread* thread = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_.load(std::memory_order_relaxed)) return true;
+    thread = thread_;
+  }
+  thread->try_round();  // the group, which owns its thread, outlives its pending tasks
+  return is_completed();
+}
+
 void CommTask::complete() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -89,6 +89,11 @@ class CommTask : public Work {
   // thread is awake to progress it (a task that needs no MPI request may otherwise wait
   // for the next wait() or post() of its group).
   bool is_completed() override;
+  // Progresses its group once on the calling thread when the group's poll token is free,
+  // then is_completed(): for a task that another group's token holder waits on (the stages
+  // of the hierarchical all-reduce), so that no hand-off to a sleeping thread sits between
+  // one stage's completion and the next stage's start.
+  bool test();
   // For messages: "all_reduce(sum) of 1000 f32 on world (collective #3)".
   virtual std::string describe() const = 0;
   // Appended to the timeout message: who did not arrive ("; did not arrive: rank 1 ...").

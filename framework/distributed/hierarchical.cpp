@@ -57,7 +57,8 @@ HierarchicalAllReduce::HierarchicalAllReduce(const HostGroups& groups, const Ten
 
 bool HierarchicalAllReduce::progress() {
   if (work_) {
-    if (!work_->is_completed()) return false;
+    auto* task = dynamic_cast<CommTask*>(work_.get());
+    if (!(task ? task->test() : work_->is_completed())) return false;
     work_->wait();  // rethrows the stage's error
     work_.reset();
   }

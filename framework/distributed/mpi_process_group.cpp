@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "distributed/combine.h"
 #include "distributed/dist.h"
 #include "distributed/hierarchical.h"
 #include "distributed/mpi_check.h"
@@ -141,13 +142,17 @@ struct MpiOp final : public CommTask {
   int64_t n = 0;
   std::vector<int> counts, displs;        // all_gather, reduce_scatter: per-rank chunks; all_to_all: of out
   std::vector<int> in_counts, in_displs;  // all_to_all: of in
-  bool in_place = false;                  // all_gather's `in` is its own chunk of `out`
-  ShmSegment* shm = nullptr;              // all_reduce: through shared memory instead of MPI
-  uint64_t shm_seq = 0;                   // its op number, once started
+  // reduce_scatter through MPI: every rank's copy of this rank's chunk, rank after rank, and
+  // how many elements come from each rank and where they go.
+  Tensor received;
+  std::vector<int> received_counts, received_displs;
+  bool in_place = false;      // all_gather's `in` is its own chunk of `out`
+  ShmSegment* shm = nullptr;  // all_reduce: through shared memory instead of MPI
+  uint64_t shm_seq = 0;       // its op number, once started
   // all_reduce and all_gather in place: `out`, reduce_scatter: `in` lies in this buffer.
   std::shared_ptr<ShmBuffer> shared;
-  size_t shared_offset = 0;  // of that tensor in it, in bytes
-  bool shared_reduced = false;            // this rank's share is done
+  size_t shared_offset = 0;     // of that tensor in it, in bytes
+  bool shared_reduced = false;  // this rank's share is done
   // all_reduce across hosts, in stages (hierarchical.h); null for every other collective.
   std::unique_ptr<HierarchicalAllReduce> hierarchical;
   ControlChannel* control = nullptr;  // the group's, which outlives its pending work
@@ -217,8 +222,16 @@ struct MpiOp final : public CommTask {
           break;  // progress() completes it
         }
         if (kind == OpKind::reduce_scatter) {
-          MPI_CHECK(MPI_Ireduce_scatter(in.raw_data(), out.raw_data(), counts.data(), type, mpi_op(reduce),
-                                        comm, &r));
+          // A pairwise exchange: each rank sends chunk j of `in` to rank j and combines what it
+          // receives (finish), so every rank sends and receives (N - 1) / N of the tensor at
+          // once. Open MPI's MPI_Ireduce_scatter reduces the whole tensor to rank 0 and then
+          // scatters it: across hosts, whole tensors queue on rank 0's link.
+          received_counts.assign(group_size, counts[rank]);
+          received_displs.resize(group_size);
+          for (int j = 0; j < group_size; ++j) received_displs[j] = j * counts[rank];
+          received = Tensor::empty({static_cast<int64_t>(counts[rank]) * group_size}, dtype);
+          MPI_CHECK(MPI_Ialltoallv(in.raw_data(), counts.data(), displs.data(), type, received.raw_data(),
+                                   received_counts.data(), received_displs.data(), type, comm, &r));
           break;
         }
         MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : in.raw_data(), counts[rank], type, out.raw_data(),
@@ -253,6 +266,20 @@ struct MpiOp final : public CommTask {
     return r;
   }
 
+  // reduce_scatter through MPI: out = the ranks' copies of this rank's chunk combined in rank
+  // order (avg: summed; finish divides).
+  void combine_received() {
+    const int64_t chunk = counts[rank];
+    const size_t bytes = static_cast<size_t>(chunk) * dtype_size(dtype);
+    std::memcpy(out.raw_data(), received.raw_data(), bytes);
+    for (int j = 1; j < group_size; ++j) {
+      if (dtype == DType::f32)
+        combine(out.data<float>(), received.data<float>() + j * chunk, chunk, reduce);
+      else
+        combine(out.data<int64_t>(), received.data<int64_t>() + j * chunk, chunk, reduce);
+    }
+  }
+
   bool progress() override {
     if (hierarchical) return hierarchical->progress();
     if (shm_seq == 0) return true;
@@ -275,6 +302,7 @@ struct MpiOp final : public CommTask {
   }
 
   void finish(const MPI_Status& status) override {
+    if (received.defined()) combine_received();
     if (reduce == ReduceOp::avg && group_size > 1 && !shared && !hierarchical && is_reduction(kind) &&
         (kind != OpKind::reduce || rank == peer)) {
       if (dtype == DType::f32) divide<float>(out, group_size);
@@ -287,6 +315,7 @@ struct MpiOp final : public CommTask {
     }
     out = Tensor();
     in = Tensor();
+    received = Tensor();
     shared.reset();
     hierarchical.reset();
   }

@@ -30,6 +30,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
                              const MakeOptimizer& make)
     : Optimizer(std::move(groups)),
       group_(ddp.group()),
+      module_(ddp.module()),
       reducer_(ddp.reducer()),
       params_(ddp.module().named_parameters()) {
   DPT_CHECK(ddp.options().shard_gradients) << "ZeroOptimizer on " << group_->name()
@@ -88,20 +89,71 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::Pa
     shard_groups.push_back(std::move(shard));
   }
   rule_ = make(std::move(shard_groups));
+  gathers_.resize(buckets_.size());
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  if (gather_during_forward_)
+    for (nn::Module* m : module_.modules()) m->set_before_forward(nullptr);
+  try {
+    parameters_ready();
+  } catch (const std::exception&) {
+    // A failed gather has already been reported by whoever waited first, or the group is gone.
+  }
+}
+
+bool ZeroOptimizer::gather_during_forward() {
+  std::map<const TensorImpl*, size_t> bucket_of;
+  for (size_t b = 0; b < reducer_.buckets().size(); ++b)
+    for (size_t i : reducer_.buckets()[b].indices) bucket_of.emplace(params_[i].second.impl(), b);
+  std::vector<std::pair<nn::Module*, std::vector<size_t>>> hooks;
+  for (nn::Module* m : module_.modules()) {
+    std::vector<size_t> buckets;
+    for (const auto& [name, p] : m->own_parameters()) {
+      auto it = bucket_of.find(p.impl());
+      if (it != bucket_of.end() && std::find(buckets.begin(), buckets.end(), it->second) == buckets.end())
+        buckets.push_back(it->second);
+    }
+    if (buckets.empty()) continue;
+    if (!m->calls_before_forward()) return false;  // it would read parameters still in flight
+    hooks.emplace_back(m, std::move(buckets));
+  }
+  for (auto& [m, buckets] : hooks)
+    m->set_before_forward([this, buckets = std::move(buckets)] {
+      for (size_t b : buckets) gather_wait(b);
+    });
+  gather_during_forward_ = true;
+  return true;
+}
+
+void ZeroOptimizer::gather_wait(size_t b) {
+  if (!gathers_[b]) return;
+  const WorkPtr work = std::move(gathers_[b]);
+  gathers_[b].reset();
+  work->wait();
+  // The other ranks' elements changed too: copies made from the parameters (bf16) are stale.
+  buckets_[b].params.storage()->bump_version();
+}
+
+void ZeroOptimizer::parameters_ready() {
+  for (size_t b = buckets_.size(); b-- > 0;) gather_wait(b);
+}
+
+int ZeroOptimizer::gathers_pending() const {
+  return static_cast<int>(
+      std::count_if(gathers_.begin(), gathers_.end(), [](const WorkPtr& w) { return !!w; }));
 }
 
 void ZeroOptimizer::step(float lr) {
+  parameters_ready();  // a forward has normally waited for every bucket already
   rule_->step(lr);
   // Forward order (the last bucket holds the first layers), each in place from this rank's chunk.
-  std::vector<WorkPtr> works;
   for (size_t b = buckets_.size(); b-- > 0;) {
     const FlatBucket& bucket = buckets_[b];
-    works.push_back(group_->all_gather(
-        bucket.params, flat_range(bucket.params, bucket.mine.begin, bucket.mine.end - bucket.mine.begin)));
+    gathers_[b] = group_->all_gather(
+        bucket.params, flat_range(bucket.params, bucket.mine.begin, bucket.mine.end - bucket.mine.begin));
   }
-  for (auto& w : works) w->wait();
-  // The other ranks' elements changed too: copies made from the parameters (bf16) are stale.
-  for (const FlatBucket& bucket : buckets_) bucket.params.storage()->bump_version();
+  if (!gather_during_forward_) parameters_ready();
 }
 
 void ZeroOptimizer::step_prepare(float) {
@@ -128,6 +180,7 @@ std::vector<std::vector<Tensor>> ZeroOptimizer::segment_state() const {
 }
 
 std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_for_save() {
+  parameters_ready();  // the checkpoint's model is read after this
   autograd::NoGrad no_grad;
   const std::vector<std::string> kinds = state_kinds();
   const std::vector<std::vector<Tensor>> state = segment_state();
@@ -170,6 +223,7 @@ std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_for_save() {
 }
 
 std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_for_load() {
+  parameters_ready();  // a gather in flight would overwrite the loaded parameters
   const std::vector<std::string> kinds = state_kinds();
   loading_.assign(params_.size(), {});
   std::vector<StateTensor> out;

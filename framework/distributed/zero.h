@@ -4,7 +4,9 @@
 // average of its chunk of the bucket alone; the rank keeps the optimizer state of those
 // elements only, updates them, and the parameters (which live in one flat buffer per
 // bucket, as the gradients do) are all-gathered. Per rank the state is 1/N of an unsharded
-// optimizer's; the update is the wrapped rule's, element for element.
+// optimizer's; the update is the wrapped rule's, element for element. The all-gather can
+// run while the next forward computes (gather_during_forward): each layer waits for its
+// own parameters' buckets just before it reads them (nn::Module::before_forward).
 #pragma once
 
 #include <functional>
@@ -29,9 +31,22 @@ class ZeroOptimizer final : public optim::Optimizer {
   // never after. Collective over DDP's group. `ddp` must outlive the optimizer.
   ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups,
                 const MakeOptimizer& make);
+  ~ZeroOptimizer() override;
+
+  // From now on step() returns with the all-gathers in flight, and each layer of the model
+  // waits for the buckets of its own parameters before its forward reads them, so that a
+  // bucket's gather overlaps the forward of the layers before it (buckets are gathered in
+  // forward order). Other readers of the parameters call parameters_ready() first. Returns
+  // false, and leaves step() waiting, when some module with parameters of its own does not
+  // run the hook (nn::Module::calls_before_forward).
+  bool gather_during_forward();
+  void parameters_ready() override;
+  // Buckets whose all-gather step() started and nothing has waited for yet.
+  int gathers_pending() const;
 
   // Updates this rank's shard from the reduce-scattered gradients, then all-gathers the
-  // parameters: on return every rank holds all of them, updated. Collective.
+  // parameters: on return every rank holds all of them, updated (with
+  // gather_during_forward, once waited for). Collective.
   void step(float lr) override;
   // CUDA graphs are not supported (Error): a captured step would need its collectives in the graph.
   void step_prepare(float lr) override;
@@ -61,12 +76,17 @@ class ZeroOptimizer final : public optim::Optimizer {
 
   // Each segment's state tensors (state_kinds() order), from the rule.
   std::vector<std::vector<Tensor>> segment_state() const;
+  // Waits for bucket b's all-gather if one is pending.
+  void gather_wait(size_t b);
 
   GroupPtr group_;
+  nn::Module& module_;  // DDP's
   const Reducer& reducer_;
   nn::NamedTensors params_;                        // the module's, in the Reducer's order
   std::vector<std::vector<size_t>> group_params_;  // each group's parameters, as indices into params_
   std::vector<FlatBucket> buckets_;
+  std::vector<WorkPtr> gathers_;  // per bucket: the all-gather step() started, until waited for
+  bool gather_during_forward_ = false;
   std::vector<Segment> segments_;  // in the rule's parameter order
   std::unique_ptr<optim::Optimizer> rule_;
   std::vector<std::vector<Tensor>> loading_;  // state_for_load's tensors, [param][kind]

@@ -48,6 +48,7 @@ Linear::Linear(Tensor weight, Tensor bias) {
 // In bf16 the input is cast (a no-op when the layer before already ran in bf16) and the
 // weight comes from the cache; the bias stays f32 (the kernels add it in f32).
 Tensor Linear::run(const Tensor& x, bool relu) {
+  before_forward();
   const Compute& c = compute();
   if (c.dtype == DType::f32) return linear(x, weight_, bias_, relu);
   return linear(cast(x, c.dtype), weight_cache_.get(weight_, c), bias_, relu);
@@ -85,6 +86,7 @@ Conv2d::Conv2d(Tensor weight, Tensor bias, Conv2dOptions options) : options_(opt
 // The network's input is cast to the compute dtype and layout here, at its first
 // convolution, in one pass; later layers' inputs already are, and pass through.
 Tensor Conv2d::run(const Tensor& x, bool relu) {
+  before_forward();
   const Compute& c = compute();
   if (!c.active()) return conv2d(x, weight_, bias_, options_, relu);
   Conv2dOptions options = options_;
@@ -111,6 +113,7 @@ BatchNorm2d::BatchNorm2d(int64_t channels, BatchNormOptions options) : options_(
 }
 
 Tensor BatchNorm2d::forward_impl(const Tensor& x, bool relu) {
+  before_forward();
   if (is_training() && sum_across_ranks_) {
     Tensor y = sync_batch_norm2d(x, weight_, bias_, running_mean_, running_var_, options_, sum_across_ranks_);
     return relu ? dpt::relu(y) : y;

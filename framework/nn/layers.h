@@ -29,6 +29,7 @@ class Linear : public Module, public ReluFusable {
   Tensor forward(const Tensor& x) override;
   Tensor forward_relu(const Tensor& x) override;
   std::string describe() const override;
+  bool calls_before_forward() const override { return true; }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
 
@@ -49,6 +50,7 @@ class Conv2d : public Module, public ReluFusable {
   Tensor forward(const Tensor& x) override;
   Tensor forward_relu(const Tensor& x) override;
   std::string describe() const override;
+  bool calls_before_forward() const override { return true; }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
   const Conv2dOptions& options() const { return options_; }
@@ -67,6 +69,7 @@ class BatchNorm2d : public Module, public ReluFusable {
   Tensor forward(const Tensor& x) override;
   Tensor forward_relu(const Tensor& x) override;
   std::string describe() const override;
+  bool calls_before_forward() const override { return true; }
   // With a sum across ranks set, training uses synchronised batch statistics (DDP's
   // sync_bn); evaluation still uses the running statistics.
   void set_sum_across_ranks(SumAcrossRanks sum) { sum_across_ranks_ = std::move(sum); }

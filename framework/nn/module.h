@@ -3,6 +3,7 @@
 // initial broadcast rely on it) and error messages can name a parameter.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -51,6 +52,16 @@ class Module {
   void set_compute(const Compute& compute);
   const Compute& compute() const { return compute_; }
 
+  // This module's own parameters, not its children's.
+  const NamedTensors& own_parameters() const { return parameters_; }
+
+  // A hook that a layer runs before its forward reads its own parameters: ZeRO-1
+  // (distributed/zero.h) sets it to wait for the all-gather that brings them, so that the
+  // gather overlaps the forward of the layers before. calls_before_forward(): whether this
+  // module runs it (Linear, Conv2d, BatchNorm2d and their tensor-parallel forms do).
+  void set_before_forward(std::function<void()> hook) { before_forward_ = std::move(hook); }
+  virtual bool calls_before_forward() const { return false; }
+
  protected:
   const Tensor& register_parameter(const std::string& name, Tensor value);
   const Tensor& register_buffer(const std::string& name, Tensor value);
@@ -60,6 +71,9 @@ class Module {
     return module;
   }
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  void before_forward() const {
+    if (before_forward_) before_forward_();
+  }
 
  private:
   void collect(const std::string& prefix, bool parameters, NamedTensors& out) const;
@@ -69,6 +83,7 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
   Compute compute_;
+  std::function<void()> before_forward_;
 };
 
 using ModulePtr = std::shared_ptr<Module>;

@@ -38,6 +38,11 @@ class Optimizer {
   virtual void step_apply() = 0;
   // Sets every gradient to zero in place (a gradient may be a view DDP owns).
   void zero_grad();
+  // Waits until every parameter holds the last step()'s value. Only a sharded optimizer
+  // that gathers during forward (dist::ZeroOptimizer::gather_during_forward) returns from
+  // step() before that; call it before reading parameters outside the model's forward (an
+  // EMA update, saving the model).
+  virtual void parameters_ready() {}
 
   // Per-parameter state: `kind` names it ("momentum", "exp_avg", "exp_avg_sq"), `param` is
   // the parameter it belongs to, `value` the optimizer's own tensor, in group order. A

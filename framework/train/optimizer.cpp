@@ -17,7 +17,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, n
   };
   auto groups = optim::param_groups(model, static_cast<float>(c.weight_decay), c.no_decay_bias_bn);
   auto* ddp = dynamic_cast<dist::DistributedDataParallel*>(&model);
-  if (c.shard && ddp) return std::make_unique<dist::ZeroOptimizer>(*ddp, std::move(groups), rule);
+  if (c.shard && ddp) {
+    auto zero = std::make_unique<dist::ZeroOptimizer>(*ddp, std::move(groups), rule);
+    zero->gather_during_forward();  // where a layer cannot wait for its bucket, step() waits
+    return zero;
+  }
   return rule(std::move(groups));
 }
 

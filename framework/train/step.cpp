@@ -26,7 +26,10 @@ class EagerStep : public Step {
     if (action == StepAction::stop) return action;
     if (action == StepAction::apply) {
       optimizer_.step(lr);
-      if (ema_) ema_->update(net_);
+      if (ema_) {
+        optimizer_.parameters_ready();
+        ema_->update(net_);
+      }
       hooks.losses.add(loss);
     }
     hooks.profiler.lap(profile::Phase::optimizer);

@@ -240,6 +240,7 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
 }
 
 EvalResult Trainer::evaluate_model() {
+  optimizer_->parameters_ready();  // the EMA's swap reads them outside forward
   if (pipeline_step_) {  // every rank evaluates its share of the test set with the whole model
     pipeline_gather_model(*net_, layout_);
     return evaluate(*net_, *test_batches_);
@@ -255,6 +256,7 @@ int Trainer::finish(Clock::time_point run_start) {
   const profile::StepPhases phases = profiler_->run_means();  // collective
   profiler_->write_timeline();                                // collective
   // The whole model, gathered from the tp ranks' slices: what one process would have trained.
+  optimizer_->parameters_ready();
   const nn::NamedTensors state =
       model_whole_state(config_, model_spec(data_.train, config_.seed), *net_, layout_.tp_group);
   if (world.rank != 0) return 0;

@@ -69,7 +69,8 @@ class Trainer {
   TrainerOptions options_;
   io::Progress progress_;  // the live line
   Device device_;
-  ParallelLayout layout_;  // the groups: DDP's (dp), the model's (tp), the pipeline's (pp); this rank's data share
+  ParallelLayout
+      layout_;  // the groups: DDP's (dp), the model's (tp), the pipeline's (pp); this rank's data share
   TrainData data_;
   nn::ModulePtr net_;    // the bare model
   nn::ModulePtr model_;  // what steps call: DDP over net_, or net_; with pp > 1 this rank's stage

@@ -4,9 +4,13 @@
 # (training images per second over the global batch). Usage:
 #   tools/bench/zero_step_time.sh MODEL SHAPE BATCH STEPS [NP=2] [RUNS=5]
 #   e.g. tools/bench/zero_step_time.sh mnist_cnn '[1, 28, 28]' 128 40
+# LAUNCH replaces the launcher (default: mpirun --oversubscribe -np NP), e.g. across 2
+# simulated hosts on a 1 Gbit/s link:
+#   LAUNCH="tools/cluster.sh --nodes 2 --per-node 1 --link 1gbit --" tools/bench/zero_step_time.sh ...
 set -euo pipefail
 model=$1 shape=$2 batch=$3 steps=$4 np=${5:-2} runs=${6:-5}
 build=${DPT_BUILD_DIR:-build}
+read -r -a launch <<<"${LAUNCH:-mpirun --allow-run-as-root --oversubscribe -np $np}"
 out=$(mktemp -d /tmp/dpt_zero_bench.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 cat >"$out/config.yaml" <<YAML
@@ -20,7 +24,7 @@ optimizer: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 5.0e-4}
 YAML
 for run in $(seq "$runs"); do
   for shard in false true; do
-    mpirun --allow-run-as-root --oversubscribe -np "$np" "$build/train" "$out/config.yaml" \
+    "${launch[@]}" "$build/train" "$out/config.yaml" \
       --set optimizer.shard=$shard --set output.dir="$out/$shard-$run" >/dev/null
     python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(1000*s['global_batch']/s['images_per_sec'])" \
       "$out/$shard-$run/summary.json" >>"$out/$shard.ms"
