@@ -186,17 +186,18 @@ def plot(rows, sweep, path, name):
     for title, mine in series.items():
         thr.plot([r["np"] for r in mine], [r["images_per_sec"] for r in mine], "o-", label=title)
         eff.plot([r["np"] for r in mine], [r["efficiency"] for r in mine], "o-", label=title)
-    for r in rows:
-        if r["oversubscribed"]:
-            eff.annotate("oversubscribed", (r["np"], r["efficiency"]), textcoords="offset points", xytext=(-40, 8),
-                         fontsize="x-small")
+    for n in sorted({r["np"] for r in rows if r["oversubscribed"]}):  # once per np
+        top = max(r["efficiency"] for r in rows if r["np"] == n)
+        eff.annotate("oversubscribed", (n, top), textcoords="offset points", xytext=(-40, 8), fontsize="x-small")
     bottom = [0.0] * len(rows)
     labels = [label(r, sweep).replace(" ", "\n") for r in rows]
     for key, phase in PHASES:
         values = [r[key] for r in rows]
         parts.bar(range(len(rows)), values, bottom=bottom, label=phase)
         bottom = [b + v for b, v in zip(bottom, values)]
-    parts.set_xticks(range(len(rows)), labels, fontsize="x-small")
+    many = len(rows) > 8  # layouts x links x variants: labels on their side
+    parts.set_xticks(range(len(rows)), [x.replace("\n", " ") for x in labels] if many else labels,
+                     fontsize="xx-small" if many else "x-small", rotation=90 if many else 0)
     for ax in (thr, eff):
         ax.set_xscale("log", base=2)
         ax.set_xticks(nps, [str(n) for n in nps])
