@@ -29,11 +29,13 @@
 #include "ops/loss.h"
 #include "ops/shape.h"
 #include "optim/sgd.h"
+#include "state_difference.h"
 #include "step_batches.h"
 
 using namespace dpt;
 using dpt::testing::Data;
 using dpt::testing::error_of;
+using dpt::testing::state_difference;
 using dpt::testing::global_batch;
 using dpt::testing::kBatch;
 using dpt::testing::rows;
@@ -424,15 +426,6 @@ void move_buffers(nn::Module& model, uint64_t seed) {
   model(x);
 }
 
-// "" when a and b hold the same names with bit-identical values, else the first difference.
-std::string state_difference(const nn::NamedTensors& a, const nn::NamedTensors& b) {
-  if (a.size() != b.size()) return std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " tensors";
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].first != b[i].first) return "'" + a[i].first + "' vs '" + b[i].first + "'";
-    if (a[i].second.to_vector() != b[i].second.to_vector()) return "'" + a[i].first + "' differs";
-  }
-  return "";
-}
 
 std::vector<Tensor> clones(const nn::NamedTensors& tensors) {
   std::vector<Tensor> out;

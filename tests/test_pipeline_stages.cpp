@@ -12,9 +12,11 @@
 #include "models/registry.h"
 #include "nn/pipeline_stage.h"
 #include "ops/loss.h"
+#include "state_difference.h"
 
 using namespace dpt;
 using dpt::testing::error_of;
+using dpt::testing::state_difference;
 using ::testing::HasSubstr;
 
 namespace {
@@ -45,16 +47,6 @@ Tensor labels_of(const Case& c, int64_t n) {
   std::vector<int64_t> y(n);
   for (int64_t i = 0; i < n; ++i) y[i] = (3 * i + 1) % c.spec.num_classes;
   return Tensor::from_vector(y, {n});
-}
-
-// "" when a and b hold the same names in the same order with bit-identical values.
-std::string difference(const nn::NamedTensors& a, const nn::NamedTensors& b) {
-  if (a.size() != b.size()) return std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " tensors";
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].first != b[i].first) return "'" + a[i].first + "' vs '" + b[i].first + "'";
-    if (a[i].second.to_vector() != b[i].second.to_vector()) return "'" + a[i].first + "' differs";
-  }
-  return "";
 }
 
 std::vector<std::string> unit_names(nn::Module& model) {
@@ -90,8 +82,8 @@ TEST(PipelineStages, StagesHoldTheWholeModelsParametersAndBuffers) {
         for (auto& entry : stage->named_buffers()) buffers.push_back(entry);
         for (auto& [name, p] : stage->named_parameters()) EXPECT_TRUE(p.requires_grad()) << name;
       }
-      EXPECT_EQ(difference(params, reference->named_parameters()), "");
-      EXPECT_EQ(difference(buffers, reference->named_buffers()), "");
+      EXPECT_EQ(state_difference(params, reference->named_parameters()), "");
+      EXPECT_EQ(state_difference(buffers, reference->named_buffers()), "");
       // The stages share the model's tensors (no copies).
       nn::NamedTensors own = model->named_parameters();
       for (size_t i = 0; i < own.size(); ++i)
@@ -145,8 +137,8 @@ TEST(PipelineStages, StagesInSequenceAreTheWholeModelBitForBit) {
       for (auto& s : stages)
         for (auto& [name, p] : s->named_parameters()) grads.emplace_back(name, p.grad());
       for (auto& [name, p] : reference->named_parameters()) reference_grads.emplace_back(name, p.grad());
-      EXPECT_EQ(difference(grads, reference_grads), "");
-      EXPECT_EQ(difference(model->named_buffers(), reference->named_buffers()), "");
+      EXPECT_EQ(state_difference(grads, reference_grads), "");
+      EXPECT_EQ(state_difference(model->named_buffers(), reference->named_buffers()), "");
     }
   }
 }
