@@ -79,9 +79,15 @@ const std::vector<Mode> kModes = {{DType::f32, true}, {DType::bf16, false}, {DTy
 // bias and batch-norm parameters, i64 labels).
 enum class Role { activation, weight, as_is };
 
-// Values as bf16 holds them: the CPU reference then reads what the GPU reads.
+// Values as bf16 holds them: the CPU reference then reads what the GPU reads. Always a
+// leaf of its own: several ops' checks share inputs, and the shared leaf's .grad would
+// sum their gradients.
 Tensor rounded(const Tensor& t, DType dtype) {
-  if (dtype != DType::bf16 || t.dtype() != DType::f32) return t;
+  if (dtype != DType::bf16 || t.dtype() != DType::f32) {
+    Tensor out = t.detach();
+    if (t.requires_grad()) out.set_requires_grad(true);
+    return out;
+  }
   std::vector<float> v = t.to_vector();
   for (float& x : v) x = bf16_to_float(float_to_bf16(x));
   Tensor out = Tensor::from_vector(v, t.shape());

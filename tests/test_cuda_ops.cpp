@@ -51,6 +51,7 @@ using dpt::testing::labels_of;
 using dpt::testing::odd_32nds;
 using dpt::testing::quarter_steps;
 using dpt::testing::random_labels;
+using dpt::testing::Tolerance;
 using dpt::testing::random_leaf;
 using dpt::testing::random_tensor;
 
@@ -327,9 +328,14 @@ TEST_F(CudaOps, DeterministicConvolutionsRepeatToTheBit) {
   for (int run = 1; run < 3; ++run)
     EXPECT_EQ(0, std::memcmp(runs[run].data(), runs[0].data(), runs[0].size() * sizeof(float)))
         << "run " << run << " differs from run 0";
-  expect_cuda_matches_cpu("conv2d, deterministic algorithms",
-                          [](const Inputs& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 1}); },
-                          {random_leaf({4, 32, 16, 16}, 28), random_leaf({32, 32, 3, 3}, 29)});
+  // The deterministic backward-filter algorithms cuDNN offers sum each weight's 1024
+  // products (size ~10) in their own order: on an H200 2 of 9216 elements that cancel
+  // to ~0.7 came out 1.7e-4 away from the CPU's, ~2e-5 of the sum's size. atol 1e-3 keeps
+  // 6x that and stays far below a wrong gradient.
+  expect_cuda_matches_cpu(
+      "conv2d, deterministic algorithms",
+      [](const Inputs& t) { return conv2d(t[0], t[1], Tensor(), {.padding = 1}); },
+      {random_leaf({4, 32, 16, 16}, 28), random_leaf({32, 32, 3, 3}, 29)}, Tolerance{1e-3, 1e-4});
   cuda::set_cudnn_deterministic(false);
 }
 

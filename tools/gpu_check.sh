@@ -130,8 +130,9 @@ set -e
 # sides; fp32 is IEEE f32 on both (no TF32). "dpt graphs" is bench_train --cuda-graphs
 # ("n/a" if it fails). Sized to stay well
 # inside the script's 8 minutes on one H200.
-bench_value() {  # images/s from a JSON line on stdin, or "failed"
-  grep -o '"images_per_sec": [0-9.]*' | awk '{printf "%.0f", $2} END {if (NR == 0) printf "failed"}'
+bench_value() {  # images/s from a JSON line on stdin (dpt's has no space after the colon), or "failed"
+  tee -a "$bench_log" | grep -oE '"images_per_sec": ?[0-9.]+' | sed 's/.*: *//' |
+    awk '{printf "%.0f", $1} END {if (NR == 0) printf "failed"}'
 }
 have_torch=0
 "$python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && have_torch=1

@@ -278,10 +278,17 @@ void Tensor::copy_from(const Tensor& src) const {
   }
   DPT_CHECK(is_contiguous()) << "copy_from: a destination on another device must be contiguous";
   Tensor source = src;
-  if (!src.is_contiguous()) {
-    DPT_CHECK(src.device().is_cpu()) << "copy_from: non-contiguous CUDA source";
-    source = src.contiguous();
+  if (!src.is_contiguous() && !src.device().is_cpu()) {
+    // A dense device tensor in another layout (channels-last): its bytes as they are into
+    // host memory, then the layout change there.
+    DPT_CHECK(src.is_dense() && device().is_cpu())
+        << "copy_from: a CUDA source " << shape_str(src.shape()) << " that is neither dense nor going to the CPU";
+    Tensor staged = empty_strided(src.shape(), src.strides(), src.dtype(), Device::cpu());
+    staged.copy_from(src);
+    copy_from(staged);
+    return;
   }
+  if (!src.is_contiguous()) source = src.contiguous();
   copy_bytes(raw_data(), device(), source.raw_data(), source.device(), numel() * dtype_size(dtype()));
   storage()->bump_version();
 }

@@ -93,7 +93,8 @@ class Tensor {
   Tensor to(Device device) const;  // copy to another device (this tensor if already there)
   // Same shape and dtype; any devices. Strided sources and dense strided destinations
   // are copied on the CPU; two dense tensors with the same strides anywhere (channels-last
-  // on CUDA, say); otherwise, with a CUDA side, the destination must be contiguous.
+  // on CUDA, say); otherwise, with a CUDA side, the destination must be contiguous, and
+  // a CUDA source in another layout must be dense and go to the CPU (staged there).
   void copy_from(const Tensor& src) const;
   void zero_() const;  // dense tensors
   void fill_(float value) const;  // f32 CPU tensors

@@ -21,10 +21,8 @@ models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::Gr
   return {train.channels, train.height, train.width, train.classes, seed, std::move(tp_group)};
 }
 
-nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec, nn::Compute compute) {
-  nn::ModulePtr net = models::build_model(config.model.node, spec);
-  net->set_compute(compute);
-  return net;
+nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec) {
+  return models::build_model(config.model.node, spec);
 }
 
 void backend_check(Device device, const io::DistributedConfig& config) {

@@ -64,7 +64,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   layout_ = parallel_layout(config_, options_.resume);
   data_ = load_data(config_.dataset, config_.seed);
   const models::ModelSpec spec = model_spec(data_.train, config_.seed, layout_.tp_group);
-  net_ = model_build(config_, spec, compute);
+  net_ = model_build(config_, spec);
   global_batch_ = config_.batch_size * layout_.dp;
   // On every rank: counting runs a forward pass, and a tensor-parallel one has collectives.
   const double macs = static_cast<double>(models::macs_per_image(*net_, spec)) / 1e6;
@@ -75,6 +75,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
         config_.model.name.c_str(), static_cast<long long>(net_->parameter_count()), macs,
         layout_.tp_group ? " (rank 0's slice)" : "", world.world_size, threads_get(),
         static_cast<long long>(global_batch_));
+  net_->set_compute(compute);  // after the count: its forward runs on the CPU, in f32
   // On its device before the optimizer and the EMA (their state is made where the
   // parameters are) and before the checkpoint is loaded into them.
   const bool pipeline = layout_.pp > 1;
