@@ -33,19 +33,22 @@ TEST_F(CudaTrainRun, FollowsTheCpuRunsLossCurve) {
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   EXPECT_THAT(gpu.out, HasSubstr("device: cuda: rank 0 -> cuda:0"));
   EXPECT_THAT(dpt::io::read_file(dir_.file("gpu") + "/summary.json"), HasSubstr("\"device\": \"cuda:0\""));
-  // 24 SGD steps through batch norm: f32 summation orders differ (cuDNN, oneDNN), little else.
-  expect_curves_close(metric("gpu", "train_loss"), metric("cpu", "train_loss"), 2e-3, "train_loss");
-  expect_curves_close(metric("gpu", "test_loss"), metric("cpu", "test_loss"), 5e-3, "test_loss");
+  // 24 SGD steps through batch norm, where only f32 summation orders differ (cuDNN,
+  // oneDNN). Not within f32 noise: one ReLU input that another order puts on the other
+  // side of 0 moves a whole channel through batch norm, and 24 steps on this noise-like
+  // data carry that on. The bounds are what another summation order does to dpt's own CPU
+  // run: tools/research/train_run_threads.py (threads 1 against 2, seeds 0-8) moves the
+  // train loss by up to 1.7e-3 (relative), the test loss by 4.8e-3, a parameter by 0.057,
+  // a batch-norm running statistic by 0.22 and the accuracy by 3 of 64 images. The bounds
+  // are 1.7-1.8x those (an H200 run: running statistics 0.21 away, accuracy 3 of 64);
+  // kaiming weights of a 3x3x16 conv are ~0.1, and the op tests check each kernel alone.
+  expect_curves_close(metric("gpu", "train_loss"), metric("cpu", "train_loss"), 3e-3, "train_loss");
+  expect_curves_close(metric("gpu", "test_loss"), metric("cpu", "test_loss"), 8e-3, "test_loss");
   std::vector<double> acc_gpu = metric("gpu", "test_acc"), acc_cpu = metric("cpu", "test_acc");
   ASSERT_EQ(acc_gpu.size(), 2u);
-  EXPECT_NEAR(acc_gpu[1], acc_cpu[1], 2.0 / 64);  // a sample or two of the 64 may flip
-  // The final weights, saved from the device, against the CPU run's. Not within f32 noise:
-  // one ReLU input that another summation order puts on the other side of 0 moves a whole
-  // channel through batch norm, and 24 steps carry that on. tools/research/train_run_drift.py
-  // (per-op noise 1e-6 or 1e-7, 8 seeds) moves elements by up to 2.3e-2 (5 of 6 seeds fail
-  // 1e-2 |w| + 1e-3 by 3-9x); 6e-2 is 2.6x that and still far below a wrong or untrained
-  // model (kaiming weights of a 3x3x16 conv are ~0.1).
-  expect_weights_close("gpu", "cpu", 1e-2, 6e-2);
+  EXPECT_NEAR(acc_gpu[1], acc_cpu[1], 5.0 / 64);
+  // The final weights, saved from the device.
+  expect_weights_close("gpu", "cpu", 1e-2, 0.1, 0.4);
 }
 
 TEST_F(CudaTrainRun, StoppedAndResumedEndsWhereAnUninterruptedRunDoes) {

@@ -79,8 +79,10 @@ class TrainRunner : public ::testing::Test {
     return out;
   }
 
+  // Within rtol |want| + atol, element by element; batch-norm running statistics (names
+  // with "running_") within rtol |want| + running_atol when that is given (>= 0).
   void expect_weights_close(const std::string& got_run, const std::string& want_run, double rtol,
-                            double atol) {
+                            double atol, double running_atol = -1) {
     auto got = weights(got_run), want = weights(want_run);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
@@ -89,10 +91,12 @@ class TrainRunner : public ::testing::Test {
       ASSERT_EQ(a.size(), b.size()) << want[i].first;
       // Every tensor, with how many of its elements are off and the worst: one element
       // off says drift (a ReLU input across 0), all of them a systematic difference.
+      const bool running = running_atol >= 0 && want[i].first.find("running_") != std::string::npos;
+      const double tensor_atol = running ? running_atol : atol;
       size_t bad = 0, worst = 0;
       double worst_excess = 0;
       for (size_t k = 0; k < a.size(); ++k) {
-        const double excess = std::abs(b[k] - a[k]) - (rtol * std::abs(a[k]) + atol);
+        const double excess = std::abs(b[k] - a[k]) - (rtol * std::abs(a[k]) + tensor_atol);
         if (excess > 0 && ++bad && excess > worst_excess) worst_excess = excess, worst = k;
       }
       EXPECT_EQ(bad, 0u) << want[i].first << ": " << bad << " of " << a.size()
