@@ -51,9 +51,9 @@ using dpt::testing::labels_of;
 using dpt::testing::odd_32nds;
 using dpt::testing::quarter_steps;
 using dpt::testing::random_labels;
-using dpt::testing::Tolerance;
 using dpt::testing::random_leaf;
 using dpt::testing::random_tensor;
+using dpt::testing::Tolerance;
 
 namespace {
 

@@ -97,7 +97,12 @@ class TrainRunner : public ::testing::Test {
       double worst_excess = 0;
       for (size_t k = 0; k < a.size(); ++k) {
         const double excess = std::abs(b[k] - a[k]) - (rtol * std::abs(a[k]) + tensor_atol);
-        if (excess > 0 && ++bad && excess > worst_excess) worst_excess = excess, worst = k;
+        if (excess <= 0) continue;
+        ++bad;
+        if (excess > worst_excess) {
+          worst_excess = excess;
+          worst = k;
+        }
       }
       EXPECT_EQ(bad, 0u) << want[i].first << ": " << bad << " of " << a.size()
                          << " elements out of tolerance; the worst, [" << worst << "], is " << b[worst]

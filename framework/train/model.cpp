@@ -21,10 +21,6 @@ models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::Gr
   return {train.channels, train.height, train.width, train.classes, seed, std::move(tp_group)};
 }
 
-nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec) {
-  return models::build_model(config.model.node, spec);
-}
-
 void backend_check(Device device, const io::DistributedConfig& config) {
   // A group carries each tensor where it lives (MPI for host memory, NCCL for device memory):
   // `backend` states which of the two the user expects, and is refused where the other one is.

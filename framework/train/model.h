@@ -21,11 +21,6 @@ nn::Compute compute_for(const io::Config& config, Device device);
 // a model with `tensor_parallel: true` splits its layers over `tp_group`.
 models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::GroupPtr tp_group = nullptr);
 
-// The bare model (what checkpoints hold) of `config.model` for `spec`, on the CPU, computing
-// in f32 (the caller sets the run's nn::Compute once it has moved the model where bf16
-// and channels-last exist). Throws dpt::Error for an unknown model or model key.
-nn::ModulePtr model_build(const io::Config& config, const models::ModelSpec& spec);
-
 // Throws dpt::Error when `distributed.backend` names the backend that does not carry
 // `device`'s tensors (nccl for a CPU run, mpi for a CUDA one).
 void backend_check(Device device, const io::DistributedConfig& config);

@@ -64,7 +64,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   layout_ = parallel_layout(config_, options_.resume);
   data_ = load_data(config_.dataset, config_.seed);
   const models::ModelSpec spec = model_spec(data_.train, config_.seed, layout_.tp_group);
-  net_ = model_build(config_, spec);
+  net_ = models::build_model(config_.model.node, spec);  // the bare model, f32 on the CPU
   global_batch_ = config_.batch_size * layout_.dp;
   // On every rank: counting runs a forward pass, and a tensor-parallel one has collectives.
   const double macs = static_cast<double>(models::macs_per_image(*net_, spec)) / 1e6;
