@@ -5,14 +5,12 @@
 // simulated twin) and on a group whose ranks run in reverse order across the hosts, every rank
 // ends with the same bits, those of a plain loop that adds in the algorithm's order, and within
 // f32 rounding of the flat all-reduce; the host and across sub-groups carry it; bf16
-// compression against a plain loop that rounds to bf16 by another method, ties included. And
-// the waiters yield the core when mpirun tells MPI to.
+// compression against a plain loop that rounds to bf16 by another method, ties included.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -21,7 +19,6 @@
 #include "distributed/comm_thread.h"
 #include "distributed/dist.h"
 #include "distributed/hierarchical.h"
-#include "distributed/mpi_check.h"
 #include "distributed/mpi_process_group.h"
 
 using namespace dpt;
@@ -273,16 +270,6 @@ TEST_F(AcrossHosts, AutomaticNeedsMoreThanOneRankOnAHost) {
   const std::vector<int>& order = layout.hosts_of_index[static_cast<size_t>(local)];
   EXPECT_EQ(sub.across->size(), hosts);
   EXPECT_EQ(sub.across->rank(), std::find(order.begin(), order.end(), node) - order.begin());
-}
-
-// A waiter that polls a shared-memory stage calls no MPI, so it yields by itself when MPI
-// would: mpirun's --mca mpi_yield_when_idle reaches the ranks as OMPI_MCA_mpi_yield_when_idle
-// (tools/cluster.sh gives it to hosts with more ranks than cores: 2 x 2 on 2 cores).
-TEST(Polling, YieldsWhenMpiIsToldTo) {
-  const char* setting = std::getenv("OMPI_MCA_mpi_yield_when_idle");
-  if (!setting) GTEST_SKIP() << "mpirun was not given mpi_yield_when_idle";
-  const std::string value = setting;
-  EXPECT_EQ(dpt::dist::detail::mpi_yields_when_idle, value == "1" || value == "true") << "the setting: " << value;
 }
 
 // Hosts that hold different numbers of the group's ranks: no host groups, the reason in the

@@ -219,10 +219,8 @@ bool CommThread::poll_until_done(CommTask& task, Clock::time_point deadline) {
     const Round r = round(false);
     if (timed && !task.finished() && Clock::now() >= deadline) return false;
     // Under MPI_THREAD_SERIALIZED each poll takes the process-wide MPI mutex, which is not
-    // fair: let the other groups' threads have it between polls. On an oversubscribed host,
-    // let the rank this one waits for have the core (a shared-memory stage polls no MPI,
-    // which would yield by itself).
-    if ((detail::mpi_serialized || detail::mpi_yields_when_idle) && !r.progressed) sched_yield();
+    // fair: let the other groups' threads have it between polls.
+    if (detail::mpi_serialized && !r.progressed) sched_yield();
   }
   return true;
 }

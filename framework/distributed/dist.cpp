@@ -174,7 +174,6 @@ const InitInfo& init() {
       << "MPI grants " << thread_level_name(provided) << "; dpt's communication threads need "
       << "MPI_THREAD_MULTIPLE (or at least MPI_THREAD_SERIALIZED)";
   detail::mpi_serialized = provided < MPI_THREAD_MULTIPLE;
-  detail::mpi_yields_when_idle = detail::read_mpi_yields_when_idle();
 
   InitInfo info;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &info.rank));

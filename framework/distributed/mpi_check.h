@@ -15,14 +15,6 @@ namespace dpt::dist::detail {
 extern bool mpi_serialized;
 std::mutex& mpi_mutex();
 
-// Set once by dist::init(): whether MPI yields the core when it polls without progress (Open
-// MPI's mpi_yield_when_idle, which it turns on by itself on a node it knows to run more ranks
-// than slots, and tools/cluster.sh turns on for hosts with more ranks than cores). dpt's own
-// polling loops then yield too, or a waiting rank spins away the core its peer needs.
-extern bool mpi_yields_when_idle;
-// MPI's setting, read through the MPI tool interface; false where MPI has no such variable.
-bool read_mpi_yields_when_idle();
-
 // ensures: holds mpi_mutex() when mpi_serialized, else owns nothing (costs a branch).
 inline std::unique_lock<std::mutex> mpi_guard() {
   return mpi_serialized ? std::unique_lock<std::mutex>(mpi_mutex()) : std::unique_lock<std::mutex>();
