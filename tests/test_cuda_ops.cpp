@@ -4,10 +4,15 @@
 // tensors, grid-stride loops past the grid, broadcasting, strided views, ties) and the
 // errors for inputs on the wrong device. Skipped, with the reason, without a GPU.
 //
-// How to add an op and its test: the op in framework/ops/<family>.cpp calls op_device()
-// and dispatches to its kernels in backend/cpu/ and backend/cuda/ (forward and backward
-// side by side); here one expect_cuda_matches_cpu per interesting shape, and in
-// test_cuda_gradcheck.cpp its finite-difference check on CUDA.
+// Adding an op touches its op file, its kernels and its tests, nothing else:
+//   1. framework/ops/<family>.{h,cpp}: checks (op_device), then the forward and the backward
+//      rule side by side, once for every device, calling kernels_for(device).<entry>;
+//   2. framework/backend/kernels.h: the kernel entries the rule needs (a contract in a line
+//      or two), and each device's kernels beside their twins: backend/cpu/<family>.cpp
+//      (oneDNN or plain loops) and backend/cuda/<family>.cu, listed in the two tables
+//      backend/cpu/kernels.cpp and backend/cuda/kernels.cpp;
+//   3. tests: its finite-difference check on the CPU (test_ops_*.cpp), and here one
+//      expect_cuda_matches_cpu per interesting shape (and test_cuda_gradcheck.cpp on CUDA).
 #include <gtest/gtest.h>
 
 #include "cuda_compare.h"

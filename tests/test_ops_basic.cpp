@@ -1,5 +1,6 @@
 // Gradient checks and plain references for the plain-loop ops: relu, add_relu, reductions,
-// reshape, dropout, log-softmax, NLL and cross-entropy with label smoothing.
+// reshape, dropout, log-softmax, NLL and cross-entropy with label smoothing. (How to add an
+// op and its tests: the note at the top of test_cuda_ops.cpp.)
 #include <gtest/gtest.h>
 
 #include <cmath>

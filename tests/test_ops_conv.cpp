@@ -126,7 +126,7 @@ TEST(Conv2dKernel, ForwardAndBackwardMatchLoops) {
       Shape out_shape{k.n, k.oc, out_size(k.h, k.kh, k.o), out_size(k.w, k.kw, k.o)};
       Tensor g = random_tensor(out_shape, ++seed);
       Reference r = reference(k, x, w, b, g, relu);
-      cpu::ConvParams p{k.o.stride, k.o.padding, k.o.dilation, k.o.groups};
+      ConvParams p{k.o.stride, k.o.padding, k.o.dilation, k.o.groups};
 
       Tensor out = poisoned(out_shape);
       cpu::conv2d_forward(x, w, b, p, relu, out);

@@ -39,7 +39,7 @@ struct Reference {
   std::vector<double> out, grad_x;
 };
 
-Reference reference(cpu::PoolKind kind, const Case& k, const Tensor& x, const Tensor& grad_out) {
+Reference reference(PoolKind kind, const Case& k, const Tensor& x, const Tensor& grad_out) {
   std::vector<double> vx = to_double(x), vg = to_double(grad_out);
   int64_t oh = out_size(k.h, k), ow = out_size(k.w, k);
   Reference r;
@@ -59,7 +59,7 @@ Reference reference(cpu::PoolKind kind, const Case& k, const Tensor& x, const Te
             sum += vx[i];
             if (vx[i] > best) best = vx[i], best_i = i;
           }
-        if (kind == cpu::PoolKind::max) {
+        if (kind == PoolKind::max) {
           r.out[o] = best;
           r.grad_x[best_i] += vg[o];
         } else {
@@ -93,20 +93,20 @@ const std::vector<Case>& cases() {
 
 TEST(PoolKernel, MaxAndAvgMatchLoops) {
   uint64_t seed = 10;
-  for (cpu::PoolKind kind : {cpu::PoolKind::max, cpu::PoolKind::avg}) {
+  for (PoolKind kind : {PoolKind::max, PoolKind::avg}) {
     for (const Case& k : cases()) {
-      SCOPED_TRACE(std::string(kind == cpu::PoolKind::max ? "max " : "avg ") + case_str(k));
+      SCOPED_TRACE(std::string(kind == PoolKind::max ? "max " : "avg ") + case_str(k));
       Shape xs{k.n, k.c, k.h, k.w}, os{k.n, k.c, out_size(k.h, k), out_size(k.w, k)};
       Tensor x = distinct_tensor(xs, ++seed, 0.01f);
       Tensor g = random_tensor(os, ++seed);
       Reference r = reference(kind, k, x, g);
-      cpu::PoolParams p{k.kernel, k.stride, k.padding};
+      PoolParams p{k.kernel, k.stride, k.padding};
       // Inference (no workspace) and training forwards.
       Tensor out = poisoned(os);
       cpu::pool2d_forward(kind, x, p, out, Tensor());
       expect_close(out, r.out, "forward, inference", 1e-5, 1e-5);
       size_t bytes = cpu::pool2d_workspace_bytes(kind, xs, os, p);
-      EXPECT_EQ(bytes > 0, kind == cpu::PoolKind::max);
+      EXPECT_EQ(bytes > 0, kind == PoolKind::max);
       Tensor workspace = bytes ? Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)}) : Tensor();
       Tensor out2 = poisoned(os);
       cpu::pool2d_forward(kind, x, p, out2, workspace);
@@ -120,9 +120,9 @@ TEST(PoolKernel, MaxAndAvgMatchLoops) {
 
 TEST(Pool, OpsMatchLoopsThroughAutograd) {
   Case k{3, 5, 7, 9, 3, 2, 1};
-  for (cpu::PoolKind kind : {cpu::PoolKind::max, cpu::PoolKind::avg}) {
+  for (PoolKind kind : {PoolKind::max, PoolKind::avg}) {
     Tensor x = distinct_tensor({k.n, k.c, k.h, k.w}, 1).set_requires_grad(true);
-    Tensor out = kind == cpu::PoolKind::max ? max_pool2d(x, k.kernel, k.stride, k.padding)
+    Tensor out = kind == PoolKind::max ? max_pool2d(x, k.kernel, k.stride, k.padding)
                                             : avg_pool2d(x, k.kernel, k.stride, k.padding);
     Tensor g = random_tensor(out.shape(), 2);
     out.backward(g);

@@ -106,7 +106,12 @@ TEST(Ema, AveragesParametersCopiesBuffersAndSwaps) {
   for (int step = 1; step <= 3; ++step) {
     model.w.data<float>()[0] += 1.0f;  // what an optimizer step would do
     model.running.data<float>()[0] = 10.0f * step;
-    ema.update(model);
+    if (step == 2) {  // the split update of a CUDA graph step, here with the decay in host memory
+      ema.update_prepare();
+      ema.update_apply(model);
+    } else {
+      ema.update(model);
+    }
     double d = std::min(0.5, (1.0 + step) / (10.0 + step));
     shadow[0] = d * shadow[0] + (1 - d) * model.w.to_vector()[0];
     shadow[1] = d * shadow[1] + (1 - d) * model.w.to_vector()[1];
@@ -121,20 +126,29 @@ TEST(Ema, AveragesParametersCopiesBuffersAndSwaps) {
   EXPECT_THROW(Ema(model, 1.0f), Error);
 }
 
-// The CUDA-graph halves of a step (step_prepare / step_apply, GraphedTrainStep) need the
-// parameters on a CUDA device: on the CPU they are a clear error, never a silent no-op.
-TEST(GraphedStep, NeedsParametersOnACudaDevice) {
+// The CUDA-graph halves of a step (step_prepare uploads the step's values, step_apply
+// reads them as its kernels run) run on the CPU too, where the values live in host memory:
+// there they give the bits step(lr) gives. step_apply before any step_prepare is an error.
+TEST(GraphedStep, PreparedStepsEqualEagerSteps) {
   using dpt::testing::error_of;
-  Tensor p = param({1.0f, 2.0f});
-  set_grad(p, {0.5f, 0.5f});
-  Sgd sgd({{{p}, 0.0f}}, {0.9f, false});
-  EXPECT_NE(error_of([&] { sgd.step_prepare(0.1f); }).find("sgd: device-resident step values (for CUDA graphs) need "
-                                                            "parameters on a CUDA device, they are on cpu"),
+  const std::vector<std::vector<float>> grads = {{0.5f, -0.25f}, {1.0f, 2.0f}, {-0.75f, 0.125f}};
+  Tensor eager_sgd = param({1.0f, 2.0f}), split_sgd = param({1.0f, 2.0f});
+  Tensor eager_adamw = param({1.0f, 2.0f}), split_adamw = param({1.0f, 2.0f});
+  Sgd sgd_eager({{{eager_sgd}, 0.01f}}, {0.9f, true}), sgd_split({{{split_sgd}, 0.01f}}, {0.9f, true});
+  AdamW adamw_eager({{{eager_adamw}, 0.1f}}, {}), adamw_split({{{split_adamw}, 0.1f}}, {});
+  EXPECT_NE(error_of([&] { sgd_split.step_apply(); }).find("sgd: step_apply() before any step_prepare(lr)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { sgd.step_apply(); }).find("sgd: step_apply() before any step_prepare(lr)"),
-            std::string::npos);
-  AdamW adamw({{{p}, 0.0f}}, {});
-  EXPECT_NE(error_of([&] { adamw.step_prepare(0.1f); }).find("adamw: device-resident step values"),
-            std::string::npos);
-  EXPECT_EQ(p.to_vector(), (std::vector<float>{1.0f, 2.0f}));  // nothing applied
+  for (size_t step = 0; step < grads.size(); ++step) {
+    const float lr = 0.1f / static_cast<float>(step + 1);
+    for (const Tensor& p : {eager_sgd, split_sgd, eager_adamw, split_adamw}) set_grad(p, grads[step]);
+    sgd_eager.step(lr);
+    sgd_split.step_prepare(lr);
+    sgd_split.step_apply();
+    adamw_eager.step(lr);
+    adamw_split.step_prepare(lr);
+    adamw_split.step_apply();
+    EXPECT_EQ(split_sgd.to_vector(), eager_sgd.to_vector()) << "sgd, step " << step;
+    EXPECT_EQ(split_adamw.to_vector(), eager_adamw.to_vector()) << "adamw, step " << step;
+  }
+  EXPECT_NE(eager_sgd.to_vector(), (std::vector<float>{1.0f, 2.0f}));  // the steps did move them
 }

@@ -1,11 +1,6 @@
 #include "autograd/accumulate.h"
 
-#include "backend/cpu/elementwise.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/cast.h"
-#include "backend/cuda/elementwise.h"
-#endif
+#include "backend/kernels.h"
 
 namespace dpt::autograd {
 namespace {
@@ -18,18 +13,13 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
   DPT_CHECK(dst.is_dense()) << "gradient accumulation into a non-dense tensor";
   // Two gradients may differ in layout (an NCHW one from a test or a loss, a
   // channels-last one from a conv): src is brought to dst's, then the buffers add.
-#ifdef DPT_WITH_CUDA
-  if (dst.device().is_cuda()) {
-    Tensor s = src;
-    if (src.strides() != dst.strides()) {
-      s = Tensor::empty_strided(dst.shape(), dst.strides(), src.dtype(), src.device());
-      cuda::cast_copy(src, s);
-    }
-    return cuda::add_inplace(dst, s);
+  const Kernels& k = kernels_for(dst.device());
+  Tensor s = src;
+  if (src.strides() != dst.strides()) {
+    s = Tensor::empty_strided(dst.shape(), dst.strides(), src.dtype(), src.device());
+    k.copy(src, s);
   }
-#endif
-  Tensor s = src.with_layout_of(dst);
-  cpu::add_inplace(dst.data<float>(), s.data<float>(), dst.numel());
+  k.add_inplace(dst, s);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // device's backend: 64-byte aligned host memory on CPU, the caching allocator on CUDA.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +30,12 @@ class DeviceBackend {
   virtual std::string unavailable_reason() { return ""; }
   // Blocks the calling thread until all work queued on the device is done.
   virtual void synchronize(int device_index) = 0;
+  // What a rank's device choice reads and sets (distributed/rank_device.cpp): the device's
+  // name, its 16-byte UUID (ranks with equal UUIDs share one device), and the device this
+  // thread's work goes to by default.
+  virtual std::string name(int) { return "cpu"; }
+  virtual std::array<unsigned char, 16> uuid(int) { return {}; }
+  virtual void set_current(int) {}
 };
 
 // Registers the backend for a device type. Called once, before the first tensor on it.

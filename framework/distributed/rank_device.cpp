@@ -7,9 +7,6 @@
 #include "core/storage.h"
 #include "distributed/dist.h"
 
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/device.h"
-#endif
 
 namespace dpt::dist {
 namespace {
@@ -98,14 +95,13 @@ DeviceChoice rank_device_select(DeviceSetting setting, bool deterministic) {
   const std::string reason = device_unavailable_reason(DeviceType::cuda);
   DPT_CHECK(setting != DeviceSetting::cuda || view.device_count > 0)
       << "device: cuda, but no CUDA device: " << reason << " (set device: cpu or auto)";
-#ifdef DPT_WITH_CUDA
   if (view.device_count > 0) {
     view.device_index = me.local_rank % view.device_count;
-    std::array<unsigned char, 16> uuid = cuda::cuda_device_uuid(static_cast<int>(view.device_index));
+    std::array<unsigned char, 16> uuid =
+        device_backend(DeviceType::cuda).uuid(static_cast<int>(view.device_index));
     for (int i = 0; i < 16; ++i)
       view.uuid[i / 8] |= static_cast<int64_t>(static_cast<uint64_t>(uuid[i]) << (8 * (i % 8)));
   }
-#endif
   std::vector<RankView> views(me.world_size);
   if (me.world_size == 1) {
     views[0] = view;
@@ -118,12 +114,11 @@ DeviceChoice rank_device_select(DeviceSetting setting, bool deterministic) {
     for (int r = 0; r < me.world_size; ++r) views[r] = {p[4 * r], p[4 * r + 1], {p[4 * r + 2], p[4 * r + 3]}};
   }
   DeviceChoice choice = device_choose(setting, deterministic, views, me.rank, reason);
-#ifdef DPT_WITH_CUDA
   if (choice.device.is_cuda()) {
-    cuda::cuda_set_device(choice.device.index);
-    choice.note += " (" + cuda::cuda_device_name(choice.device.index) + ")";
+    DeviceBackend& backend = device_backend(DeviceType::cuda);
+    backend.set_current(choice.device.index);
+    choice.note += " (" + backend.name(choice.device.index) + ")";
   }
-#endif
   return choice;
 }
 

@@ -2,11 +2,8 @@
 #include "nn/compute.h"
 
 #include "autograd/node.h"
+#include "backend/kernels.h"
 #include "ops/cast.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/graph.h"
-#endif
 
 namespace dpt::nn {
 
@@ -20,12 +17,10 @@ Tensor WeightCache::get(const Tensor& weight, const Compute& compute) {
                    converted_.device() == weight.device();
   const std::shared_ptr<Storage>& storage = weight.storage();
   bool fresh = same_form && storage_.lock() == storage && version_ == storage->version();
-#ifdef DPT_WITH_CUDA
   // A captured step (cuda_graphs) always records the cast: each replay must remake the copy
   // from the weights the replay before it updated, whatever the host knew at the capture
   // (an evaluation between the warm-up and the capture leaves the cache fresh then).
-  if (weight.device().is_cuda() && cuda::capture_active(weight.device().index)) fresh = false;
-#endif
+  if (kernels_for(weight.device()).capturing(weight.device().index)) fresh = false;
   if (!fresh) {
     autograd::NoGrad no_grad;
     if (same_form && converted_.storage() != storage)

@@ -1,44 +1,20 @@
+// relu and add_relu (a residual block's add and ReLU in one pass), elementwise on the raw
+// buffers of the device's kernels, so any dense layout is kept.
 #include "ops/activation.h"
 
 #include "autograd/node.h"
-#include "backend/cpu/activation.h"
+#include "backend/kernels.h"
 #include "ops/device_check.h"
 #include "ops/elementwise.h"
 
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/activation.h"
-#endif
-
 namespace dpt {
 namespace {
-
-// The dispatch points: backend/cuda for CUDA tensors, backend/cpu otherwise.
-void relu_forward_on(const Tensor& x, const Tensor& out) {
-#ifdef DPT_WITH_CUDA
-  if (out.device().is_cuda()) return cuda::relu_forward(x, out);
-#endif
-  cpu::relu_forward(x.data<float>(), out.data<float>(), out.numel());
-}
-
-void add_relu_forward_on(const Tensor& a, const Tensor& b, const Tensor& out) {
-#ifdef DPT_WITH_CUDA
-  if (out.device().is_cuda()) return cuda::add_relu_forward(a, b, out);
-#endif
-  cpu::add_relu_forward(a.data<float>(), b.data<float>(), out.data<float>(), out.numel());
-}
-
-void relu_backward_on(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
-#ifdef DPT_WITH_CUDA
-  if (out.device().is_cuda()) return cuda::relu_backward(out, grad_out, grad_in);
-#endif
-  cpu::relu_backward(out.data<float>(), grad_out.data<float>(), grad_in.data<float>(), out.numel());
-}
 
 // The gradient through a ReLU whose output is `out`: g where out > 0, else 0, in out's layout.
 Tensor relu_gradient(const char* what, const Tensor& out, const Tensor& g) {
   check_grad(what, g, out.device(), out.dtype());
   Tensor gi = Tensor::empty_like(out);
-  relu_backward_on(out, layout_like_on_device(g, out), gi);
+  kernels_for(out.device()).relu_backward(out, layout_like_on_device(g, out), gi);
   return gi;
 }
 
@@ -49,7 +25,7 @@ Tensor relu(const Tensor& x) {
   // Elementwise on the raw buffer: any dense layout (channels-last included) is kept.
   Tensor in = x.is_dense() ? x : contiguous_on_device(x);
   Tensor out = Tensor::empty_like(in);
-  relu_forward_on(in, out);
+  kernels_for(out.device()).relu_forward(in, out);
   // The output alone decides the mask (out > 0), so the input need not be kept.
   autograd::record("relu", out, {x}, [out = out.detach()](const Tensor& g) {
     return std::vector<Tensor>{relu_gradient("relu backward", out, g)};
@@ -65,7 +41,7 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
   // (channels-last on the CPU, NCHW or NHWC on CUDA); anything else takes the two ops.
   if (!(a.strides() == b.strides() && a.is_dense())) return relu(add(a, b));
   Tensor out = Tensor::empty_like(a);
-  add_relu_forward_on(a, b, out);
+  kernels_for(out.device()).add_relu_forward(a, b, out);
   // Both inputs get the one masked gradient, as relu(add(a, b)) gives them (add passes its
   // gradient through to both): no backward writes into its incoming gradient, and the
   // engine sums two gradients reaching one node into a new tensor (autograd/accumulate.h).

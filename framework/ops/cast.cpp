@@ -1,13 +1,10 @@
-// cast and cast_reuse (see cast.h): one conversion kernel each way (backend/cuda/cast.cu on
-// CUDA; on the CPU, where everything is f32, a layout copy).
+// cast and cast_reuse (see cast.h): the device's copy kernel converts dtype and layout at
+// once (backend/cuda/cast.cu on CUDA; on the CPU, where everything is f32, a layout copy).
 #include "ops/cast.h"
 
 #include "autograd/node.h"
+#include "backend/kernels.h"
 #include "ops/device_check.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/cast.h"
-#endif
 
 namespace dpt {
 namespace {
@@ -19,17 +16,12 @@ bool is_channels_last_only(const Tensor& t) {
 void check_dtype(DType dtype, Device device) {
   DPT_CHECK(dtype == DType::f32 || dtype == DType::bf16)
       << "cast: expected f32 or bf16, got " << dtype_name(dtype);
-  DPT_CHECK(dtype == DType::f32 || device.is_cuda())
-      << "cast: bf16 tensors live on CUDA devices only (the CPU kernels are f32)";
+  DPT_CHECK(dtype == DType::f32 || kernels_for(device).bf16)
+      << "cast: bf16 tensors live on CUDA devices only (the " << kernels_for(device).name << " kernels are f32)";
 }
 
 // dst = src converted: dtype and layout at once.
-void convert(const Tensor& src, const Tensor& dst) {
-#ifdef DPT_WITH_CUDA
-  if (dst.device().is_cuda()) return cuda::cast_copy(src, dst);
-#endif
-  dst.copy_from(src);  // CPU: f32 to f32, layout only (check_dtype turned bf16 away)
-}
+void convert(const Tensor& src, const Tensor& dst) { kernels_for(dst.device()).copy(src, dst); }
 
 // The gradient g brought to `like`'s dtype and layout (g itself when it already is).
 Tensor gradient_as(const Tensor& g, const TensorLayout& like) {

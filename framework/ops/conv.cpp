@@ -1,24 +1,14 @@
-// conv2d: checks at the door, the oneDNN kernels in backend/cpu/conv.cpp (cuDNN's in
-// backend/cuda/conv.cpp for CUDA tensors), and a backward that masks by the fused ReLU
-// first and skips the passes no input needs. On CPU the output is channels-last (unless
-// DPT_CHANNELS_LAST=0), whatever the input's layout, so a network converts once at its
-// first convolution and its activations stay NHWC from there; on CUDA it is NCHW unless
-// the input is channels-last or Conv2dOptions::channels_last asks for NHWC, and x and w may
-// be bf16 (mixed precision, nn/compute.h).
+// conv2d: checks at the door, the kernels of the inputs' device (oneDNN's on the CPU,
+// cuDNN's on CUDA; the backend chooses the layouts they run in, see backend/kernels.h), and
+// a backward that masks by the fused ReLU first, skips the passes no input needs and
+// returns each gradient in its input's layout. x and w may be bf16 on CUDA (mixed
+// precision, nn/compute.h).
 #include "ops/conv.h"
 
 #include "autograd/node.h"
-#include "backend/cpu/conv.h"
-#include "backend/cpu/onednn.h"
+#include "backend/kernels.h"
 #include "ops/device_check.h"
 #include "ops/mac_count.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/activation.h"
-#include "backend/cuda/cast.h"
-#include "backend/cuda/conv.h"
-#include "backend/cuda/layout.h"
-#endif
 
 namespace dpt {
 namespace {
@@ -58,97 +48,44 @@ Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const C
   return {xs[0], ws[0], oh, ow};
 }
 
-#ifdef DPT_WITH_CUDA
-// t in the layout the kernels run in: contiguous NCHW, or channels-last when nhwc. Not
-// recorded: the backward returns gradients in the inputs' own layouts.
-Tensor in_layout(const Tensor& t, bool nhwc) {
-  if (!nhwc) return cuda::contiguous(t);
-  if (t.is_channels_last()) return t;
-  Tensor out = Tensor::empty_channels_last(t.shape(), t.dtype(), t.device());
-  cuda::cast_copy(t, out);
-  return out;
-}
-
-// cuDNN runs NCHW with OIHW weights, or NHWC with OHWI weights; f32, or bf16 on tensor cores.
-Tensor conv2d_cuda(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Shape& out_shape,
-                   const Conv2dOptions& options, bool fuse_relu) {
-  Device device = x_in.device();
-  bool nhwc = options.channels_last || (x_in.is_channels_last() && !x_in.is_contiguous());
-  Tensor x = in_layout(x_in, nhwc), w = in_layout(w_in, nhwc);
-  Tensor bias = bias_in.defined() ? cuda::contiguous(bias_in) : Tensor();
-  cuda::ConvParams params{options.stride, options.padding, options.dilation, options.groups, nhwc};
-  Tensor out = nhwc ? Tensor::empty_channels_last(out_shape, x.dtype(), device)
-                    : Tensor::empty(out_shape, x.dtype(), device);
-  cuda::conv2d_forward(x, w, bias, params, fuse_relu, out);
-  mac_count_add(out.numel() * w.size(1) * w.size(2) * w.size(3));
-
-  bool need_x = x_in.requires_grad(), need_w = w_in.requires_grad();
-  bool need_b = bias_in.defined() && bias_in.requires_grad();
-  autograd::record("conv2d", out, {x_in, w_in, bias_in},
-                   [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
-                    out = fuse_relu ? out.detach() : Tensor(), like = TensorLayout(out), x_like = TensorLayout(x_in),
-                    w_like = TensorLayout(w_in), x_shape = x.shape(), w_shape = w.shape(), params, device, need_x,
-                    need_w, need_b](const Tensor& grad_out) {
-                     check_grad("conv2d backward", grad_out, device, like.dtype);
-                     Tensor g = layout_like_on_device(grad_out, like);
-                     // Fused ReLU: the gradient flows only where the output was > 0.
-                     if (out.defined()) g = cuda::relu_backward(out, g);
-                     DType dtype = like.dtype;
-                     std::vector<Tensor> grads(3);
-                     if (need_x) grads[0] = cuda::empty_in_layout(x_shape, dtype, device, params.nhwc);
-                     if (need_w) grads[1] = cuda::empty_in_layout(w_shape, dtype, device, params.nhwc);
-                     if (need_b) grads[2] = Tensor::empty({w_shape[0]}, DType::f32, device);
-                     cuda::conv2d_backward(x_shape, w_shape, x, w, g, params, grads[0], grads[1], grads[2]);
-                     // In the inputs' own layouts (a no-op inside a network, whose tensors
-                     // are already in the kernels' layout).
-                     if (need_x) grads[0] = layout_like_on_device(grads[0], x_like);
-                     if (need_w) grads[1] = layout_like_on_device(grads[1], w_like);
-                     return grads;
-                   });
-  return out;
-}
-#endif
-
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, const Conv2dOptions& options,
               bool fuse_relu) {
   Shape out_shape = conv2d_check(x_in, w_in, bias_in, options);
-#ifdef DPT_WITH_CUDA
-  if (x_in.device().is_cuda()) return conv2d_cuda(x_in, w_in, bias_in, out_shape, options, fuse_relu);
-#endif
-  Tensor x = cpu::onednn::in_kernel_layout(x_in), w = w_in.contiguous();
-  Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
-  cpu::ConvParams params{options.stride, options.padding, options.dilation, options.groups};
-  cpu::onednn::Layout out_layout =
-      cpu::onednn::channels_last_enabled() ? cpu::onednn::Layout::nhwc : cpu::onednn::Layout::nchw;
-  Tensor out = cpu::onednn::empty_in(out_shape, out_layout);
-  cpu::conv2d_forward(x, w, bias, params, fuse_relu, out);
-  mac_count_add(out.numel() * w.size(1) * w.size(2) * w.size(3));  // w.size(1) = C / groups
+  const Kernels& k = kernels_for(x_in.device());
+  ConvParams asked{options.stride, options.padding, options.dilation, options.groups, options.channels_last};
+  ConvForward run = k.conv2d_forward(x_in, w_in, bias_in, asked, fuse_relu, out_shape);
+  const Tensor& out = run.out;
+  mac_count_add(out.numel() * run.w.size(1) * run.w.size(2) * run.w.size(3));  // w.size(1) = C / groups
 
   bool need_x = x_in.requires_grad(), need_w = w_in.requires_grad();
   bool need_b = bias_in.defined() && bias_in.requires_grad();
   // Save only what the wanted gradients read: w for dL/dx, x for dL/dw and dL/dbias.
-  autograd::record("conv2d", out, {x_in, w_in, bias_in},
-                   [x = (need_w || need_b) ? x.detach() : Tensor(), w = need_x ? w.detach() : Tensor(),
-                    out = fuse_relu ? out.detach() : Tensor(), x_shape = x.shape(), w_shape = w.shape(),
-                    x_layout = cpu::onednn::layout_of(x), out_layout, params, need_x, need_w,
-                    need_b](const Tensor& grad_out) {
-                     check_grad("conv2d backward", grad_out, Device::cpu());
-                     // In the output's layout: the one the kernels were built for.
-                     Tensor g = cpu::onednn::to_layout(grad_out, out_layout);
-                     if (out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
-                       Tensor masked = Tensor::empty_like(g);
-                       cpu::onednn::relu_mask_backward(g, out, masked);
-                       g = masked;
-                     }
-                     std::vector<Tensor> grads(3);
-                     if (need_x) grads[0] = cpu::onednn::empty_in(x_shape, x_layout);  // the input's layout
-                     if (need_w) grads[1] = Tensor::empty(w_shape);
-                     if (need_b) grads[2] = Tensor::empty({w_shape[0]});
-                     cpu::conv2d_backward(x_shape, w_shape, x, w, g, params, grads[0], grads[1], grads[2]);
-                     return grads;
-                   });
+  autograd::record(
+      "conv2d", out, {x_in, w_in, bias_in},
+      [&k, x = (need_w || need_b) ? run.x.detach() : Tensor(), w = need_x ? run.w.detach() : Tensor(),
+       relu_out = fuse_relu ? out.detach() : Tensor(), out_like = TensorLayout(out), x_kernel = TensorLayout(run.x),
+       w_kernel = TensorLayout(run.w), x_like = TensorLayout(x_in), w_like = TensorLayout(w_in), params = run.params,
+       need_x, need_w, need_b](const Tensor& grad_out) {
+        check_grad("conv2d backward", grad_out, out_like.device, out_like.dtype);
+        Tensor g = layout_like_on_device(grad_out, out_like);  // the layout the kernels were built for
+        if (relu_out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
+          Tensor masked = Tensor::empty_like(g);
+          k.relu_backward(relu_out, g, masked);
+          g = masked;
+        }
+        std::vector<Tensor> grads(3);
+        if (need_x) grads[0] = x_kernel.empty(out_like.dtype);
+        if (need_w) grads[1] = w_kernel.empty(out_like.dtype);
+        if (need_b) grads[2] = Tensor::empty({w_kernel.shape[0]}, DType::f32, out_like.device);
+        k.conv2d_backward(x_kernel.shape, w_kernel.shape, x, w, g, params, grads[0], grads[1], grads[2]);
+        // In the inputs' own layouts (a no-op inside a network, whose tensors are already in
+        // the kernels' layout).
+        if (need_x) grads[0] = layout_like_on_device(grads[0], x_like);
+        if (need_w) grads[1] = layout_like_on_device(grads[1], w_like);
+        return grads;
+      });
   return out;
 }
 

@@ -1,28 +1,20 @@
 // The one place ops turn away inputs their kernels cannot take: tensors on different
-// devices, on a device without kernels for the op, or of the wrong dtype. What op_device
-// returns is the op's dispatch point: the CPU runs backend/cpu, cuda:N runs backend/cuda.
+// devices, on a device this build has no kernels for, or of the wrong dtype; and the
+// layout helpers every op shares, written once over the device's kernel table.
 #pragma once
 
 #include <initializer_list>
 
 #include "core/tensor.h"
 
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/cast.h"
-#include "backend/cuda/elementwise.h"
-#endif
+#include "backend/kernels.h"
 
 namespace dpt {
 
-// Whether an op has CUDA kernels in a build with the CUDA backend.
-enum class CudaKernels { none, available };
-
-// Requires: every tensor defined, f32 and on one device; that device is the CPU, or a
-// CUDA device when `cuda` is available and this build has the CUDA backend.
-// Ensures: returns that device; else throws an Error naming the op, and the devices or
-// the dtype found.
-inline Device op_device(const char* op, std::initializer_list<const Tensor*> tensors,
-                        CudaKernels cuda = CudaKernels::available) {
+// Requires: every tensor defined, f32 and on one device, whose kernel table this build has.
+// Ensures: returns that device (kernels_for(device) is the op's dispatch point); else
+// throws an Error naming the op, and the devices or the dtype found.
+inline Device op_device(const char* op, std::initializer_list<const Tensor*> tensors) {
   Device device;
   bool first = true;
   for (const Tensor* t : tensors) {
@@ -34,14 +26,7 @@ inline Device op_device(const char* op, std::initializer_list<const Tensor*> ten
     device = d;
     first = false;
   }
-#ifdef DPT_WITH_CUDA
-  bool cuda_here = cuda == CudaKernels::available;
-#else
-  bool cuda_here = false;
-#endif
-  DPT_CHECK(device.is_cpu() || cuda_here)
-      << op << ": no kernel for " << device.str() << " tensors (" << op << " runs on the CPU only"
-      << (cuda == CudaKernels::available ? " in this build, which has no CUDA backend" : "") << ")";
+  kernels_for(device);  // throws for a device this build has no kernels for
   return device;
 }
 
@@ -66,11 +51,8 @@ inline Device op_device_mixed(const char* op, std::initializer_list<const Tensor
     device = t->device();
     first = false;
   }
-#ifdef DPT_WITH_CUDA
-  DPT_CHECK(device.is_cuda()) << op << ": bf16 tensors run on CUDA devices only (the CPU kernels are f32)";
-#else
-  DPT_FAIL() << op << ": bf16 tensors need the CUDA backend, which this build does not have";
-#endif
+  const Kernels& k = kernels_for(device);
+  DPT_CHECK(k.bf16) << op << ": bf16 tensors run on CUDA devices only (the " << k.name << " kernels are f32)";
   return device;
 }
 
@@ -86,10 +68,10 @@ inline void check_grad(const char* op, const Tensor& grad, Device device, DType 
 // t itself when contiguous, else a contiguous copy on t's device (Tensor::contiguous()
 // copies CPU tensors only).
 inline Tensor contiguous_on_device(const Tensor& t) {
-#ifdef DPT_WITH_CUDA
-  if (t.device().is_cuda()) return cuda::contiguous(t);
-#endif
-  return t.contiguous();
+  if (t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  kernels_for(t.device()).copy(t, out);
+  return out;
 }
 
 // A tensor's shape, strides, dtype and device: what a backward function keeps, instead of
@@ -118,17 +100,9 @@ struct TensorLayout {
 // (t's dtype) with ref's strides when ref is dense, contiguous otherwise: how a backward
 // brings an incoming gradient to the layout its kernels were given in the forward.
 inline Tensor layout_like_on_device(const Tensor& t, const TensorLayout& ref) {
-#ifdef DPT_WITH_CUDA
-  if (t.device().is_cuda()) {
-    if (ref.matches(t)) return t;
-    Tensor out = ref.empty(t.dtype());
-    cuda::cast_copy(t, out);
-    return out;
-  }
-#endif
   if (ref.matches(t)) return t;
   Tensor out = ref.empty(t.dtype());
-  out.copy_from(t);
+  kernels_for(t.device()).copy(t, out);
   return out;
 }
 
@@ -136,11 +110,18 @@ inline Tensor layout_like_on_device(const Tensor& t, const Tensor& ref) {
   return layout_like_on_device(t, TensorLayout(ref));
 }
 
-// A 4-D CUDA tensor as the kernels take it: itself when contiguous or channels-last, else
-// a contiguous copy. Other tensors: contiguous_on_device.
+// A tensor as the kernels take it: a 4-D one itself when contiguous or channels-last, any
+// other a contiguous copy unless it is contiguous already.
 inline Tensor kernel_layout_on_device(const Tensor& t) {
-  if (t.device().is_cuda() && t.dim() == 4 && t.is_channels_last()) return t;
+  if (t.dim() == 4 && t.is_channels_last()) return t;
   return contiguous_on_device(t);
+}
+
+// An uninitialised tensor of `shape` in `like`'s layout family: channels-last when like is
+// (and is not also contiguous), contiguous otherwise.
+inline Tensor empty_in_layout_of(const Shape& shape, DType dtype, const Tensor& like) {
+  bool nhwc = like.dim() == 4 && like.is_channels_last() && !like.is_contiguous();
+  return nhwc ? Tensor::empty_channels_last(shape, dtype, like.device()) : Tensor::empty(shape, dtype, like.device());
 }
 
 }  // namespace dpt

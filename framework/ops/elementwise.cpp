@@ -1,12 +1,8 @@
 #include "ops/elementwise.h"
 
 #include "autograd/node.h"
-#include "backend/cpu/elementwise.h"
+#include "backend/kernels.h"
 #include "ops/device_check.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/elementwise.h"
-#endif
 
 namespace dpt {
 
@@ -25,31 +21,11 @@ Shape broadcast_shape(const Shape& a, const Shape& b) {
 
 namespace {
 
-// The dispatch points: backend/cuda for CUDA tensors, backend/cpu otherwise.
-void binary_on(cpu::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-#ifdef DPT_WITH_CUDA
-  if (out.device().is_cuda()) {
-    constexpr cuda::BinaryOp kCudaOp[] = {cuda::BinaryOp::add, cuda::BinaryOp::sub, cuda::BinaryOp::mul,
-                                          cuda::BinaryOp::div};
-    return cuda::binary(kCudaOp[static_cast<int>(op)], a, b, out);
-  }
-#endif
-  cpu::binary(op, a, b, out);
-}
-
 void affine_on(const Tensor& a, float scale, float shift, const Tensor& out) {
-#ifdef DPT_WITH_CUDA
-  if (out.device().is_cuda()) return cuda::affine(a, scale, shift, out);
-#endif
-  cpu::affine(a, scale, shift, out);
+  kernels_for(out.device()).affine(a, scale, shift, out);
 }
 
-Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
-#ifdef DPT_WITH_CUDA
-  if (t.device().is_cuda()) return cuda::sum_to_shape(t, shape);
-#endif
-  return cpu::sum_to_shape(t, shape);
-}
+Tensor sum_to_shape(const Tensor& t, const Shape& shape) { return kernels_for(t.device()).sum_to_shape(t, shape); }
 
 // Equal shapes and equal dense strides (two channels-last activations, say): the op
 // runs on the raw buffers and the output keeps that layout. Otherwise it is contiguous.
@@ -57,19 +33,19 @@ bool same_dense_layout(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.strides() == b.strides() && a.is_dense();
 }
 
-Tensor binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b) {
+Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   Device device = op_device_mixed("elementwise", {&a, &b});
   Tensor out = same_dense_layout(a, b)
                    ? Tensor::empty_like(a)
                    : Tensor::empty(broadcast_shape(a.shape(), b.shape()), a.dtype(), device);
-  binary_on(op, a, b, out);
+  kernels_for(device).binary(op, a, b, out);
   return out;
 }
 
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(cpu::BinaryOp::add, a, b);
+  Tensor out = binary_forward(BinaryOp::add, a, b);
   autograd::record("add", out, {a, b},
                    [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
                      check_grad("add backward", g, device, dtype);
@@ -79,7 +55,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(cpu::BinaryOp::sub, a, b);
+  Tensor out = binary_forward(BinaryOp::sub, a, b);
   autograd::record("sub", out, {a, b},
                    [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
                      check_grad("sub backward", g, device, dtype);
@@ -91,27 +67,27 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(cpu::BinaryOp::mul, a, b);
+  Tensor out = binary_forward(BinaryOp::mul, a, b);
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   autograd::record("mul", out, {a, b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) {
     std::vector<Tensor> grads(2);
-    if (need_a) grads[0] = sum_to_shape(binary_forward(cpu::BinaryOp::mul, g, b), a.shape());
-    if (need_b) grads[1] = sum_to_shape(binary_forward(cpu::BinaryOp::mul, g, a), b.shape());
+    if (need_a) grads[0] = sum_to_shape(binary_forward(BinaryOp::mul, g, b), a.shape());
+    if (need_b) grads[1] = sum_to_shape(binary_forward(BinaryOp::mul, g, a), b.shape());
     return grads;
   });
   return out;
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(cpu::BinaryOp::div, a, b);
+  Tensor out = binary_forward(BinaryOp::div, a, b);
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   autograd::record("div", out, {a, b},
                    [b = b.detach(), out = out.detach(), sa = a.shape(), need_a, need_b](const Tensor& g) {
                      std::vector<Tensor> grads(2);
-                     Tensor g_over_b = binary_forward(cpu::BinaryOp::div, g, b);
+                     Tensor g_over_b = binary_forward(BinaryOp::div, g, b);
                      if (need_a) grads[0] = sum_to_shape(g_over_b, sa);
                      if (need_b) {  // d(a/b)/db = -(a/b)/b
-                       Tensor t = binary_forward(cpu::BinaryOp::mul, g_over_b, out);
+                       Tensor t = binary_forward(BinaryOp::mul, g_over_b, out);
                        affine_on(t, -1.0f, 0.0f, t);
                        grads[1] = sum_to_shape(t, b.shape());
                      }

@@ -3,41 +3,16 @@
 #include "ops/linear.h"
 
 #include "autograd/node.h"
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/onednn.h"
+#include "backend/kernels.h"
 #include "ops/device_check.h"
 #include "ops/mac_count.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/activation.h"
-#include "backend/cuda/matmul.h"
-#endif
 
 namespace dpt {
 namespace {
 
-// The dispatch points: backend/cuda for CUDA tensors, backend/cpu otherwise.
 void matmul_on(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias,
                bool relu, const Tensor& out) {
-#ifdef DPT_WITH_CUDA
-  if (out.device().is_cuda()) return cuda::matmul(a, transpose_a, b, transpose_b, bias, relu, out);
-#endif
-  cpu::matmul(a, transpose_a, b, transpose_b, bias, relu, out);
-}
-
-void sum_rows_on(const Tensor& t, const Tensor& out) {
-#ifdef DPT_WITH_CUDA
-  if (out.device().is_cuda()) return cuda::sum_rows(t, out);
-#endif
-  cpu::sum_rows(t, out);
-}
-
-// Backward of a fused ReLU: result = grad_out where out > 0, else 0.
-void relu_mask_on(const Tensor& grad_out, const Tensor& out, const Tensor& result) {
-#ifdef DPT_WITH_CUDA
-  if (out.device().is_cuda()) return cuda::relu_backward(out, grad_out, result);
-#endif
-  cpu::onednn::relu_mask_backward(grad_out, out, result);
+  kernels_for(out.device()).matmul(a, transpose_a, b, transpose_b, bias, relu, out);
 }
 
 }  // namespace
@@ -73,7 +48,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
                      Tensor g = contiguous_on_device(grad_out);
                      if (out.defined()) {  // fused ReLU
                        Tensor masked = Tensor::empty(g.shape(), dtype, device);
-                       relu_mask_on(g, out, masked);
+                       kernels_for(device).relu_backward(out, g, masked);
                        g = masked;
                      }
                      std::vector<Tensor> grads(3);
@@ -87,7 +62,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, boo
                      }
                      if (need_b) {
                        grads[2] = Tensor::empty({w_shape[0]}, DType::f32, device);
-                       sum_rows_on(g, grads[2]);
+                       kernels_for(device).sum_rows(g, grads[2]);
                      }
                      return grads;
                    });

@@ -1,62 +1,24 @@
+// sum and mean over a whole tensor: the result and its gradient stay on the input's device
+// (a one-element tensor; the CPU adds in double, in a fixed order).
 #include "ops/reduce.h"
 
-#include <algorithm>
-#include <vector>
-
 #include "autograd/node.h"
+#include "backend/kernels.h"
 #include "ops/device_check.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/reduce.h"
-#endif
 
 namespace dpt {
 namespace {
 
-// Sum in double: a mean over a whole batch of activations loses digits in f32. Fixed-size
-// chunks are added up in chunk order, so the result has the same bits whatever the thread
-// count or timing (an OpenMP reduction clause adds the threads' partial sums in the order
-// they finish).
-double sum_double(const Tensor& x) {
-  constexpr int64_t kChunk = 32768;
-  Tensor c = x.contiguous();
-  const float* p = c.data<float>();
-  const int64_t n = c.numel(), chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks));
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t k = 0; k < chunks; ++k) {
-    double s = 0;
-    for (int64_t i = k * kChunk, end = std::min(n, i + kChunk); i < end; ++i) s += p[i];
-    partial[k] = s;
-  }
-  double s = 0;
-  for (double v : partial) s += v;
-  return s;
-}
-
-#ifdef DPT_WITH_CUDA
-// The result stays on the device (a one-element tensor), and so does its gradient.
-Tensor scaled_sum_cuda(const char* name, const Tensor& x, double scale) {
-  Tensor out = Tensor::empty({}, DType::f32, x.device());
-  cuda::sum_scaled(x, scale, out);
-  autograd::record(name, out, {x}, [name, shape = x.shape(), scale, device = x.device()](const Tensor& g) {
+Tensor scaled_sum(const char* name, const Tensor& x, double scale) {
+  Device device = op_device(name, {&x});
+  const Kernels& k = kernels_for(device);
+  Tensor out = Tensor::empty({}, DType::f32, device);
+  k.sum_scaled(x, scale, out);
+  autograd::record(name, out, {x}, [&k, name, shape = x.shape(), scale, device](const Tensor& g) {
     check_grad(name, g, device);
     Tensor grad = Tensor::empty(shape, DType::f32, device);
-    cuda::fill_scaled(grad, g, static_cast<float>(scale));
+    k.fill_scaled(grad, g, static_cast<float>(scale));
     return std::vector<Tensor>{grad};
-  });
-  return out;
-}
-#endif
-
-Tensor scaled_sum(const char* name, const Tensor& x, double scale) {
-  [[maybe_unused]] Device device = op_device(name, {&x});
-#ifdef DPT_WITH_CUDA
-  if (device.is_cuda()) return scaled_sum_cuda(name, x, scale);
-#endif
-  Tensor out = Tensor::full({}, static_cast<float>(sum_double(x) * scale));
-  autograd::record(name, out, {x}, [shape = x.shape(), scale](const Tensor& g) {
-    return std::vector<Tensor>{Tensor::full(shape, g.item() * static_cast<float>(scale))};
   });
   return out;
 }

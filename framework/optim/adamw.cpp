@@ -1,15 +1,12 @@
-// AdamW's update: plain loops on CPU; on CUDA, one fused multi-tensor kernel per group and
-// device (backend/cuda/optim.h) applies the same per-element rule.
+// AdamW's update: one fused multi-tensor update per group and device (the device's kernel
+// table: plain loops on the CPU, backend/cuda/optim.h on CUDA).
 #include "optim/adamw.h"
 
 #include <cmath>
 
+#include "backend/kernels.h"
 #include "optim/device_scalars.h"
 #include "optim/state_device.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/optim.h"
-#endif
 
 namespace dpt::optim {
 
@@ -40,7 +37,7 @@ void AdamW::step(float lr) {
 
 // Per group four values: lr, decay, c1, c2 (the layout adamw_update reads).
 void AdamW::step_prepare(float lr) {
-  DeviceScalars& scalars = device_scalars(4 * groups_.size(), "adamw");
+  DeviceScalars& scalars = device_scalars(4 * groups_.size());
   ++steps_;
   const float c1 = bias_correction(options_.beta1, steps_), c2 = bias_correction(options_.beta2, steps_);
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -61,38 +58,19 @@ void AdamW::update(float lr, const DeviceScalars* scalars) {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& group = groups_[gi];
     const float decay = decay_of(lr, group.weight_decay);
-#ifdef DPT_WITH_CUDA
     const float* on_device = scalars ? scalars->device_ptr(4 * gi) : nullptr;
-    CudaBatch<cuda::AdamWSlot> batch([&](const std::vector<cuda::AdamWSlot>& slots, int device) {
-      cuda::adamw_update(slots, device, lr, decay, b1, b2, eps, c1, c2, on_device);
+    SlotBatch<AdamWSlot> batch([&](const std::vector<AdamWSlot>& slots, Device device) {
+      kernels_for(device).adamw_update(slots, device.index, lr, decay, b1, b2, eps, c1, c2, on_device);
     });
-#endif
     for (auto& p : group.params) {
-      Tensor& m_state = m_[k];
-      Tensor& v_state = v_[k++];
+      Tensor& m = m_[k];
+      Tensor& v = v_[k++];
       if (!p.grad().defined()) continue;
-      prepare_update("adamw", p, {&m_state, &v_state}, scalars != nullptr);
-      float* m = m_state.data<float>();
-      float* v = v_state.data<float>();
-      float* w = p.data<float>();
-      const float* g = p.grad().data<float>();
-      int64_t n = p.numel();
-#ifdef DPT_WITH_CUDA
-      if (p.device().is_cuda()) {
-        batch.add(p.device().index, {w, g, m, v, n});
-        continue;
-      }
-#endif
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-        w[i] = w[i] * decay - lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
-      }
+      prepare_update("adamw", p, {&m, &v}, scalars);
+      batch.add(p.device(),
+                {p.data<float>(), p.grad().data<float>(), m.data<float>(), v.data<float>(), p.numel()});
     }
-#ifdef DPT_WITH_CUDA
     batch.flush();
-#endif
   }
 }
 

@@ -1,47 +1,35 @@
 // The few f32 values of one step that a captured CUDA graph must not freeze: the learning
 // rate, AdamW's bias corrections and decays, EMA's decay. The host computes them as an
 // eager step would and uploads them before each replay; the update kernels read them from
-// device memory as they run (optimizer.h: step_prepare / step_apply).
+// the device's memory as they run (optimizer.h: step_prepare / step_apply). On the CPU
+// the same values live in host memory, so the split step runs, and is tested, there too.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <vector>
 
-#include "core/device.h"
-
-namespace dpt::cuda {
-class Upload;
-// Deletes an Upload (backend/cuda/upload.h), so that headers hold one without including
-// CUDA's; a build without the CUDA backend never makes one.
-struct UploadDelete {
-  void operator()(Upload* upload) const;
-};
-}  // namespace dpt::cuda
+#include "backend/kernels.h"
+#include "core/tensor.h"
 
 namespace dpt::optim {
 
 class DeviceScalars {
  public:
-  // `count` values on CUDA device `device` (dpt::Error for a CPU device or a build without
-  // CUDA, naming `owner`, e.g. "sgd").
-  DeviceScalars(size_t count, Device device, const char* owner);
-  ~DeviceScalars();
-  DeviceScalars(const DeviceScalars&) = delete;
-  DeviceScalars& operator=(const DeviceScalars&) = delete;
+  // `count` values on `device`.
+  DeviceScalars(size_t count, Device device);
 
   void set(size_t i, float value) { host_.at(i) = value; }
   // Queues the copy of every value to the device, ahead of the work queued after it.
   void upload();
   // Where value i lives on the device; stable for this object's life.
   const float* device_ptr(size_t i) const;
-  Device device() const { return device_; }
+  Device device() const { return values_.device(); }
 
  private:
-  Device device_;
   std::vector<float> host_;
-  float* on_device_ = nullptr;
-  std::unique_ptr<cuda::Upload, cuda::UploadDelete> upload_;
+  Tensor values_;
+  std::unique_ptr<Upload> upload_;
 };
 
 }  // namespace dpt::optim

@@ -3,11 +3,8 @@
 #include <algorithm>
 
 #include "autograd/node.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/elementwise.h"
-#include "backend/cuda/optim.h"
-#endif
+#include "backend/kernels.h"
+#include "ops/device_check.h"
 
 namespace dpt::optim {
 namespace {
@@ -36,7 +33,7 @@ void Ema::update(const nn::Module& model) {
 
 void Ema::update_prepare() {
   DPT_CHECK(!shadow_.empty()) << "ema: the model has no state to average";
-  if (!device_decay_) device_decay_ = std::make_unique<DeviceScalars>(1, shadow_.front().second.device(), "ema");
+  if (!device_decay_) device_decay_ = std::make_unique<DeviceScalars>(1, shadow_.front().second.device());
   ++updates_;
   device_decay_->set(0, warmup_decay(decay_, updates_));
   device_decay_->upload();
@@ -57,28 +54,14 @@ void Ema::apply(const nn::Module& model, float d, const float* decay_on_device) 
     DPT_CHECK(avg.device() == current.device())
         << "ema: '" << state[i].first << "' is on " << current.device().str() << " but its average on "
         << avg.device().str() << " (make the Ema after moving the model)";
-#ifdef DPT_WITH_CUDA
-    if (avg.device().is_cuda()) {
-      Tensor src = cuda::contiguous(current);
-      if (i < params.size())
-        cuda::ema_update(avg, src, d, decay_on_device);
-      else
-        avg.copy_from(src);
-      continue;
-    }
-#endif
-    DPT_CHECK(!decay_on_device) << "ema: update_apply (CUDA graphs) needs the model on a CUDA device, '"
-                                << state[i].first << "' is on " << current.device().str();
-    Tensor src = current.contiguous();
-    const float* c = src.data<float>();
-    float* a = avg.data<float>();
-    int64_t n = avg.numel();
-    if (i < params.size()) {  // state_dict lists the parameters first, then the buffers
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-      for (int64_t j = 0; j < n; ++j) a[j] = d * a[j] + (1 - d) * c[j];
-    } else {
+    DPT_CHECK(!decay_on_device || avg.device() == device_decay_->device())
+        << "ema: update_apply's decay is on " << device_decay_->device().str() << ", but '" << state[i].first
+        << "' is on " << avg.device().str();
+    Tensor src = contiguous_on_device(current);
+    if (i < params.size())  // state_dict lists the parameters first, then the buffers
+      kernels_for(avg.device()).ema_update(avg, src, d, decay_on_device);
+    else
       avg.copy_from(src);
-    }
   }
 }
 

@@ -9,19 +9,12 @@
 #include <memory>
 #include <vector>
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "optim/device_scalars.h"
 #include "optim/ema.h"
 #include "optim/optimizer.h"
-
-namespace dpt::cuda {
-class GraphedStep;
-// Deletes a GraphedStep (backend/cuda/graph.h); never made without the CUDA backend.
-struct GraphedStepDelete {
-  void operator()(GraphedStep* step) const;
-};
-}  // namespace dpt::cuda
 
 namespace dpt::optim {
 
@@ -40,8 +33,8 @@ struct GraphedStepResult {
 class GraphedTrainStep {
  public:
   // `model` is what the step calls (DDP or the bare model), `net` the bare model (its
-  // gradients, EMA); `ema` may be null. Requires: net's parameters on one CUDA device, a
-  // build with the CUDA backend (dpt::Error otherwise, saying where they are).
+  // gradients, EMA); `ema` may be null. Requires: net's parameters on one device whose
+  // kernels capture graphs (CUDA; dpt::Error otherwise, naming the device).
   // `images_shape` is the batch shape of every step.
   GraphedTrainStep(nn::Module& model, const nn::Module& net, Optimizer& optimizer, Ema* ema,
                    Shape images_shape, GraphedTrainOptions options);
@@ -67,13 +60,13 @@ class GraphedTrainStep {
   Optimizer& optimizer_;
   Ema* ema_;
   GraphedTrainOptions options_;
-  int device_ = 0;
+  Device device_;
   Tensor images_, labels_;  // static inputs
   Tensor ones_;             // backward's seed, made before the capture
   Tensor result_;           // [loss, 1 if anything was not finite]
   std::vector<Tensor> params_;
-  std::unique_ptr<cuda::Upload, cuda::UploadDelete> images_upload_, labels_upload_;
-  std::unique_ptr<cuda::GraphedStep, cuda::GraphedStepDelete> step_;
+  std::unique_ptr<Upload> images_upload_, labels_upload_;
+  std::unique_ptr<StepGraph> step_;
 };
 
 }  // namespace dpt::optim

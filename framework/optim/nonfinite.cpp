@@ -1,53 +1,28 @@
 #include "optim/nonfinite.h"
 
-#include <cmath>
-#include <cstring>
-
 #include "autograd/node.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/elementwise.h"
-#include "backend/cuda/nonfinite.h"
-#endif
+#include "backend/kernels.h"
+#include "ops/device_check.h"
 
 namespace dpt::optim {
 namespace {
 
-// Exponent bits all ones is Inf or NaN. A branch-free OR over the bits vectorises, and
-// gradients are finite on almost every step, so there is nothing to stop early for.
-bool finite_f32(const float* p, int64_t n) {
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, p + i, 4);
-    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
-}
-
-// CPU tensors are read where they are; CUDA ones (all on one device, as a model's are) are
-// checked there in one pass with one flag read back (backend/cuda/nonfinite.h).
+// One pass over all tensors (on one device, as a model's are) with one flag read back.
 bool tensors_finite(const std::vector<Tensor>& tensors) {
-#ifdef DPT_WITH_CUDA
-  std::vector<Tensor> on_cuda;
-#endif
+  std::vector<Tensor> kept;  // contiguous copies live until the flag is read
+  std::vector<FiniteSlot> slots;
   for (const Tensor& t : tensors) {
     if (!t.defined()) continue;
-#ifdef DPT_WITH_CUDA
-    if (t.device().is_cuda()) {
-      DPT_CHECK(on_cuda.empty() || on_cuda.front().device() == t.device())
-          << "non-finite check: tensors on " << on_cuda.front().device().str() << " and " << t.device().str();
-      on_cuda.push_back(cuda::contiguous(t));
-      continue;
-    }
-#endif
-    Tensor c = t.contiguous();
-    if (!finite_f32(c.data<float>(), c.numel())) return false;
+    DPT_CHECK(kept.empty() || kept.front().device() == t.device())
+        << "non-finite check: tensors on " << kept.front().device().str() << " and " << t.device().str();
+    kept.push_back(contiguous_on_device(t));
+    slots.push_back({kept.back().data<float>(), kept.back().numel()});
   }
-#ifdef DPT_WITH_CUDA
-  if (!on_cuda.empty()) return cuda::all_finite(on_cuda, on_cuda.front().device().index);
-#endif
-  return true;
+  if (kept.empty()) return true;
+  const Device device = kept.front().device();
+  Tensor flag = Tensor::zeros({1}, DType::f32, device);
+  kernels_for(device).flag_nonfinite(slots, device.index, flag.data<float>());
+  return flag.to_vector()[0] == 0.0f;
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
 
 Optimizer::~Optimizer() = default;
 
-DeviceScalars& Optimizer::device_scalars(size_t count, const char* owner) {
+DeviceScalars& Optimizer::device_scalars(size_t count) {
   if (!device_scalars_) {
     Device device = Device::cpu();
     for (const auto& group : groups_)
@@ -22,7 +22,7 @@ DeviceScalars& Optimizer::device_scalars(size_t count, const char* owner) {
         device = group.params.front().device();
         break;
       }
-    device_scalars_ = std::make_unique<DeviceScalars>(count, device, owner);
+    device_scalars_ = std::make_unique<DeviceScalars>(count, device);
   }
   return *device_scalars_;
 }

@@ -84,7 +84,7 @@ class Optimizer {
  protected:
   // The device values of step_prepare: `count` of them, made on the first call, on the
   // first parameter's device.
-  DeviceScalars& device_scalars(size_t count, const char* owner);
+  DeviceScalars& device_scalars(size_t count);
   // Those values for step_apply; dpt::Error when step_prepare has not made them.
   const DeviceScalars& prepared_scalars(const char* owner) const;
 

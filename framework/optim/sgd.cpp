@@ -1,13 +1,10 @@
-// SGD's update: plain loops on CPU; on CUDA, one fused multi-tensor kernel per group and
-// device (backend/cuda/optim.h) applies the same per-element rule.
+// SGD's update: one fused multi-tensor update per group and device (the device's kernel
+// table: plain loops on the CPU, backend/cuda/optim.h on CUDA).
 #include "optim/sgd.h"
 
+#include "backend/kernels.h"
 #include "optim/device_scalars.h"
 #include "optim/state_device.h"
-
-#ifdef DPT_WITH_CUDA
-#include "backend/cuda/optim.h"
-#endif
 
 namespace dpt::optim {
 
@@ -22,58 +19,29 @@ Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options) : Optimizer(std::mo
 void Sgd::step(float lr) { update(lr, nullptr); }
 
 void Sgd::step_prepare(float lr) {
-  DeviceScalars& scalars = device_scalars(1, "sgd");
+  DeviceScalars& scalars = device_scalars(1);
   scalars.set(0, lr);
   scalars.upload();
 }
 
-void Sgd::step_apply() { update(0.0f, prepared_scalars("sgd").device_ptr(0)); }
+void Sgd::step_apply() { update(0.0f, &prepared_scalars("sgd")); }
 
-void Sgd::update(float lr, const float* lr_on_device) {
+void Sgd::update(float lr, const DeviceScalars* scalars) {
+  const float* lr_on_device = scalars ? scalars->device_ptr(0) : nullptr;
   size_t k = 0;
-  const float mu = options_.momentum;
   for (auto& group : groups_) {
     const float wd = group.weight_decay;
-#ifdef DPT_WITH_CUDA
-    CudaBatch<cuda::SgdSlot> batch([&](const std::vector<cuda::SgdSlot>& slots, int device) {
-      cuda::sgd_update(slots, device, lr, wd, mu, options_.nesterov, lr_on_device);
+    SlotBatch<SgdSlot> batch([&](const std::vector<SgdSlot>& slots, Device device) {
+      kernels_for(device).sgd_update(slots, device.index, lr, wd, options_.momentum, options_.nesterov,
+                                     lr_on_device);
     });
-#endif
     for (auto& p : group.params) {
       Tensor& v = velocity_[k++];
       if (!p.grad().defined()) continue;
-      prepare_update("sgd", p, {&v}, lr_on_device != nullptr);
-#ifdef DPT_WITH_CUDA
-      if (p.device().is_cuda()) {
-        batch.add(p.device().index, {p.data<float>(), p.grad().data<float>(), v.data<float>(), p.numel()});
-        continue;
-      }
-#endif
-      float* w = p.data<float>();
-      const float* g = p.grad().data<float>();
-      float* vel = v.data<float>();
-      int64_t n = p.numel();
-      if (mu == 0.0f) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
-      } else if (options_.nesterov) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) {
-          float gi = g[i] + wd * w[i];
-          vel[i] = mu * vel[i] + gi;
-          w[i] -= lr * (gi + mu * vel[i]);
-        }
-      } else {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) {
-          vel[i] = mu * vel[i] + g[i] + wd * w[i];
-          w[i] -= lr * vel[i];
-        }
-      }
+      prepare_update("sgd", p, {&v}, scalars);
+      batch.add(p.device(), {p.data<float>(), p.grad().data<float>(), v.data<float>(), p.numel()});
     }
-#ifdef DPT_WITH_CUDA
     batch.flush();
-#endif
   }
 }
 

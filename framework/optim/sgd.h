@@ -23,8 +23,8 @@ class Sgd : public Optimizer {
   std::vector<std::string> state_kinds() const override;  // "momentum" when momentum > 0
 
  private:
-  // lr_on_device: null for step(lr), the uploaded learning rate for step_apply().
-  void update(float lr, const float* lr_on_device);
+  // scalars: null for step(lr), step_prepare's learning rate for step_apply().
+  void update(float lr, const DeviceScalars* scalars);
 
   SgdOptions options_;
   std::vector<Tensor> velocity_;  // in the order of the groups' parameters

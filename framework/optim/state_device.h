@@ -1,6 +1,6 @@
-// What the optimizers share for parameters on either device: the checks before an update
+// What the optimizers share for parameters on any device: the checks before an update
 // (with optimizer state following its parameter to the parameter's device), and the
-// batching of CUDA parameters into fused multi-tensor launches.
+// batching of a group's parameters into one fused multi-tensor update per device.
 #pragma once
 
 #include <functional>
@@ -9,19 +9,20 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "optim/device_scalars.h"
 
 namespace dpt::optim {
 
-// Requires: p and p.grad() contiguous f32 of one shape on one device (else an Error naming
-// the optimizer), a CUDA device when `device_values` (step_apply). Ensures: each state
+// Requires: p and p.grad() contiguous f32 of one shape on one device, the device of
+// `values` when given (step_apply), else an Error naming the optimizer. Ensures: each state
 // buffer is on p's device; one made elsewhere (the model was moved after the optimizer was
 // built) is moved there, values kept.
 inline void prepare_update(const char* optimizer, const Tensor& p, std::initializer_list<Tensor*> state,
-                           bool device_values = false) {
+                           const DeviceScalars* values = nullptr) {
   const Tensor& g = p.grad();
-  DPT_CHECK(!device_values || p.device().is_cuda())
-      << optimizer << ": step_apply (CUDA graphs) needs every parameter on a CUDA device, one "
-      << shape_str(p.shape()) << " is on " << p.device().str();
+  DPT_CHECK(!values || values->device() == p.device())
+      << optimizer << ": step_apply's values are on " << values->device().str() << ", but a parameter "
+      << shape_str(p.shape()) << " is on " << p.device().str() << " (one device per model)";
   DPT_CHECK(p.dtype() == DType::f32 && g.dtype() == DType::f32 && g.shape() == p.shape() &&
             g.device() == p.device() && p.is_contiguous() && g.is_contiguous())
       << optimizer << ": parameter " << shape_str(p.shape()) << " on " << p.device().str()
@@ -32,16 +33,16 @@ inline void prepare_update(const char* optimizer, const Tensor& p, std::initiali
   p.storage()->bump_version();  // copies made from p (bf16 weights) are stale after this
 }
 
-// Collects the CUDA parameters of a group for one fused update: `launch(slots, device)`
-// runs when the device changes and at flush(), which the caller must call at the end.
+// Collects the parameters of a group for one fused update: `launch(slots, device)` runs
+// when the device changes and at flush(), which the caller must call at the end.
 template <class Slot>
-class CudaBatch {
+class SlotBatch {
  public:
-  using Launch = std::function<void(const std::vector<Slot>&, int device)>;
-  explicit CudaBatch(Launch launch) : launch_(std::move(launch)) {}
+  using Launch = std::function<void(const std::vector<Slot>&, Device device)>;
+  explicit SlotBatch(Launch launch) : launch_(std::move(launch)) {}
 
-  void add(int device, const Slot& slot) {
-    if (device != device_) flush();
+  void add(Device device, const Slot& slot) {
+    if (!slots_.empty() && device != device_) flush();
     device_ = device;
     slots_.push_back(slot);
   }
@@ -53,7 +54,7 @@ class CudaBatch {
  private:
   Launch launch_;
   std::vector<Slot> slots_;
-  int device_ = -1;
+  Device device_;
 };
 
 }  // namespace dpt::optim

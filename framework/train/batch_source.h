@@ -1,10 +1,11 @@
-// A loop's batches on the device that uses them: the loader's own on the CPU; on a CUDA
-// device copied there ahead of use (backend/cuda/batch_upload.h), so that batch i+1's copy
-// overlaps step i. The loop sees the same calls either way.
+// A loop's batches on the device that uses them: the loader's own on the CPU; on a device
+// whose kernels stage batches (CUDA: backend/cuda/batch_upload.h) copied there ahead of
+// use, so that batch i+1's copy overlaps step i. The loop sees the same calls either way.
 #pragma once
 
 #include <memory>
 
+#include "backend/kernels.h"
 #include "core/device.h"
 #include "datasets/loader.h"
 
@@ -28,11 +29,12 @@ class BatchSource {
   bool next(data::Batch& batch);
 
  private:
-  struct DeviceCopies;  // the CUDA uploader (batch_source.cpp); null on the CPU
+  // Starts copying the loader's next batch; false at the epoch's end.
+  bool upload_next();
 
   data::Loader& loader_;
   Device device_;
-  std::unique_ptr<DeviceCopies> copies_;
+  std::unique_ptr<BatchUploader> uploader_;  // null where batches need no staging (the CPU)
 };
 
 }  // namespace dpt::train

@@ -22,7 +22,7 @@ struct Geometry {
   normalization_flags flags;
 };
 
-Geometry geometry_of(const Shape& x, const BatchNormParams& p, Layout layout) {
+Geometry geometry_of(const Shape& x, const BatchNormKernelParams& p, Layout layout) {
   memory::dims dims = dims_of(x);
   normalization_flags flags = normalization_flags::use_scale | normalization_flags::use_shift;
   if (p.use_global_stats) flags = flags | normalization_flags::use_global_stats;
@@ -31,7 +31,7 @@ Geometry geometry_of(const Shape& x, const BatchNormParams& p, Layout layout) {
   return {layout_desc(dims, layout), plain_desc(dims, work), plain_desc({x[1]}, Tag::x), flags};
 }
 
-std::string key_of(const char* op, const Shape& x, const BatchNormParams& p, bool training, Layout layout) {
+std::string key_of(const char* op, const Shape& x, const BatchNormKernelParams& p, bool training, Layout layout) {
   float eps = p.eps;
   int32_t eps_bits;
   std::memcpy(&eps_bits, &eps, sizeof eps_bits);
@@ -58,7 +58,7 @@ struct BackwardEntry {
 
 // Training (forward_training) whenever batch statistics are computed or a backward
 // needs the ReLU mask; inference otherwise.
-std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormParams& p, bool training,
+std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormKernelParams& p, bool training,
                                             Layout layout) {
   return Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x, p, training, layout), [&] {
     Geometry g = geometry_of(x, p, layout);
@@ -75,13 +75,13 @@ memory channel_memory(const Tensor& t) {
 
 }  // namespace
 
-size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p, bool channels_last) {
+size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormKernelParams& p, bool channels_last) {
   if (!p.relu) return 0;
   return forward_entry(x_shape, p, true, channels_last ? Layout::nhwc : Layout::nchw)->workspace.get_size();
 }
 
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                        const Tensor& var, const BatchNormParams& p, const Tensor& out,
+                        const Tensor& var, const BatchNormKernelParams& p, const Tensor& out,
                         const Tensor& workspace) {
   bool training = !p.use_global_stats || workspace.defined();
   DPT_CHECK(layout_of(out) == layout_of(x)) << "batch_norm2d: out must have x's layout";
@@ -107,7 +107,7 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 
 void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
-                         const Tensor& mean, const Tensor& var, const BatchNormParams& p,
+                         const Tensor& mean, const Tensor& var, const BatchNormKernelParams& p,
                          const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
                          const Tensor& grad_bias) {
   Layout layout = layout_of(x);

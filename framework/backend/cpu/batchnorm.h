@@ -8,7 +8,7 @@
 
 namespace dpt::cpu {
 
-struct BatchNormParams {
+struct BatchNormKernelParams {
   float eps = 1e-5f;
   bool use_global_stats = false;  // normalise with given mean/var (eval) instead of batch stats
   bool relu = false;              // out = max(0, bn(x))
@@ -16,7 +16,7 @@ struct BatchNormParams {
 
 // Bytes of the workspace a forward must leave for batch_norm_backward (the ReLU mask;
 // 0 without relu), for an NCHW or a channels-last x.
-size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p, bool channels_last = false);
+size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormKernelParams& p, bool channels_last = false);
 
 // Requires: f32: x [N, C, H, W] contiguous or channels-last, out in x's layout; weight,
 // bias, mean, var contiguous [C];
@@ -25,7 +25,7 @@ size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p
 // use_global_stats, mean and var are outputs: the batch mean and biased variance; with
 // it, they are inputs.
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                        const Tensor& var, const BatchNormParams& p, const Tensor& out,
+                        const Tensor& var, const BatchNormKernelParams& p, const Tensor& out,
                         const Tensor& workspace);
 
 // Requires: the tensors the forward used (mean, var as it left them; its workspace when
@@ -33,7 +33,7 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 // contiguous [C].
 // Ensures: all three overwritten with the gradients.
 void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
-                         const Tensor& mean, const Tensor& var, const BatchNormParams& p,
+                         const Tensor& mean, const Tensor& var, const BatchNormKernelParams& p,
                          const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
                          const Tensor& grad_bias);
 

@@ -6,16 +6,10 @@
 
 #include <cstdint>
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cpu {
-
-struct ConvParams {
-  int64_t stride = 1;
-  int64_t padding = 0;
-  int64_t dilation = 1;  // PyTorch convention: 1 means no dilation
-  int64_t groups = 1;
-};
 
 // Requires: f32 CPU tensors, x and out contiguous or channels-last, w and bias
 // contiguous; x [N, C, H, W], w [OC, C/groups, KH, KW],

@@ -5,11 +5,10 @@
 
 #include <cstdint>
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cpu {
-
-enum class BinaryOp { add, sub, mul, div };
 
 void add_inplace(float* dst, const float* src, int64_t n);  // dst += src
 

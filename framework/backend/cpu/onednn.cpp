@@ -61,10 +61,6 @@ Tensor empty_in(const Shape& shape, Layout layout) {
   return layout == Layout::nhwc ? Tensor::empty_channels_last(shape) : Tensor::empty(shape);
 }
 
-Tensor to_layout(const Tensor& t, Layout layout) {
-  return layout == Layout::nhwc ? t.channels_last() : t.contiguous();
-}
-
 memory::desc layout_desc(const memory::dims& dims, Layout layout) {
   return plain_desc(dims, layout == Layout::nhwc ? Tag::nhwc : Tag::nchw);
 }
@@ -162,15 +158,6 @@ void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& ar
   } catch (const dnnl::error& e) {
     throw Error(std::string("oneDNN primitive failed: ") + e.what());
   }
-}
-
-void relu_mask_backward(const Tensor& grad_out, const Tensor& out, const Tensor& result) {
-  const float* g = grad_out.data<float>();
-  const float* o = out.data<float>();
-  float* r = result.data<float>();
-  int64_t n = result.numel();
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) r[i] = o[i] > 0.0f ? g[i] : 0.0f;
 }
 
 }  // namespace dpt::cpu::onednn

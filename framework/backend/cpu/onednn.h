@@ -83,8 +83,6 @@ Layout layout_of(const Tensor& t);
 Tensor in_kernel_layout(const Tensor& t);
 // A new [N, C, H, W] f32 CPU tensor in `layout`, uninitialised.
 Tensor empty_in(const Shape& shape, Layout layout);
-// t itself when already in `layout`, else a copy in it.
-Tensor to_layout(const Tensor& t, Layout layout);
 // Descriptor of f32 [N, C, H, W] data stored in `layout`.
 memory::desc layout_desc(const memory::dims& dims, Layout layout);
 // False when the environment sets DPT_CHANNELS_LAST=0: convolutions then produce NCHW
@@ -126,9 +124,5 @@ void bridge_out(const Bridge& b, const memory& written, void* data);
 // Runs a primitive on this thread's stream and waits for it.
 void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args);
 
-// Backward of a fused ReLU: result = grad_out where out > 0, else 0. One pass.
-// Requires: all three f32 with the same shape and the same dense layout (elementwise on
-// the raw buffers); result may alias grad_out.
-void relu_mask_backward(const Tensor& grad_out, const Tensor& out, const Tensor& result);
 
 }  // namespace dpt::cpu::onednn

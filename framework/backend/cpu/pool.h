@@ -6,20 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cpu {
-
-enum class PoolKind {
-  max,
-  avg,  // divides by kernel*kernel, padding included (PyTorch's count_include_pad=true)
-};
-
-struct PoolParams {
-  int64_t kernel = 2;
-  int64_t stride = 2;
-  int64_t padding = 0;
-};
 
 // Bytes of the workspace a training forward leaves for pool2d_backward (max pooling's
 // argmax; 0 for average pooling).

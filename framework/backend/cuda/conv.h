@@ -7,17 +7,10 @@
 
 #include <cstdint>
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cuda {
-
-struct ConvParams {
-  int64_t stride = 1;
-  int64_t padding = 0;
-  int64_t dilation = 1;  // PyTorch convention: 1 means no dilation
-  int64_t groups = 1;
-  bool nhwc = false;  // activations (and gradients) channels-last, weights OHWI
-};
 
 // Requires: on one CUDA device, x [N, C, H, W], w [OC, C/groups, KH, KW] and out [N, OC, OH, OW]
 // (OH = (H + 2p - d(KH-1) - 1)/s + 1) of one dtype (f32 or bf16) in p.nhwc's layout;

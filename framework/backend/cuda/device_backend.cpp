@@ -62,6 +62,9 @@ class CudaBackend final : public DeviceBackend {
   int device_count() override { return cuda_device_count(); }
   std::string unavailable_reason() override { return cuda_unavailable_reason(); }
   void synchronize(int device_index) override { cuda_synchronize(device_index); }
+  std::string name(int device_index) override { return cuda_device_name(device_index); }
+  std::array<unsigned char, 16> uuid(int device_index) override { return cuda_device_uuid(device_index); }
+  void set_current(int device_index) override { cuda_set_device(device_index); }
 };
 
 [[maybe_unused]] const bool registered = [] {

@@ -7,11 +7,11 @@
 
 #include <cstdint>
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cuda {
 
-enum class BinaryOp { add, sub, mul, div };
 
 // Requires: a, b broadcastable, any strides, at most 8 dimensions; out contiguous with the
 // broadcast shape, or, when a and b have the same shape and the same dense strides, out

@@ -6,25 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cuda {
-
-// One parameter's buffers, all contiguous f32 of n elements on the launch's device.
-struct SgdSlot {
-  float* weight;
-  const float* grad;
-  float* velocity;  // unused when momentum == 0
-  int64_t n;
-};
-
-struct AdamWSlot {
-  float* weight;
-  const float* grad;
-  float* m;
-  float* v;
-  int64_t n;
-};
 
 // PyTorch's SGD, as optim/sgd.cpp: g = grad + wd w; v = momentum v + g;
 // w -= lr (nesterov ? g + momentum v : v); without momentum w -= lr g.
@@ -40,12 +25,6 @@ void sgd_update(const std::vector<SgdSlot>& slots, int device, float lr, float w
 // from there as they run instead of the by-value ones.
 void adamw_update(const std::vector<AdamWSlot>& slots, int device, float lr, float decay, float beta1,
                   float beta2, float eps, float c1, float c2, const float* scalars_on_device = nullptr);
-
-// One tensor for flag_nonfinite: n contiguous f32 elements.
-struct FiniteSlot {
-  const float* x;
-  int64_t n;
-};
 
 // Sets *flag (one f32 in device memory on `device`) to 1 when any element of the slots is
 // NaN or Inf, and leaves it as it was otherwise (the caller zeroes it first): the

@@ -6,20 +6,10 @@
 
 #include <cstdint>
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cuda {
-
-enum class PoolKind {
-  max,  // padding never wins (it counts as -inf)
-  avg,  // divides by kernel*kernel, padding included (PyTorch's count_include_pad=true)
-};
-
-struct PoolParams {
-  int64_t kernel = 2;
-  int64_t stride = 2;
-  int64_t padding = 0;
-};
 
 // Requires: x [N, C, H, W], out [N, C, OH, OW], OH = (H + 2 padding - kernel) / stride + 1.
 // Ensures: out written entirely.
