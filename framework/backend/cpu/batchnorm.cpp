@@ -157,4 +157,35 @@ void batch_norm_update_running(const Tensor& running_mean, const Tensor& running
   }
 }
 
+// oneDNN keeps the batch statistics it computed (mean, variance) and, with a fused ReLU and
+// a backward to follow, its mask in a workspace.
+Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const Tensor& running_mean, const Tensor& running_var, bool keep_for_backward,
+                              BatchNormSaved& s) {
+  const BatchNormParams& p = s.params;
+  BatchNormKernelParams params{p.eps, !p.training, p.relu};
+  onednn::Layout layout = onednn::layout_of(x);
+  if (p.training) {
+    s.mean = Tensor::empty({x.size(1)});
+    s.stat = Tensor::empty({x.size(1)});
+  }
+  if (keep_for_backward && p.relu) {
+    size_t bytes = batch_norm_workspace_bytes(x.shape(), params, layout == onednn::Layout::nhwc);
+    if (bytes > 0) s.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
+  }
+  Tensor out = onednn::empty_in(x.shape(), layout);
+  batch_norm_forward(x, weight, bias, s.mean, s.stat, params, out, s.workspace);
+  if (p.training && running_mean.defined())
+    batch_norm_update_running(running_mean, running_var, s.mean, s.stat, p.momentum,
+                              x.size(0) * x.size(2) * x.size(3));
+  return out;
+}
+
+void batch_norm_backward_run(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
+                             const Tensor& grad_weight, const Tensor& grad_bias) {
+  BatchNormKernelParams params{s.params.eps, !s.params.training, s.params.relu};
+  batch_norm_backward(s.x, grad_out, s.weight, s.bias, s.mean, s.stat, params, s.workspace, grad_x, grad_weight,
+                      grad_bias);
+}
+
 }  // namespace dpt::cpu

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cpu {
@@ -42,5 +43,12 @@ void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& 
 // unbiased (var count / (count - 1)) first, as PyTorch does.
 void batch_norm_update_running(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
                                const Tensor& var, float momentum, int64_t count);
+
+// The kernel table's entries (backend/kernels.h): the statistics in `saved` (and the ReLU
+// mask in its workspace when a backward follows), the running update, then the kernels above.
+Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                              const Tensor& running_var, bool keep_for_backward, BatchNormSaved& saved);
+void batch_norm_backward_run(const BatchNormSaved& saved, const Tensor& grad_out, const Tensor& grad_x,
+                             const Tensor& grad_weight, const Tensor& grad_bias);
 
 }  // namespace dpt::cpu

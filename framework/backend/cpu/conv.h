@@ -31,4 +31,9 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
                      const Tensor& grad_out, const ConvParams& p, const Tensor& grad_x, const Tensor& grad_w,
                      const Tensor& grad_bias);
 
+// The kernel table's entry (backend/kernels.h): x kept in its layout, w made plain OIHW,
+// the output allocated channels-last unless DPT_CHANNELS_LAST=0, then conv2d_forward.
+ConvForward conv2d_forward_run(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p, bool relu,
+                               const Shape& out_shape);
+
 }  // namespace dpt::cpu

@@ -1,6 +1,5 @@
-// The CPU's kernel table: each entry is a kernel of backend/cpu, or a few lines that bring
-// the table's tensors to the form that kernel takes (raw pointers, oneDNN's layouts and
-// workspaces).
+// The CPU's kernel table: the kernels of backend/cpu, and the few lines that bring the
+// table's tensors to the plain-loop kernels' raw pointers.
 #include "backend/cpu/kernels.h"
 
 #include <cstring>
@@ -12,7 +11,6 @@
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/loss.h"
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/onednn.h"
 #include "backend/cpu/optim.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/reduce.h"
@@ -21,8 +19,6 @@
 
 namespace dpt::cpu {
 namespace {
-
-using onednn::Layout;
 
 // Host memory is the device's: an upload is a copy.
 class HostUpload final : public Upload {
@@ -54,64 +50,6 @@ void add_relu_forward_tensor(const Tensor& a, const Tensor& b, const Tensor& out
 
 void relu_backward_tensor(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
   relu_backward(out.data<float>(), grad_out.data<float>(), grad_in.data<float>(), out.numel());
-}
-
-// x stays in its layout (NCHW or channels-last), weights are plain OIHW, and the output is
-// channels-last unless DPT_CHANNELS_LAST=0: a network converts once, at its first
-// convolution, and its activations stay NHWC from there.
-ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p,
-                               bool relu, const Shape& out_shape) {
-  ConvForward run{Tensor(), onednn::in_kernel_layout(x_in), w_in.contiguous(), p};
-  run.params.nhwc = onednn::channels_last_enabled();
-  run.out = onednn::empty_in(out_shape, run.params.nhwc ? Layout::nhwc : Layout::nchw);
-  conv2d_forward(run.x, run.w, bias.defined() ? bias.contiguous() : Tensor(), run.params, relu, run.out);
-  return run;
-}
-
-// oneDNN keeps the batch statistics it computed (mean, variance) and, with a fused ReLU and
-// a backward to follow, its mask in a workspace.
-Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              const Tensor& running_mean, const Tensor& running_var, bool keep_for_backward,
-                              BatchNormSaved& s) {
-  const BatchNormParams& p = s.params;
-  BatchNormKernelParams params{p.eps, !p.training, p.relu};
-  Layout layout = onednn::layout_of(x);
-  if (p.training) {
-    s.mean = Tensor::empty({x.size(1)});
-    s.stat = Tensor::empty({x.size(1)});
-  }
-  if (keep_for_backward && p.relu) {
-    size_t bytes = batch_norm_workspace_bytes(x.shape(), params, layout == Layout::nhwc);
-    if (bytes > 0) s.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
-  }
-  Tensor out = onednn::empty_in(x.shape(), layout);
-  batch_norm_forward(x, weight, bias, s.mean, s.stat, params, out, s.workspace);
-  if (p.training && running_mean.defined())
-    batch_norm_update_running(running_mean, running_var, s.mean, s.stat, p.momentum,
-                              x.size(0) * x.size(2) * x.size(3));
-  return out;
-}
-
-void batch_norm_backward_run(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
-                             const Tensor& grad_weight, const Tensor& grad_bias) {
-  BatchNormKernelParams params{s.params.eps, !s.params.training, s.params.relu};
-  batch_norm_backward(s.x, grad_out, s.weight, s.bias, s.mean, s.stat, params, s.workspace, grad_x, grad_weight,
-                      grad_bias);
-}
-
-// Max pooling keeps oneDNN's argmax workspace for the backward; average pooling needs none.
-void pool2d_forward_run(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                        bool keep_for_backward, PoolSaved& saved) {
-  if (keep_for_backward) {
-    size_t bytes = pool2d_workspace_bytes(kind, x.shape(), out.shape(), p, onednn::layout_of(x) == Layout::nhwc);
-    if (bytes > 0) saved.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
-  }
-  pool2d_forward(kind, x, p, out, saved.workspace);
-}
-
-void pool2d_backward_run(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
-                         const Tensor& grad_x) {
-  pool2d_backward(kind, grad_x.shape(), grad_out, p, saved.workspace, grad_x);
 }
 
 const Kernels kTable = {

@@ -36,4 +36,11 @@ void global_avg_pool2d_forward(const Tensor& x, const Tensor& out);
 // Ensures: grad_x = g / (H W).
 void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x);
 
+// The kernel table's entries (backend/kernels.h): the workspace kept in `saved` when a
+// backward follows, then the kernels above.
+void pool2d_forward_run(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
+                        bool keep_for_backward, PoolSaved& saved);
+void pool2d_backward_run(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
+                         const Tensor& grad_x);
+
 }  // namespace dpt::cpu

@@ -138,4 +138,32 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
   DPT_CUDA_LAUNCH_CHECK();
 }
 
+// Training keeps cuDNN's saved batch mean and 1/sqrt(var + eps); the backward of a fused
+// ReLU reads the output, whose > 0 is the mask.
+Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const Tensor& running_mean, const Tensor& running_var, bool, BatchNormSaved& s) {
+  const BatchNormParams& p = s.params;
+  Tensor out = Tensor::empty_like(x);
+  if (p.training) {
+    s.mean = Tensor::empty({x.size(1)}, DType::f32, x.device());
+    s.stat = Tensor::empty({x.size(1)}, DType::f32, x.device());
+    batch_norm_forward_training(x, weight, bias, running_mean, running_var, p.momentum, p.eps, p.relu, out, s.mean,
+                                s.stat);
+  } else {
+    batch_norm_forward_inference(x, weight, bias, s.mean, s.stat, p.eps, p.relu, out);
+  }
+  if (p.relu) s.out = out.detach();
+  return out;
+}
+
+void batch_norm_backward_run(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
+                             const Tensor& grad_weight, const Tensor& grad_bias) {
+  if (s.params.training)
+    batch_norm_backward_training(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x, grad_weight,
+                                 grad_bias);
+  else
+    batch_norm_backward_inference(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x,
+                                  grad_weight, grad_bias);
+}
+
 }  // namespace dpt::cuda

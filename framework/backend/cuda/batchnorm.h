@@ -8,6 +8,7 @@
 // batchnorm_kernels.cu (same contracts), which fuse the ReLU into their own passes.
 #pragma once
 
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cuda {
@@ -40,5 +41,12 @@ void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const
 void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out,
                                    const Tensor& weight, const Tensor& mean, const Tensor& var, float eps,
                                    const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias);
+
+// The kernel table's entries (backend/kernels.h): training or inference by saved.params,
+// the statistics (and a fused ReLU's output, its mask) kept in `saved`.
+Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                              const Tensor& running_var, bool keep_for_backward, BatchNormSaved& saved);
+void batch_norm_backward_run(const BatchNormSaved& saved, const Tensor& grad_out, const Tensor& grad_x,
+                             const Tensor& grad_weight, const Tensor& grad_bias);
 
 }  // namespace dpt::cuda

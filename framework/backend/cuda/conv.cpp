@@ -12,11 +12,14 @@
 
 #include "backend/cuda/activation.h"
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/cast.h"
 #include "backend/cuda/channel.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/layout.h"
 #include "backend/cuda/math_settings.h"
 
 namespace dpt::cuda {
@@ -208,6 +211,33 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
   if (grad_bias.defined())
     CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y.get(), g, &zero, plan.bias.get(),
                                              grad_bias.data<float>()));
+}
+
+namespace {
+
+// t in the layout the kernels run in: contiguous NCHW, or channels-last when nhwc.
+Tensor in_layout(const Tensor& t, bool nhwc) {
+  if (!nhwc) return contiguous(t);
+  if (t.is_channels_last()) return t;
+  Tensor out = Tensor::empty_channels_last(t.shape(), t.dtype(), t.device());
+  cast_copy(t, out);
+  return out;
+}
+
+}  // namespace
+
+// cuDNN runs NCHW with OIHW weights, or NHWC with OHWI weights: NHWC when asked for or
+// when the input already is; f32, or bf16 on tensor cores.
+ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p,
+                               bool relu, const Shape& out_shape) {
+  ConvForward run;
+  run.params = p;
+  run.params.nhwc = p.nhwc || (x_in.is_channels_last() && !x_in.is_contiguous());
+  run.x = in_layout(x_in, run.params.nhwc);
+  run.w = in_layout(w_in, run.params.nhwc);
+  run.out = empty_in_layout(out_shape, x_in.dtype(), x_in.device(), run.params.nhwc);
+  conv2d_forward(run.x, run.w, bias.defined() ? contiguous(bias) : Tensor(), run.params, relu, run.out);
+  return run;
 }
 
 }  // namespace dpt::cuda

@@ -1,6 +1,6 @@
 // CUDA's kernel table, registered at load time (registering only stores a pointer: a
-// machine without a GPU loads libdpt fine). Each entry is a kernel of backend/cuda, or a
-// few lines that choose the layouts cuDNN runs in and what its backward keeps.
+// machine without a GPU loads libdpt fine): the kernels of backend/cuda, and the wrappers
+// that give its uploads, graphs and batch staging the table's interfaces.
 #include "backend/kernels.h"
 
 #include "backend/cuda/activation.h"
@@ -12,7 +12,6 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/eval_totals.h"
 #include "backend/cuda/graph.h"
-#include "backend/cuda/layout.h"
 #include "backend/cuda/loss.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/optim.h"
@@ -70,69 +69,6 @@ std::unique_ptr<StepGraph> step_graph_make(int device, int warmup, std::function
 // The seed is one draw from the caller's generator (see dropout.h).
 void dropout_from(const Tensor& x, float p, Rng& rng, const Tensor& mask, const Tensor& out) {
   dropout_forward(x, p, rng.next_u64(), mask, out);
-}
-
-// t in the layout the kernels run in: contiguous NCHW, or channels-last when nhwc.
-Tensor in_layout(const Tensor& t, bool nhwc) {
-  if (!nhwc) return contiguous(t);
-  if (t.is_channels_last()) return t;
-  Tensor out = Tensor::empty_channels_last(t.shape(), t.dtype(), t.device());
-  cast_copy(t, out);
-  return out;
-}
-
-// cuDNN runs NCHW with OIHW weights, or NHWC with OHWI weights: NHWC when asked for or
-// when the input already is; f32, or bf16 on tensor cores.
-ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p,
-                               bool relu, const Shape& out_shape) {
-  ConvForward run;
-  run.params = p;
-  run.params.nhwc = p.nhwc || (x_in.is_channels_last() && !x_in.is_contiguous());
-  run.x = in_layout(x_in, run.params.nhwc);
-  run.w = in_layout(w_in, run.params.nhwc);
-  run.out = empty_in_layout(out_shape, x_in.dtype(), x_in.device(), run.params.nhwc);
-  conv2d_forward(run.x, run.w, bias.defined() ? contiguous(bias) : Tensor(), run.params, relu, run.out);
-  return run;
-}
-
-// Training keeps cuDNN's saved batch mean and 1/sqrt(var + eps); the backward of a fused
-// ReLU reads the output, whose > 0 is the mask.
-Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              const Tensor& running_mean, const Tensor& running_var, bool, BatchNormSaved& s) {
-  const BatchNormParams& p = s.params;
-  Tensor out = Tensor::empty_like(x);
-  if (p.training) {
-    s.mean = Tensor::empty({x.size(1)}, DType::f32, x.device());
-    s.stat = Tensor::empty({x.size(1)}, DType::f32, x.device());
-    batch_norm_forward_training(x, weight, bias, running_mean, running_var, p.momentum, p.eps, p.relu, out, s.mean,
-                                s.stat);
-  } else {
-    batch_norm_forward_inference(x, weight, bias, s.mean, s.stat, p.eps, p.relu, out);
-  }
-  if (p.relu) s.out = out.detach();
-  return out;
-}
-
-void batch_norm_backward_run(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
-                             const Tensor& grad_weight, const Tensor& grad_bias) {
-  if (s.params.training)
-    batch_norm_backward_training(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x, grad_weight,
-                                 grad_bias);
-  else
-    batch_norm_backward_inference(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x,
-                                  grad_weight, grad_bias);
-}
-
-// cuDNN's pooling backward rereads the input and the output.
-void pool2d_forward_run(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                        bool keep_for_backward, PoolSaved& saved) {
-  pool2d_forward(kind, x, p, out);
-  if (keep_for_backward) saved = {x.detach(), out.detach(), Tensor()};
-}
-
-void pool2d_backward_run(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
-                         const Tensor& grad_x) {
-  pool2d_backward(kind, saved.x, saved.out, grad_out, p, grad_x);
 }
 
 const Kernels kTable = {

@@ -25,4 +25,10 @@ void global_avg_pool2d_forward(const Tensor& x, const Tensor& out);
 // Requires: grad_out [N, C], grad_x [N, C, H, W]. Ensures: grad_x = grad_out / (H W).
 void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x);
 
+// The kernel table's entries (backend/kernels.h): the input and output kept in `saved`.
+void pool2d_forward_run(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
+                        bool keep_for_backward, PoolSaved& saved);
+void pool2d_backward_run(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
+                         const Tensor& grad_x);
+
 }  // namespace dpt::cuda
