@@ -2,8 +2,8 @@
 // (parameters, buffers, optimizer state and step count, EMA, dropout generators), shown
 // by training a restored copy on and comparing it bit for bit with the original; old
 // checkpoints are pruned; bad checkpoints are one clear error each. Also the pieces the
-// training loop uses around them: resuming the sampler, the non-finite guard, fault
-// injection and the config keys.
+// training loop uses around them: resuming the sampler, the non-finite guard and the
+// config keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,7 +18,6 @@
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
-#include "io/fault_injection.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
@@ -427,16 +426,6 @@ TEST(NonfiniteGuard, SpotsNanAndInfGradientsAndRestoresBuffersWhenSkipping) {
   EXPECT_FALSE(loss_only.step_finite(Tensor::full({}, NAN)));
   optim::NonfiniteGuard ranks(*bn, sgd, false, false);  // several ranks: the local loss does not count
   EXPECT_TRUE(ranks.step_finite(Tensor::full({}, NAN)));
-}
-
-TEST(FaultInjection, ParsesItsVariableForOneRank) {
-  io::FaultInjection f("nan@5:1,sigterm@9,nan@7:0", 1);
-  EXPECT_TRUE(f.nan_at(5));
-  EXPECT_FALSE(f.nan_at(7));  // rank 0's
-  EXPECT_FALSE(io::FaultInjection("nan@5:1", 0).nan_at(5));
-  EXPECT_THAT(error_of([] { io::FaultInjection("nan@x", 0); }),
-              HasSubstr("DPT_DEBUG_FAULT=nan@x: expected KIND@STEP[:RANK]"));
-  EXPECT_THAT(error_of([] { io::FaultInjection("segv@3", 0); }), HasSubstr("got 'segv@3'"));
 }
 
 TEST(CheckpointConfig, KeysParseRoundTripAndRejectBadValues) {

@@ -16,8 +16,8 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/device.h"
-#include "backend/cuda/fill.h"
 #include "backend/cuda/stream.h"
+#include "cuda_fill.h"
 #endif
 
 using namespace dpt;
@@ -139,7 +139,7 @@ TEST_F(CudaGpu, EmptyTensorToCpu) {
 TEST_F(CudaGpu, FillKernelAndFillZero) {
   const int64_t n = 3 * 100000 + 7;
   Tensor t = Tensor::empty({n}, DType::f32, Device::cuda(0));
-  fill(t.data<float>(), n, 123.5f, 0);  // poison
+  dpt::testing::cuda_fill(t.data<float>(), n, 123.5f, 0);  // poison
   for (float v : t.to_vector()) ASSERT_EQ(v, 123.5f);
   t.zero_();
   for (float v : t.to_vector()) ASSERT_EQ(v, 0.0f);
@@ -244,7 +244,7 @@ TEST_F(CudaGpu, StreamsAndEventsOrderWork) {
   Event start(true), done(true);
   Tensor t = Tensor::empty({1 << 20}, DType::f32, Device::cuda(0));
   start.record(compute_stream(0));
-  fill(t.data<float>(), t.numel(), 7.0f, 0);
+  dpt::testing::cuda_fill(t.data<float>(), t.numel(), 7.0f, 0);
   done.record(compute_stream(0));
   side.wait(done);
   side.synchronize();

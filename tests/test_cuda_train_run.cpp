@@ -57,9 +57,7 @@ TEST_F(CudaTrainRun, StoppedAndResumedEndsWhereAnUninterruptedRunDoes) {
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   // The same run stopped by SIGTERM as step 16 begins (epoch 2 of 12-step epochs, so a
   // mid-epoch checkpoint: momentum, EMA, position), then resumed on the GPU.
-  ASSERT_EQ(setenv("DPT_DEBUG_FAULT", "sigterm@16", 1), 0);
-  TrainResult cut = train(config("cut", "device: cuda\n"));
-  unsetenv("DPT_DEBUG_FAULT");
+  TrainResult cut = train(config("cut", "device: cuda\n"), "", "sigterm@16");
   EXPECT_EQ(cut.exit_code, 143) << cut.err;
   TrainResult resumed = train(config("cut", "device: cuda\n"), "--resume auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;

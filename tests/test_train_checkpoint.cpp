@@ -5,8 +5,10 @@
 // checkpoint from 2 ranks resumes on 1; a full disk leaves the previous checkpoint intact;
 // a NaN stops every rank at the same step (or is skipped); a bad checkpoint is one error
 // line and exit code 2.
-// The faults come from DPT_DEBUG_FAULT (io/fault_injection.h), so they land mid-epoch at
-// a known step however fast the machine is.
+// The faults come from DPT_DEBUG_FAULT, read by the test program train_faults (train's own
+// program with them as its step hook: fault_injection.h), so they land mid-epoch at a known
+// step however fast the machine is; the runs that resume, and the references, are train's.
+// FaultInjection's own test checks how the variable is read.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -18,6 +20,8 @@
 #include <fstream>
 
 #include "core/threading.h"
+#include "error_of.h"
+#include "fault_injection.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -53,6 +57,7 @@ class TrainCheckpoint : public ::testing::Test {
   static void SetUpTestSuite() {
     const char* build = std::getenv("DPT_BUILD_DIR");
     train_ = (fs::path(build ? build : ".") / "train").string();
+    train_faults_ = (fs::path(build ? build : ".") / "train_faults").string();
     dir_ = fs::temp_directory_path() / ("dpt_train_ckpt_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
     std::ofstream(dir_ / "c.yaml") << kConfig;
@@ -61,7 +66,10 @@ class TrainCheckpoint : public ::testing::Test {
     std::system(("umount " + (dir_ / "disk").string() + " 2>/dev/null").c_str());
     fs::remove_all(dir_);
   }
-  void SetUp() override { ASSERT_TRUE(fs::exists(train_)) << train_ << " not built (DPT_BUILD_DIR)"; }
+  void SetUp() override {
+    for (const std::string& program : {train_, train_faults_})
+      ASSERT_TRUE(fs::exists(program)) << program << " not built (DPT_BUILD_DIR)";
+  }
 
   static Result run(const std::string& command) {
     const std::string out = (dir_ / "stdout").string(), err = (dir_ / "stderr").string();
@@ -71,16 +79,17 @@ class TrainCheckpoint : public ::testing::Test {
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err), seconds};
   }
 
-  // `train c.yaml` with its output in dir_/name, on `np` ranks (1: no mpirun).
+  // `train c.yaml` with its output in dir_/name, on `np` ranks (1: no mpirun); with
+  // `faults` (DPT_DEBUG_FAULT's value, fault_injection.h) train_faults instead.
   static Result train(const std::string& name, int np, const std::string& args = "",
-                      const std::string& env = "") {
-    std::string cmd = env + " ";
+                      const std::string& faults = "") {
+    std::string cmd = faults.empty() ? "" : "DPT_DEBUG_FAULT=" + faults + " ";
     if (np > 1)
       cmd +=
           "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none "
           "-np " +
           std::to_string(np) + " ";
-    return run(cmd + train_ + " " + (dir_ / "c.yaml").string() +
+    return run(cmd + (faults.empty() ? train_ : train_faults_) + " " + (dir_ / "c.yaml").string() +
                " --set output.dir=" + (dir_ / name).string() + " " + args);
   }
 
@@ -97,20 +106,34 @@ class TrainCheckpoint : public ::testing::Test {
 
   static fs::path path(const std::string& name) { return dir_ / name; }
 
-  static std::string train_;
+  static std::string train_, train_faults_;
   static fs::path dir_;
 };
 
-std::string TrainCheckpoint::train_;
+std::string TrainCheckpoint::train_, TrainCheckpoint::train_faults_;
 fs::path TrainCheckpoint::dir_;
 
 int lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
 
 }  // namespace
 
+TEST(FaultInjection, ParsesItsVariableForEachRank) {
+  const dpt::testing::FaultInjection f("nan@5:1,sigterm@9,nan@7:0,nan@8");
+  EXPECT_TRUE(f.nan_at(5, 1));
+  EXPECT_FALSE(f.nan_at(5, 0));  // rank 1's
+  EXPECT_TRUE(f.nan_at(7, 0));
+  EXPECT_FALSE(f.nan_at(7, 1));
+  EXPECT_TRUE(f.nan_at(8, 0) && f.nan_at(8, 3));  // every rank's
+  EXPECT_FALSE(f.nan_at(9, 0));                   // a signal, not a NaN
+  EXPECT_THAT(dpt::testing::error_of([] { dpt::testing::FaultInjection("nan@x"); }),
+              HasSubstr("DPT_DEBUG_FAULT=nan@x: expected KIND@STEP[:RANK]"));
+  EXPECT_THAT(dpt::testing::error_of([] { dpt::testing::FaultInjection("segv@3"); }),
+              HasSubstr("got 'segv@3'"));
+}
+
 TEST_F(TrainCheckpoint, KilledRankEndsTheRunAndResumeAutoFinishesItBitForBit) {
   // Rank 1 is killed as step 24 (epoch 2 of 3) begins; rank 0 is then in a collective.
-  Result killed = train("killed", 2, "", "DPT_DEBUG_FAULT=sigkill@24:1");
+  Result killed = train("killed", 2, "", "sigkill@24:1");
   EXPECT_NE(killed.exit_code, 0);
   EXPECT_LT(killed.seconds, 30.0) << "the surviving rank did not end";
   EXPECT_EQ(io::checkpoint_steps(path("killed/checkpoints").string()), (std::vector<int64_t>{16}));
@@ -126,7 +149,7 @@ TEST_F(TrainCheckpoint, KilledRankEndsTheRunAndResumeAutoFinishesItBitForBit) {
 }
 
 TEST_F(TrainCheckpoint, SigtermOnOneRankCheckpointsMidEpochAndResumesBitForBit) {
-  Result stopped = train("stopped", 2, "", "DPT_DEBUG_FAULT=sigterm@20:0");
+  Result stopped = train("stopped", 2, "", "sigterm@20:0");
   EXPECT_EQ(stopped.exit_code, 128 + 15) << stopped.err;
   EXPECT_THAT(stopped.out, HasSubstr("signal 15: stopping after step 20"));
   EXPECT_EQ(io::checkpoint_steps(path("stopped/checkpoints").string()), (std::vector<int64_t>{16, 20}));
@@ -140,7 +163,7 @@ TEST_F(TrainCheckpoint, SigtermOnThreeRanksCheckpointsMidEpochAndResumesBitForBi
   // 512 samples over 3 ranks: padded shards of 171, so 10 steps of 16 per epoch; an
   // all-reduce sums three values, and the rest of the epoch is each rank's shard after
   // the 5 x 16 x 3 samples already trained on.
-  Result stopped = train("stopped3", 3, "", "DPT_DEBUG_FAULT=sigterm@15:2");
+  Result stopped = train("stopped3", 3, "", "sigterm@15:2");
   EXPECT_EQ(stopped.exit_code, 128 + 15) << stopped.err;
   EXPECT_EQ(io::checkpoint_steps(path("stopped3/checkpoints").string()), (std::vector<int64_t>{10, 15}));
   Result resumed = train("stopped3", 3, "--resume auto");
@@ -154,7 +177,7 @@ TEST_F(TrainCheckpoint, ResumeLoadsRankZerosCheckpointWhereTheOtherRanksCannotSe
   // On a cluster the output directory may be on rank 0's host only: here rank 1's
   // output.dir is an empty directory of its own, as another host's disk would be, and the
   // run still resumes where rank 0's checkpoint says, bit for bit.
-  Result stopped = train("apart", 2, "", "DPT_DEBUG_FAULT=sigterm@20:0");
+  Result stopped = train("apart", 2, "", "sigterm@20:0");
   ASSERT_EQ(stopped.exit_code, 128 + 15) << stopped.err;
   const std::string each = train_ + " " + (dir_ / "c.yaml").string() +
                            " --resume auto --set distributed.timeout_s=60 --set output.dir=";
@@ -169,7 +192,7 @@ TEST_F(TrainCheckpoint, ResumeLoadsRankZerosCheckpointWhereTheOtherRanksCannotSe
 }
 
 TEST_F(TrainCheckpoint, TwoRankCheckpointResumesOnOneRank) {
-  Result stopped = train("shrink", 2, "", "DPT_DEBUG_FAULT=sigterm@20");
+  Result stopped = train("shrink", 2, "", "sigterm@20");
   ASSERT_EQ(stopped.exit_code, 128 + 15) << stopped.err;
   Result resumed = train("shrink", 1, "--resume " + path("shrink/checkpoints/step-20.safetensors").string());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
@@ -201,7 +224,7 @@ TEST_F(TrainCheckpoint, DeterministicResumeTakesTheCheckpointsThreadCount) {
       "--set threads=1 --set epochs=2 --set dataset.augment=true";
   Result whole = train("cnn_whole", 1, cnn);
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
-  Result stopped = train("cnn", 1, cnn, "DPT_DEBUG_FAULT=sigterm@11");
+  Result stopped = train("cnn", 1, cnn, "sigterm@11");
   ASSERT_EQ(stopped.exit_code, 128 + 15) << stopped.err;
   Result resumed = train("cnn", 1, cnn + " --set threads=0 --resume auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
@@ -222,7 +245,7 @@ TEST_F(TrainCheckpoint, FullDiskKeepsThePreviousCheckpointAndSaysWhy) {
       std::system(("mount -t tmpfs -o size=700k tmpfs " + disk.string() + " 2>/dev/null").c_str()) == 0;
   std::printf("full disk: %s\n", mounted ? "a 700 KB tmpfs" : "a link to /dev/full (mount not permitted)");
   const std::string big = "--set model.hidden=[512] --set output.dir=" + (disk / "run").string();
-  Result died = train("unused", 1, big, "DPT_DEBUG_FAULT=sigkill@40");
+  Result died = train("unused", 1, big, "sigkill@40");
   EXPECT_NE(died.exit_code, 0);
   if (!mounted) fs::create_symlink("/dev/full", disk / "run/checkpoints/step-64.safetensors.tmp");
   Result r = train("unused", 1, big + " --resume auto");
@@ -254,7 +277,7 @@ TEST_F(TrainCheckpoint, FullDiskKeepsThePreviousCheckpointAndSaysWhy) {
 
 TEST_F(TrainCheckpoint, NonFiniteGradientsStopEveryRankAndKeepTheLastGoodCheckpoint) {
   // Only rank 1's loss is NaN; the all-reduced gradients carry it to rank 0 as well.
-  Result r = train("nan", 2, "", "DPT_DEBUG_FAULT=nan@20:1");
+  Result r = train("nan", 2, "", "nan@20:1");
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_THAT(r.err, HasSubstr("error: step 20 (epoch 2, step 4 of 16): non-finite gradients"));
   EXPECT_THAT(r.err,
@@ -269,7 +292,7 @@ TEST_F(TrainCheckpoint, NonFiniteGradientsStopEveryRankAndKeepTheLastGoodCheckpo
   for (const auto& [name, t] : model->state_dict())
     for (float v : t.to_vector()) ASSERT_TRUE(std::isfinite(v)) << name;
 
-  Result skipped = train("skip", 2, "--set on_nonfinite=skip", "DPT_DEBUG_FAULT=nan@20:1");
+  Result skipped = train("skip", 2, "--set on_nonfinite=skip", "nan@20:1");
   ASSERT_EQ(skipped.exit_code, 0) << skipped.err;
   EXPECT_THAT(skipped.err, HasSubstr("warning: step 20 (epoch 2, step 4 of 16): non-finite gradients"));
   EXPECT_THAT(skipped.err, HasSubstr("step skipped"));

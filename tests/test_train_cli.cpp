@@ -135,6 +135,19 @@ TEST_F(TrainCli, BadConfigsAreOneLineAndExitCode2) {
   expect_clear_error("", "no config file");
 }
 
+// Fault injection is the test program train_faults's: train refuses the variable rather than
+// train without the faults a stale test or script asked for.
+TEST_F(TrainCli, DebugFaultIsRefusedAndNamesTheTestProgram) {
+  Result r = run("DPT_DEBUG_FAULT=sigterm@1 " + train_.string() + " " +
+                 write("ok.yaml", synthetic_config()).string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(
+      r.err,
+      "error: DPT_DEBUG_FAULT is read only by the test program train_faults (tests/train_faults.cpp), not by "
+      "train\n");
+  EXPECT_FALSE(fs::exists(dir_ / "run")) << "nothing was trained";
+}
+
 // Where the run trains on the CPU, cuda_graphs is refused.
 TEST_F(TrainCli, CudaGraphsWithoutACudaDeviceIsOneLineAndExitCode2) {
 #ifdef DPT_WITH_CUDA

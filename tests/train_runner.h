@@ -1,5 +1,6 @@
-// Runs the train binary (DPT_BUILD_DIR/train) on a config written into a fresh directory
-// and reads back what it wrote: exit code, output, metrics.jsonl values, model weights.
+// Runs the train binary (DPT_BUILD_DIR/train, or train_faults with DPT_DEBUG_FAULT) on a
+// config written into a fresh directory and reads back what it wrote: exit code, output,
+// metrics.jsonl values, model weights.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -36,11 +37,14 @@ class TrainRunner : public ::testing::Test {
     ASSERT_TRUE(fs::exists(train_)) << train_ << " not built (DPT_BUILD_DIR)";
   }
 
-  TrainResult train(const std::string& config, const std::string& args = "") {
+  // With `faults` (DPT_DEBUG_FAULT's value, fault_injection.h), train_faults runs instead.
+  TrainResult train(const std::string& config, const std::string& args = "", const std::string& faults = "") {
     const std::string path = dir_.file("config.yaml");
     std::ofstream(path) << config;
-    const std::string cmd =
-        train_.string() + " " + path + " " + args + " >" + dir_.file("out") + " 2>" + dir_.file("err");
+    const fs::path program = faults.empty() ? train_ : train_.parent_path() / "train_faults";
+    EXPECT_TRUE(fs::exists(program)) << program << " not built (DPT_BUILD_DIR)";
+    const std::string cmd = (faults.empty() ? "" : "DPT_DEBUG_FAULT=" + faults + " ") + program.string() +
+                            " " + path + " " + args + " >" + dir_.file("out") + " 2>" + dir_.file("err");
     int status = std::system(cmd.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, io::read_file(dir_.file("out")),
             io::read_file(dir_.file("err"))};
@@ -81,8 +85,8 @@ class TrainRunner : public ::testing::Test {
 
   // Within rtol |want| + atol, element by element; batch-norm running statistics (names
   // with "running_") within rtol |want| + running_atol when that is given (>= 0).
-  void expect_weights_close(const std::string& got_run, const std::string& want_run, double rtol,
-                            double atol, double running_atol = -1) {
+  void expect_weights_close(const std::string& got_run, const std::string& want_run, double rtol, double atol,
+                            double running_atol = -1) {
     auto got = weights(got_run), want = weights(want_run);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {

@@ -1,13 +1,12 @@
 #include "io/run_control.h"
 
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "core/threading.h"
 #include "distributed/dist.h"
-#include "ops/elementwise.h"
 
 namespace dpt::io {
 namespace {
@@ -58,12 +57,13 @@ std::string last_checkpoint(const std::string& dir) {
 
 }  // namespace
 
-RunControl::RunControl(const Config& config, const TrainingObjects& objects, Progress& progress)
+RunControl::RunControl(const Config& config, const TrainingObjects& objects, Progress& progress,
+                       StepHook hook)
     : config_(config),
       objects_(objects),
       progress_(progress),
       dir_(config.output.dir + "/checkpoints"),
-      faults_(FaultInjection::from_env(dist::info().rank)),
+      hook_(std::move(hook)),
       guard_(objects.model, objects.optimizer, config.on_nonfinite == NonfiniteAction::skip,
              dist::info().world_size == 1) {}
 
@@ -124,13 +124,13 @@ std::string RunControl::choose_checkpoint(const std::string& arg) {
 }
 
 void RunControl::before_forward() {
-  faults_.before_step(at_.step + 1);  // a signal it sends counts in this step's vote
+  if (hook_.before_step) hook_.before_step(at_.step + 1);  // a signal it sends counts in this step's vote
   guard_.before_forward();
   stop_vote_.start();
 }
 
 Tensor RunControl::loss_hook(const Tensor& loss) const {
-  return faults_.nan_at(at_.step + 1) ? mul(loss, NAN) : loss;
+  return hook_.loss ? hook_.loss(at_.step + 1, loss) : loss;
 }
 
 RunControl::StepAction RunControl::after_backward(const Tensor& loss, int64_t epoch, int64_t step_in_epoch,

@@ -1,6 +1,6 @@
 // What a training run does around its steps so that it can stop and go on: resuming from a
 // checkpoint, saving one every `checkpoint.every_epochs` and on SIGTERM/SIGINT, deciding
-// what a step with non-finite gradients does, and the debug faults. The training loop calls
+// what a step with non-finite gradients does, and a test's step hook. The training loop calls
 // it at a few fixed points; every rank calls each function at the same point, so the
 // collective ones (stop_requested) line up.
 #pragma once
@@ -12,18 +12,30 @@
 #include "core/tensor.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
-#include "io/fault_injection.h"
 #include "io/progress.h"
 #include "io/stop_signal.h"
 #include "optim/nonfinite.h"
 
 namespace dpt::io {
 
+// A seam for tests, set by the program that wires the trainer (train::TrainerOptions):
+// `train` sets none; tests/train_faults.cpp injects the faults of DPT_DEBUG_FAULT through
+// it. Either member may be empty.
+struct StepHook {
+  // Called on every rank as global step `step` (from 1) begins, before its forward pass
+  // and its stop vote starts: a signal it raises counts in that step's vote.
+  std::function<void(int64_t step)> before_step;
+  // Given step `step`'s loss after the forward pass (each micro-batch's in a pipeline),
+  // returns the loss the step goes on with: backward and the non-finite check see it. A
+  // step replayed from a CUDA graph (cuda_graphs) does not call it.
+  std::function<Tensor(int64_t step, const Tensor& loss)> loss;
+};
+
 class RunControl {
  public:
   // `objects.model` is the bare model (not DDP); `progress` is the live line, ended before
-  // messages. Requires dist::init(). Reads DPT_DEBUG_FAULT.
-  RunControl(const Config& config, const TrainingObjects& objects, Progress& progress);
+  // messages; `hook` is called at each step as StepHook says. Requires dist::init().
+  RunControl(const Config& config, const TrainingObjects& objects, Progress& progress, StepHook hook = {});
 
   // Restores the checkpoint `--resume ARG` names ("auto" without one: a fresh start), says
   // so on rank 0, and in deterministic mode with `threads: 0` takes the checkpoint's
@@ -41,10 +53,10 @@ class RunControl {
   // checkpoint stopped in has any).
   int64_t samples_done(int64_t epoch) const { return epoch == at_.epoch ? at_.samples_in_epoch : 0; }
 
-  // Before a step's forward pass: fault injection, in skip mode a copy of the buffers, and
-  // the start of the step's stop vote (stop_signal.h). Collective.
+  // Before a step's forward pass: the hook's before_step, in skip mode a copy of the
+  // buffers, and the start of the step's stop vote (stop_signal.h). Collective.
   void before_forward();
-  // The step's loss, multiplied by NaN when a fault says so.
+  // The step's loss, or what the hook's `loss` makes of it.
   Tensor loss_hook(const Tensor& loss) const;
 
   enum class StepAction { apply, skip, stop };
@@ -85,7 +97,7 @@ class RunControl {
   TrainingObjects objects_;
   Progress& progress_;
   std::string dir_;
-  FaultInjection faults_;
+  StepHook hook_;
   StopVote stop_vote_;
   optim::NonfiniteGuard guard_;
   TrainingProgress at_;

@@ -24,7 +24,7 @@ struct StepAt {
   int64_t epoch, step, steps;
 };
 
-// The run around a step, lent to each call: run control (fault injection, the non-finite
+// The run around a step, lent to each call: run control (a test's step hook, the non-finite
 // verdict), the phase timer and the epoch's loss sum.
 struct StepHooks {
   io::RunControl& control;

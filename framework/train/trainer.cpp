@@ -111,7 +111,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
       std::make_unique<io::RunControl>(config_,
                                        io::TrainingObjects{*net_, config_.model.name, *optimizer_,
                                                            io::name_of(config_.optimizer.name), ema_.get()},
-                                       progress_);
+                                       progress_, options_.step_hook);
   control_->resume(options_.resume);
   if (main_rank) metrics_start(config_, control_->resumed(), control_->progress().epoch);
 

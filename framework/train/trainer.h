@@ -28,11 +28,12 @@
 
 namespace dpt::train {
 
-// What the command line adds to the config.
+// What the program adds to the config: the command line's options and a test's step hook.
 struct TrainerOptions {
   std::string resume;                 // --resume: "" (a fresh start), "auto" or a checkpoint's path
   profile::TimelineOptions timeline;  // --timeline, --timeline-steps
   bool sync_phases = false;           // --sync-phases: on a GPU, wait for it at each phase boundary
+  io::StepHook step_hook;             // for tests only (io/run_control.h); train sets none
 };
 
 class Trainer {

@@ -1,12 +1,12 @@
-// The fill kernel and its launch (see fill.h).
+// The fill kernel and its launch (see cuda_fill.h).
 #include <algorithm>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/device.h"
-#include "backend/cuda/fill.h"
+#include "cuda_fill.h"
 
-namespace dpt::cuda {
+namespace dpt::testing {
 namespace {
 
 __global__ void fill_kernel(float* data, int64_t n, float value) {
@@ -17,15 +17,15 @@ __global__ void fill_kernel(float* data, int64_t n, float value) {
 
 }  // namespace
 
-void fill(float* data, int64_t n, float value, int device) {
+void cuda_fill(float* data, int64_t n, float value, int device) {
   if (n <= 0) return;
   constexpr int kThreads = 256;
   // A grid-stride loop: enough blocks to fill the GPU, no more.
   int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65536));
-  cudaStream_t stream = compute_stream(device);
-  DeviceGuard guard(device);
+  cudaStream_t stream = cuda::compute_stream(device);
+  cuda::DeviceGuard guard(device);
   fill_kernel<<<blocks, kThreads, 0, stream>>>(data, n, value);
   CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace dpt::cuda
+}  // namespace dpt::testing

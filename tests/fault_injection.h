@@ -1,0 +1,66 @@
+// Faults on purpose, for the tests that show what a run does when a rank dies, is told to
+// stop, or computes a NaN:
+//   DPT_DEBUG_FAULT=KIND@STEP[:RANK][,KIND@STEP[:RANK]...]
+// KIND is sigkill or sigterm (the rank sends itself that signal as global step STEP, from
+// 1, begins) or nan (that step's loss is multiplied by NaN after the forward pass). Without
+// RANK every rank does it. Only the test program train_faults (train_faults.cpp) reads the
+// variable; the library offers the seam it uses (io::StepHook) and knows nothing of faults.
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace dpt::testing {
+
+class FaultInjection {
+ public:
+  // Parses `spec` (the variable's value; "" for no faults). Throws dpt::Error naming the
+  // variable and the expected form when the value is malformed.
+  explicit FaultInjection(const std::string& spec) {
+    static const std::regex pattern(R"((sigkill|sigterm|nan)@(\d{1,15})(?::(\d{1,9}))?)");
+    std::stringstream items(spec);
+    for (std::string item; std::getline(items, item, ',');) {
+      std::smatch m;
+      DPT_CHECK(std::regex_match(item, m, pattern))
+          << "DPT_DEBUG_FAULT=" << spec
+          << ": expected KIND@STEP[:RANK] items separated by commas, KIND one of "
+          << "sigkill, sigterm, nan (e.g. nan@5:1), got '" << item << "'";
+      Kind kind = m[1] == "sigkill" ? Kind::sigkill : m[1] == "sigterm" ? Kind::sigterm : Kind::nan;
+      faults_.push_back({kind, std::stoll(m[2].str()), m[3].matched ? std::stoi(m[3].str()) : -1});
+    }
+  }
+
+  // Raises the signals due at `step` on `rank`.
+  void before_step(int64_t step, int rank) const {
+    for (const Fault& f : faults_) {
+      if (!f.applies(step, rank)) continue;
+      if (f.kind == Kind::sigkill) std::raise(SIGKILL);
+      if (f.kind == Kind::sigterm) std::raise(SIGTERM);
+    }
+  }
+
+  // Whether `rank`'s loss at `step` is to be NaN.
+  bool nan_at(int64_t step, int rank) const {
+    for (const Fault& f : faults_)
+      if (f.kind == Kind::nan && f.applies(step, rank)) return true;
+    return false;
+  }
+
+ private:
+  enum class Kind { sigkill, sigterm, nan };
+  struct Fault {
+    Kind kind;
+    int64_t step;
+    int rank;  // -1: every rank
+    bool applies(int64_t at, int r) const { return step == at && (rank < 0 || rank == r); }
+  };
+  std::vector<Fault> faults_;
+};
+
+}  // namespace dpt::testing
