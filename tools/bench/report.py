@@ -4,7 +4,10 @@ keeps the best run of each kind.
     report.py scaling    (bench_ddp / torch_ddp.py lines)
     report.py variants   (any lines with framework and images_per_sec: one row per framework)
     report.py all_reduce (bench_ddp lines of several all-reduce configurations: median and
-                          spread of each, not the best, and each against the first)"""
+                          spread of each, not the best, and each against the first)
+    report.py builds     (vs_build.sh: bench_train lines tagged "build": "before"/"after" and
+                          torch_train.py lines, one of each per round: medians and ranges of
+                          each build's images/s, its ratio to PyTorch and after/before)"""
 import json
 import statistics
 import sys
@@ -78,6 +81,27 @@ def all_reduce(runs):
               f"{ratio('exposed_comm_ms')} |")
 
 
+def builds(runs):
+    rounds = {}
+    for r in runs:
+        rounds.setdefault(r.get("build", "torch"), []).append(r["images_per_sec"])
+    torch = rounds["torch"]
+
+    def spread(values, fmt):
+        return f"median {fmt(statistics.median(values))} (range {fmt(min(values))}-{fmt(max(values))})"
+
+    r0 = runs[0]
+    print(f"{r0['model']}, batch {r0['batch']}, {r0['threads']} threads, {len(torch)} alternating rounds")
+    for build in ("before", "after"):
+        vs_torch = [a / t for a, t in zip(rounds[build], torch)]
+        print(f"{build:<7} images/s {spread(rounds[build], lambda v: f'{v:.1f}')}, "
+              f"vs PyTorch {spread(vs_torch, lambda v: f'{v:.2f}x')}")
+    after_before = [a / b for a, b in zip(rounds["after"], rounds["before"])]
+    print(f"after/before, round by round: {spread(after_before, lambda v: f'{v:.3f}')}; "
+          f"PyTorch images/s {spread(torch, lambda v: f'{v:.1f}')}")
+
+
 if __name__ == "__main__":
     lines = [json.loads(line) for line in sys.stdin if line.strip().startswith("{")]
-    {"vs_torch": vs_torch, "scaling": scaling, "variants": variants, "all_reduce": all_reduce}[sys.argv[1]](lines)
+    {"vs_torch": vs_torch, "scaling": scaling, "variants": variants, "all_reduce": all_reduce,
+     "builds": builds}[sys.argv[1]](lines)
