@@ -26,7 +26,7 @@ TEST(CudaGraph, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include "backend/cuda/graph.h"
 #include "backend/cuda/math_settings.h"
 #include "backend/cuda/upload.h"
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "distributed/dist.h"
 #include "error_of.h"
 #include "inputs.h"

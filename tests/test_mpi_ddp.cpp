@@ -18,7 +18,7 @@
 #include "datasets/shuffle.h"
 #include "datasets/synthetic.h"
 #include "distributed/comm_thread.h"
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
 #include "error_of.h"

@@ -1,4 +1,4 @@
-// Pipeline stages across ranks (distributed/pipeline.h) against one process. At np 2 a
+// Pipeline stages across ranks (parallel/pipeline.h) against one process. At np 2 a
 // 2-stage pipeline, at np 3 a 3-stage one, at np 4 a 4-stage one and 2 stages x 2
 // data-parallel replicas (DDP per stage over the mesh's dp axis): 20 steps of SGD with
 // momentum, GPipe and 1F1B, an mlp and a ResNet, end with the losses and weights of one
@@ -18,9 +18,9 @@
 #include <optional>
 
 #include "core/rng.h"
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "distributed/dist.h"
-#include "distributed/pipeline.h"
+#include "parallel/pipeline.h"
 #include "error_of.h"
 #include "models/registry.h"
 #include "ops/elementwise.h"

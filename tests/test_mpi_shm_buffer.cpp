@@ -112,7 +112,7 @@ TEST(ShmBuffer, WholeBuffersAndPartsInFlightTogether) {
   }
 }
 
-// reduce_scatter from a shared buffer and all_gather into one (ZeRO-1's pair, distributed/zero.h):
+// reduce_scatter from a shared buffer and all_gather into one (ZeRO-1's pair, parallel/zero.h):
 // sizes that leave ranks uneven or empty chunks, parts of a buffer, and all_gather's `in`
 // both in place and private; against closed forms, with every rank's result poisoned first.
 TEST(ShmBuffer, ReduceScatterAndAllGatherThroughSharedBuffers) {

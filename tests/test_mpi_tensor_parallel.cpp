@@ -9,11 +9,11 @@
 #include <cmath>
 
 #include "core/threading.h"
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "distributed/dist.h"
 #include "gradcheck.h"
 #include "models/registry.h"
-#include "nn/tensor_parallel.h"
+#include "parallel/tensor_parallel.h"
 #include "ops/loss.h"
 #include "ops/parallel_region.h"
 #include "optim/sgd.h"

@@ -1,4 +1,4 @@
-// ZeRO-1 (distributed/zero.h) under mpirun -np N: N ranks at batch B/N with the optimizer
+// ZeRO-1 (parallel/zero.h) under mpirun -np N: N ranks at batch B/N with the optimizer
 // state sharded must give the losses and the final weights of one process at batch B (each
 // rank also trains that one-process reference itself), for SGD with momentum and weight
 // decay (no decay on the 1-D parameters), AdamW, and an EMA; bucket sizes that do not
@@ -16,9 +16,9 @@
 
 #include "autograd/node.h"
 #include "core/rng.h"
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "distributed/dist.h"
-#include "distributed/zero.h"
+#include "parallel/zero.h"
 #include "error_of.h"
 #include "io/checkpoint.h"
 #include "nn/layers.h"

@@ -1,13 +1,13 @@
 // Cutting models into pipeline stages (nn/pipeline_stage.h), in one process: the stages hold
 // exactly the whole model's parameters under its names, running them one after another is
 // the whole forward and backward bit for bit, impossible cuts are clear errors, and the
-// schedules (distributed/pipeline.h) run each micro-batch's passes in the promised order.
+// schedules (parallel/pipeline.h) run each micro-batch's passes in the promised order.
 // tests/test_mpi_pipeline.cpp trains the stages across ranks.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "core/rng.h"
-#include "distributed/pipeline.h"
+#include "parallel/pipeline.h"
 #include "error_of.h"
 #include "models/registry.h"
 #include "nn/pipeline_stage.h"

@@ -77,7 +77,7 @@ struct CheckpointRecord {
 // all), with any files a crashed writer left behind. Returns the JSON's path. On failure throws dpt::Error
 // naming the file and the reason; the checkpoints already in `dir` are intact.
 // `optimizer_state` is objects.optimizer.state_for_save(), which a sharded optimizer
-// (distributed/zero.h) gathers with every rank of its group before its rank 0 saves.
+// (parallel/zero.h) gathers with every rank of its group before its rank 0 saves.
 std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
                             const std::vector<optim::Optimizer::StateTensor>& optimizer_state,
                             const CheckpointInfo& info, int64_t keep_last);

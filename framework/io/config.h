@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "distributed/hierarchical.h"
-#include "distributed/pipeline_schedule.h"
+#include "parallel/pipeline_schedule.h"
 #include "distributed/rank_device.h"
 #include "optim/schedule.h"
 
@@ -107,7 +107,7 @@ struct OptimizerConfig {
   double eps;
   double weight_decay;
   bool no_decay_bias_bn;
-  bool shard;  // ZeRO-1 over the data-parallel ranks (distributed/zero.h)
+  bool shard;  // ZeRO-1 over the data-parallel ranks (parallel/zero.h)
 };
 
 struct ScheduleConfig {

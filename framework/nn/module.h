@@ -56,7 +56,7 @@ class Module {
   const NamedTensors& own_parameters() const { return parameters_; }
 
   // A hook that a layer runs before its forward reads its own parameters: ZeRO-1
-  // (distributed/zero.h) sets it to wait for the all-gather that brings them, so that the
+  // (parallel/zero.h) sets it to wait for the all-gather that brings them, so that the
   // gather overlaps the forward of the layers before. calls_before_forward(): whether this
   // module runs it (Linear, Conv2d, BatchNorm2d and their tensor-parallel forms do).
   void set_before_forward(std::function<void()> hook) { before_forward_ = std::move(hook); }

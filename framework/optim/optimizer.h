@@ -46,7 +46,7 @@ class Optimizer {
 
   // Per-parameter state: `kind` names it ("momentum", "exp_avg", "exp_avg_sq"), `param` is
   // the parameter it belongs to, `value` the optimizer's own tensor, in group order. A
-  // sharded optimizer (distributed/zero.h) lists its shard: `param` is then a 1-D view of
+  // sharded optimizer (parallel/zero.h) lists its shard: `param` is then a 1-D view of
   // the elements of a parameter that this rank updates, and `value` is as long.
   struct StateTensor {
     std::string kind;

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "profile/step_phases.h"
 #include "profile/timeline.h"
 

@@ -1,8 +1,8 @@
 #include "train/model.h"
 
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "distributed/dist.h"
-#include "nn/tensor_parallel.h"
+#include "parallel/tensor_parallel.h"
 
 namespace dpt::train {
 

@@ -1,6 +1,6 @@
 #include "train/optimizer.h"
 
-#include "distributed/zero.h"
+#include "parallel/zero.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "distributed/dist.h"
 #include "nn/pipeline_stage.h"
 #include "ops/loss.h"

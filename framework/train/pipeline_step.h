@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "distributed/pipeline.h"
+#include "parallel/pipeline.h"
 #include "distributed/process_group.h"
 #include "io/config.h"
 #include "nn/module.h"

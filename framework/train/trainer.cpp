@@ -7,7 +7,7 @@
 #include "core/threading.h"
 #include "datasets/augment.h"
 #include "datasets/sampler.h"
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "distributed/dist.h"
 #include "distributed/rank_device.h"
 #include "distributed/world_table.h"

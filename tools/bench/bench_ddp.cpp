@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threading.h"
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
 #include "io/json.h"

@@ -13,7 +13,7 @@
 #include "core/storage.h"
 #include "core/threading.h"
 #include "distributed/dist.h"
-#include "distributed/pipeline.h"
+#include "parallel/pipeline.h"
 #include "models/registry.h"
 #include "ops/loss.h"
 #include "optim/sgd.h"

@@ -1,4 +1,4 @@
-#include "distributed/buffer_broadcast.h"
+#include "parallel/buffer_broadcast.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "nn/tensor_parallel.h"
+#include "parallel/tensor_parallel.h"
 
 #include "distributed/dist.h"
 #include "ops/activation.h"

@@ -1,4 +1,4 @@
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 
 #include <sstream>
 

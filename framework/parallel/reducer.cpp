@@ -1,4 +1,4 @@
-#include "distributed/reducer.h"
+#include "parallel/reducer.h"
 
 #include <algorithm>
 #include <chrono>

@@ -6,9 +6,9 @@
 
 #include <memory>
 
-#include "distributed/buffer_broadcast.h"
+#include "parallel/buffer_broadcast.h"
 #include "distributed/hierarchical.h"
-#include "distributed/reducer.h"
+#include "parallel/reducer.h"
 #include "nn/module.h"
 
 namespace dpt::dist {

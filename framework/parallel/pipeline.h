@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "distributed/ddp.h"
-#include "distributed/pipeline_schedule.h"
+#include "parallel/ddp.h"
+#include "parallel/pipeline_schedule.h"
 #include "distributed/process_group.h"
 #include "nn/pipeline_stage.h"
 

@@ -1,4 +1,4 @@
-#include "distributed/zero.h"
+#include "parallel/zero.h"
 
 #include <algorithm>
 #include <map>

@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "distributed/ddp.h"
+#include "parallel/ddp.h"
 #include "optim/optimizer.h"
 
 namespace dpt::dist {

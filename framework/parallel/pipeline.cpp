@@ -1,4 +1,4 @@
-#include "distributed/pipeline.h"
+#include "parallel/pipeline.h"
 
 #include <algorithm>
 #include <chrono>
