@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "autograd/node.h"
 #include "datasets/loader.h"
@@ -280,6 +281,70 @@ TEST(Ddp, BucketsFollowReverseOrderThenArrivalOrder) {
   EXPECT_EQ(buckets.front().params[0], "8.bias");
   EXPECT_EQ(buckets.back().params[0], "0.weight");
   for (auto& [name, p] : ddp.module().named_parameters()) EXPECT_TRUE(p.grad().defined()) << name;
+}
+
+// A module whose parameters are registered in another order than backward reaches them:
+// "head" first, though the forward runs body before head.
+struct HeadRegisteredFirst : nn::Module {
+  std::shared_ptr<nn::Linear> head, body;
+  explicit HeadRegisteredFirst(Rng& rng)
+      : head(std::make_shared<nn::Linear>(4, 3, rng)), body(std::make_shared<nn::Linear>(4, 4, rng)) {
+    register_module("head", head);
+    register_module("body", body);
+  }
+  Tensor forward(const Tensor& x) override { return head->forward(body->forward(x)); }
+};
+
+TEST(Ddp, BucketsAreRebuiltInTheOrderGradientsArrived) {
+  Rng rng(3);
+  dist::DistributedDataParallel ddp(std::make_shared<HeadRegisteredFirst>(rng), dist::world(), {.bucket_cap_mb = 0});
+  auto names_of = [&](size_t first, size_t count) {
+    std::set<std::string> names;
+    for (size_t b = first; b < first + count; ++b) names.insert(ddp.reducer().buckets()[b].params.at(0));
+    return names;
+  };
+  const std::set<std::string> head = {"head.weight", "head.bias"}, body = {"body.weight", "body.bias"};
+  ASSERT_EQ(ddp.reducer().buckets().size(), 4u);  // one per parameter
+  // Reverse registration order first: body's parameters (registered last) lead.
+  EXPECT_EQ(names_of(0, 2), body);
+  EXPECT_EQ(names_of(2, 2), head);
+  Tensor x = Tensor::full({2, 4}, 0.5f);
+  Tensor y = Tensor::from_vector(std::vector<int64_t>{0, 2}, {2});
+  cross_entropy(ddp(x), y).backward();
+  // Backward reaches head first: the rebuilt buckets follow it.
+  EXPECT_EQ(names_of(0, 2), head);
+  EXPECT_EQ(names_of(2, 2), body);
+}
+
+TEST(Ddp, FirstBucketHoldsAboutOneMegabyteAndLaunchesFirst) {
+  // Five 256x256 layers, 257 KiB each with the bias (5 x 263,168 bytes): backward reaches
+  // layer 4 first, so the first bucket is the shortest run of parameters from there that
+  // holds 1 MiB, and the rest (layer 0 among them) go to the second.
+  Rng rng(5);
+  auto net = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < 5; ++i) net->add(std::make_shared<nn::Linear>(256, 256, rng));
+  dist::DistributedDataParallel ddp(net, dist::world(), {});
+  const int64_t mib = 1 << 20, layer_bytes = (256 * 256 + 256) * 4;
+  auto bytes_of = [](const std::string& name) -> int64_t {
+    return name.ends_with(".weight") ? 256 * 256 * 4 : 256 * 4;
+  };
+  for (int k = 0; k < 2; ++k) {  // the second backward runs on the rebuilt buckets
+    const auto& buckets = ddp.reducer().buckets();
+    ASSERT_EQ(buckets.size(), 2u);
+    EXPECT_GE(buckets[0].bytes, mib);
+    EXPECT_LT(buckets[0].bytes - bytes_of(buckets[0].params.back()), mib);
+    EXPECT_EQ(buckets[0].bytes + buckets[1].bytes, 5 * layer_bytes);
+    EXPECT_EQ(buckets[0].params.front().substr(0, 2), "4.");
+    std::set<std::string> second(buckets[1].params.begin(), buckets[1].params.end());
+    EXPECT_TRUE(second.count("0.weight") && second.count("0.bias"));
+    Tensor x = Tensor::full({8, 256}, 0.25f);
+    Tensor y = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, {8});
+    cross_entropy(ddp(x), y).backward();
+    const auto& launches = ddp.reducer().launch_times_ms();
+    ASSERT_EQ(launches.size(), 2u);
+    EXPECT_LE(launches[0], launches[1]);
+    EXPECT_LT(launches[0], ddp.reducer().backward_end_ms());
+  }
 }
 
 TEST(Ddp, FirstBucketLaunchesBeforeBackwardEnds) {
