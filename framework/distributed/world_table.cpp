@@ -23,8 +23,9 @@ constexpr size_t kListed = 64;  // rows of the world, and columns of a group, be
 constexpr size_t kSubGroupsListed = 16;  // host or across groups of a group, before "... (N more)"
 
 // This rank's lines: "host\tnode\tlocal rank\tdevice", then per group
-// "name\tworld ranks\tnote\tparent": a group's note says how it all-reduces; its host groups
-// follow it with the note "host" or "across" and its name as their parent.
+// "name\tworld ranks\tnote\tparent\tgroup rank": a group's note says how it all-reduces; its
+// host groups follow it with the note "host" or "across" and its name as their parent; the
+// group rank is what the group itself says this rank is.
 std::string describe_rank(const std::string& device) {
   const InitInfo& me = info();
   std::ostringstream text;
@@ -32,7 +33,7 @@ std::string describe_rank(const std::string& device) {
   auto describe = [&](const ProcessGroup& group, const std::string& note, const std::string& parent) {
     text << group.name() << '\t';
     for (int r : group.world_ranks()) text << r << ' ';
-    text << '\t' << note << '\t' << parent << '\n';
+    text << '\t' << note << '\t' << parent << '\t' << group.rank() << '\n';
   };
   for (const GroupPtr& group : live_groups()) {
     const auto* mpi = dynamic_cast<const MpiProcessGroup*>(group.get());
@@ -103,14 +104,15 @@ std::string world_table(const std::string& device) {
     std::string name, note;
     std::vector<std::string> members;          // world ranks
     std::vector<std::string> hosts, acrosses;  // its host groups' names
+    std::vector<std::string> group_ranks;      // by member: the rank its group gave it ("?": no report)
   };
   std::vector<Group> groups;
   std::set<std::string> seen;
   auto group_named = [&](const std::string& name) {
     return std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.name == name; });
   };
-  for (const std::string& text : texts) {
-    std::istringstream lines(text);
+  for (size_t world_rank = 0; world_rank < texts.size(); ++world_rank) {
+    std::istringstream lines(texts[world_rank]);
     std::string line;
     std::getline(lines, line);
     rows.push_back({split_fields(line, '\t')});
@@ -122,11 +124,16 @@ std::string world_table(const std::string& device) {
         end = line.find('\t', begin);
         f.push_back(line.substr(begin, end == std::string::npos ? end : end - begin));
       }
-      f.resize(4);
-      if (!seen.insert(f[0]).second) continue;
+      f.resize(5);
       if (f[3].empty()) {
-        groups.push_back({f[0], f[2], split_fields(f[1], ' '), {}, {}});
-      } else if (auto parent = group_named(f[3]); parent != groups.end()) {
+        if (seen.insert(f[0]).second) {
+          std::vector<std::string> members = split_fields(f[1], ' ');
+          groups.push_back({f[0], f[2], members, {}, {}, std::vector<std::string>(members.size(), "?")});
+        }
+        Group& group = *group_named(f[0]);
+        auto member = std::find(group.members.begin(), group.members.end(), std::to_string(world_rank));
+        if (member != group.members.end()) group.group_ranks[member - group.members.begin()] = f[4];
+      } else if (auto parent = group_named(f[3]); parent != groups.end() && seen.insert(f[0]).second) {
         (f[2] == "host" ? parent->hosts : parent->acrosses).push_back(f[0]);
       }
     }
@@ -148,7 +155,7 @@ std::string world_table(const std::string& device) {
         << pad(f[1], 4, true) << "  " << pad(f[2], 10, true) << "  " << f[3] << '\n';
   }
   if (rows.size() > kListed) out << "  ... (" << rows.size() - kListed << " more)\n";
-  for (const auto& [name, note, members, host_groups, across_groups] : groups) {
+  for (const auto& [name, note, members, host_groups, across_groups, group_ranks] : groups) {
     size_t width = 1;
     for (const std::string& m : members) width = std::max(width, m.size());
     out << "group " << name << ": " << members.size() << " rank" << (members.size() == 1 ? "" : "s")
@@ -156,7 +163,7 @@ std::string world_table(const std::string& device) {
     std::string world_row = "  world rank", group_row = "  group rank";
     for (size_t g = 0; g < members.size() && g < kListed; ++g) {
       world_row += "  " + pad(members[g], width, true);
-      group_row += "  " + pad(std::to_string(g), width, true);
+      group_row += "  " + pad(group_ranks[g], width, true);
     }
     if (members.size() > kListed) {
       world_row += "  ... (" + std::to_string(members.size() - kListed) + " more)";
