@@ -592,6 +592,21 @@ TEST(Ddp, ProperSubGroupEqualsOneProcess) {
   EXPECT_LE(ddp_vs_single(true, {.bucket_cap_mb = 0.01, .sync_bn = true}, 6, 1, group, true), 1e-5);
 }
 
+TEST(Ddp, EvenAndOddSubGroupsEachEqualOneProcess) {
+  // The example's sub-groups (np 8: {0, 2, 4, 6} and {1, 3, 5, 7}), made with new_group and
+  // training at once, each against one process on the same global batch.
+  const int np = dist::info().world_size, me = dist::info().rank;
+  if (np < 2) GTEST_SKIP() << "needs 2 or more ranks for two parity groups";
+  std::vector<int> even, odd;
+  for (int r = 0; r < np; ++r) (r % 2 == 0 ? even : odd).push_back(r);
+  dist::GroupPtr evens = dist::new_group(even), odds = dist::new_group(odd);
+  dist::GroupPtr group = me % 2 == 0 ? evens : odds;
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ(group->rank(), me / 2);
+  if (kBatch % group->size() != 0) GTEST_SKIP() << "the global batch " << kBatch << " does not split over " << group->size();
+  EXPECT_LE(ddp_vs_single(false, {.bucket_cap_mb = 0.002}, 10, 1, group), 1e-5);
+}
+
 TEST(Ddp, BroadcastBuffersGiveRankZerosRunningStatistics) {
   EXPECT_LE(ddp_local_batch_norm_vs_single(true, 6), 1e-5);
 }
