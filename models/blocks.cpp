@@ -4,7 +4,7 @@
 
 #include "nn/init.h"
 #include "nn/sequential.h"
-#include "nn/tensor_parallel.h"
+#include "parallel/tensor_parallel.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/pool.h"

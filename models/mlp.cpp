@@ -7,7 +7,7 @@
 #include "models/registry.h"
 #include "nn/layers.h"
 #include "nn/sequential.h"
-#include "nn/tensor_parallel.h"
+#include "parallel/tensor_parallel.h"
 
 namespace dpt::models {
 namespace {

@@ -2,16 +2,19 @@
 // stop, or computes a NaN:
 //   DPT_DEBUG_FAULT=KIND@STEP[:RANK][,KIND@STEP[:RANK]...]
 // KIND is sigkill or sigterm (the rank sends itself that signal as global step STEP, from
-// 1, begins) or nan (that step's loss is multiplied by NaN after the forward pass). Without
-// RANK every rank does it. Only the test program train_faults (train_faults.cpp) reads the
+// 1, begins), nan (that step's loss is multiplied by NaN after the forward pass) or slow
+// (from step STEP on, the rank sleeps kSlowMs before each step's forward: a straggler).
+// Without RANK every rank does it. Only the test program train_faults (train_faults.cpp) reads the
 // variable; the library offers the seam it uses (io::StepHook) and knows nothing of faults.
 #pragma once
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -20,25 +23,32 @@ namespace dpt::testing {
 
 class FaultInjection {
  public:
+  static constexpr int kSlowMs = 40;
+
   // Parses `spec` (the variable's value; "" for no faults). Throws dpt::Error naming the
   // variable and the expected form when the value is malformed.
   explicit FaultInjection(const std::string& spec) {
-    static const std::regex pattern(R"((sigkill|sigterm|nan)@(\d{1,15})(?::(\d{1,9}))?)");
+    static const std::regex pattern(R"((sigkill|sigterm|nan|slow)@(\d{1,15})(?::(\d{1,9}))?)");
     std::stringstream items(spec);
     for (std::string item; std::getline(items, item, ',');) {
       std::smatch m;
       DPT_CHECK(std::regex_match(item, m, pattern))
           << "DPT_DEBUG_FAULT=" << spec
           << ": expected KIND@STEP[:RANK] items separated by commas, KIND one of "
-          << "sigkill, sigterm, nan (e.g. nan@5:1), got '" << item << "'";
-      Kind kind = m[1] == "sigkill" ? Kind::sigkill : m[1] == "sigterm" ? Kind::sigterm : Kind::nan;
+          << "sigkill, sigterm, nan, slow (e.g. nan@5:1), got '" << item << "'";
+      Kind kind = m[1] == "sigkill" ? Kind::sigkill
+                  : m[1] == "sigterm" ? Kind::sigterm
+                  : m[1] == "slow"    ? Kind::slow
+                                      : Kind::nan;
       faults_.push_back({kind, std::stoll(m[2].str()), m[3].matched ? std::stoi(m[3].str()) : -1});
     }
   }
 
-  // Raises the signals due at `step` on `rank`.
+  // Raises the signals due at `step` on `rank`, and sleeps there when it is slowed.
   void before_step(int64_t step, int rank) const {
     for (const Fault& f : faults_) {
+      if (f.kind == Kind::slow && step >= f.step && (f.rank < 0 || f.rank == rank))
+        std::this_thread::sleep_for(std::chrono::milliseconds(kSlowMs));
       if (!f.applies(step, rank)) continue;
       if (f.kind == Kind::sigkill) std::raise(SIGKILL);
       if (f.kind == Kind::sigterm) std::raise(SIGTERM);
@@ -53,7 +63,7 @@ class FaultInjection {
   }
 
  private:
-  enum class Kind { sigkill, sigterm, nan };
+  enum class Kind { sigkill, sigterm, nan, slow };
   struct Fault {
     Kind kind;
     int64_t step;

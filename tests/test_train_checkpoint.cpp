@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 using namespace dpt;
 using dpt::io::read_file;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -129,6 +130,21 @@ TEST(FaultInjection, ParsesItsVariableForEachRank) {
               HasSubstr("DPT_DEBUG_FAULT=nan@x: expected KIND@STEP[:RANK]"));
   EXPECT_THAT(dpt::testing::error_of([] { dpt::testing::FaultInjection("segv@3"); }),
               HasSubstr("got 'segv@3'"));
+}
+
+TEST_F(TrainCheckpoint, ASlowedRankIsNamedAsAStraggler) {
+  // Rank 1 sleeps 40 ms before each step's forward from step 1 on: its forward phase grows
+  // by that, rank 0 waits for it in its all-reduces (comm_wait), and the report every
+  // log_every steps names rank 1, its host and the phase.
+  Result r = train("slow", 2, "--set epochs=1 --set log_every=8", "slow@1:1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("straggler: rank 1 (host "));
+  EXPECT_THAT(r.out, HasSubstr("a step vs median "));
+  EXPECT_THAT(r.out, HasSubstr(": forward "));
+  EXPECT_THAT(r.out, Not(HasSubstr("straggler: rank 0")));
+  const std::string summary = read_file(path("slow/summary.json"));
+  EXPECT_THAT(summary, HasSubstr("\"stragglers\": [\n    \"straggler: rank 1 (host "));
+  EXPECT_THAT(summary, HasSubstr("\"work_ms\""));
 }
 
 TEST_F(TrainCheckpoint, KilledRankEndsTheRunAndResumeAutoFinishesItBitForBit) {

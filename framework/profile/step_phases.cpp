@@ -44,6 +44,22 @@ io::JsonOut& StepPhases::add_to(io::JsonOut& json) const {
   return json;
 }
 
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::data:
+      return "data wait";
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::comm_wait:
+      return "allreduce wait";
+    case Phase::optimizer:
+      return "optimizer";
+  }
+  return "";
+}
+
 StepPhases mean_over_ranks(const StepPhases& mine) {
   const int ranks = dist::info().world_size;
   if (ranks == 1) return mine;

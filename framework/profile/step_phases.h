@@ -22,6 +22,9 @@ struct StepPhases {
   io::JsonOut& add_to(io::JsonOut& json) const;
 };
 
+// "data wait", "forward", "backward", "allreduce wait", "optimizer": for timelines and reports.
+const char* phase_name(Phase phase);
+
 // A step's collectives and their bytes on this rank (distributed/process_group.h's
 // CollectiveCounts), as a mean over steps: the round trips the step makes.
 struct StepTraffic {

@@ -3,25 +3,6 @@
 #include "distributed/dist.h"
 
 namespace dpt::profile {
-namespace {
-
-const char* phase_name(Phase phase) {
-  switch (phase) {
-    case Phase::data:
-      return "data wait";
-    case Phase::forward:
-      return "forward";
-    case Phase::backward:
-      return "backward";
-    case Phase::comm_wait:
-      return "allreduce wait";
-    case Phase::optimizer:
-      return "optimizer";
-  }
-  return "";
-}
-
-}  // namespace
 
 StepProfiler::StepProfiler(const dist::DistributedDataParallel* ddp, TimelineOptions timeline)
     : ddp_(ddp), options_(std::move(timeline)) {
@@ -61,6 +42,7 @@ void StepProfiler::lap(Phase phase) {
     timeline_->counter("collectives per step", step_begin_ns_, {{"collectives", step.collectives}});
     timeline_->counter("bytes per step", step_begin_ns_, {{"bytes", step.bytes}});
   }
+  stragglers_.add(current_);
   epoch_ += current_;
   ++epoch_steps_;
   run_ += current_;

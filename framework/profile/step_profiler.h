@@ -13,6 +13,7 @@
 
 #include "parallel/ddp.h"
 #include "profile/step_phases.h"
+#include "profile/straggler.h"
 #include "profile/timeline.h"
 
 namespace dpt::profile {
@@ -25,8 +26,8 @@ struct TimelineOptions {
 
 class StepProfiler {
  public:
-  // `ddp`: the model's DDP wrapper, or null (one rank). Collective over the world when a
-  // timeline is asked for (checks the path on rank 0, then the timeline's barrier).
+  // `ddp`: the model's DDP wrapper, or null (one rank). Collective over the world (the
+  // straggler watch learns the ranks' hosts; a timeline checks its path on rank 0).
   StepProfiler(const dist::DistributedDataParallel* ddp, TimelineOptions timeline);
   ~StepProfiler();
 
@@ -50,6 +51,12 @@ class StepProfiler {
   StepTraffic run_traffic() const;
   // Collective over the world: writes the timeline when one was asked for.
   void write_timeline();
+  // Collective over the world (every rank at the same step): the straggler lines of the
+  // steps since the last report, on rank 0 (straggler.h).
+  std::vector<std::string> straggler_report() { return stragglers_.report(); }
+  // Collective: every rank's medians and the straggler lines over the run after the
+  // warm-up, for summary.json (on rank 0).
+  io::JsonOut straggler_run_report() { return stragglers_.run_report(warmup_steps); }
 
   static constexpr int64_t warmup_steps = 2;
 
@@ -69,6 +76,7 @@ class StepProfiler {
   int64_t epoch_steps_ = 0;
   double step_begin_ns_ = 0;
   dist::CollectiveCounts step_begin_counts_, run_counts_, run_counts_after_warmup_;
+  StragglerWatch stragglers_;
 };
 
 }  // namespace dpt::profile

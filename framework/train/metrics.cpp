@@ -42,6 +42,7 @@ void summary_write(const std::string& dir, const RunSummary& s) {
                          {"device", s.device},
                          {"collectives_per_step", s.traffic.collectives},
                          {"bytes_per_step", s.traffic.bytes}};
+  if (!s.ranks.is_null()) summary.update(s.ranks);
   io::write_file_atomic(dir + "/summary.json",
                         {io::json_text(io::json_rounded(s.phases.add_to(summary)), 2) + "\n"});
 }

@@ -37,6 +37,9 @@ struct RunSummary {
   std::string device;
   profile::StepPhases phases;    // mean per step after the warm-up steps, over the ranks
   profile::StepTraffic traffic;  // collectives and bytes per step, the same steps, on rank 0
+  // "ranks": each rank's host and median phases and work per step, the same steps;
+  // "stragglers": the lines naming ranks that work 20% above the median (profile/straggler.h).
+  io::JsonOut ranks;
 };
 
 // Makes output.dir, writes config.yaml there, and leaves in metrics.jsonl the lines of the

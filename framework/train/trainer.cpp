@@ -226,6 +226,11 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
         shown_loss = r.losses.sum() / static_cast<double>(std::max<int64_t>(r.applied, 1));
       progress_.update(epoch + 1, r.step, steps_, shown_loss, rate, eta);
     }
+    if (r.step % config_.log_every == 0) {
+      const std::vector<std::string> stragglers = profiler_->straggler_report();  // collective
+      if (!stragglers.empty()) progress_.finish_line();
+      for (const std::string& line : stragglers) std::printf("%s\n", line.c_str());
+    }
     // Called on every rank only when a signal stops the run, before rank 0 saves: then a
     // pipeline's stages are gathered, so the checkpoint holds the whole model's weights.
     auto loss_sum = [&] {
@@ -256,6 +261,7 @@ int Trainer::finish(Clock::time_point run_start) {
   const io::TrainingProgress& at = control_->progress();
   const profile::StepPhases phases = profiler_->run_means();  // collective
   profiler_->write_timeline();                                // collective
+  io::JsonOut ranks = profiler_->straggler_run_report();      // collective
   // The whole model, gathered from the tp ranks' slices: what one process would have trained.
   optimizer_->parameters_ready();
   const nn::NamedTensors state =
@@ -274,7 +280,8 @@ int Trainer::finish(Clock::time_point run_start) {
                                      .optimizer_state_bytes = optimizer_->state_bytes(),
                                      .device = device_.str(),
                                      .phases = phases,
-                                     .traffic = profiler_->run_traffic()});
+                                     .traffic = profiler_->run_traffic(),
+                                     .ranks = std::move(ranks)});
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", at.final_test_acc, at.best_test_acc,
               config_.output.dir.c_str());
   return 0;

@@ -1,0 +1,135 @@
+#include "profile/straggler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "distributed/dist.h"
+
+namespace dpt::profile {
+namespace {
+
+constexpr Phase kWorkPhases[] = {Phase::data, Phase::forward, Phase::backward, Phase::optimizer};
+constexpr size_t kHostChars = 64;  // a host name's bytes in the all-gather (longer ones are cut)
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+double work_of(StepPhases s) { return s.step_ms() - s.comm_wait_ms; }
+
+std::string ms(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f ms", v);
+  return text;
+}
+
+}  // namespace
+
+RankMedians medians_of(const std::vector<StepPhases>& steps) {
+  RankMedians m;
+  for (Phase phase : {Phase::data, Phase::forward, Phase::backward, Phase::comm_wait, Phase::optimizer}) {
+    std::vector<double> values;
+    for (StepPhases s : steps) values.push_back(s[phase]);
+    m.phases[phase] = median(values);
+  }
+  std::vector<double> work;
+  for (const StepPhases& s : steps) work.push_back(work_of(s));
+  m.work_ms = median(work);
+  return m;
+}
+
+std::vector<std::string> straggler_lines(const std::vector<RankMedians>& ranks, const std::vector<std::string>& hosts,
+                                         double threshold) {
+  std::vector<std::string> lines;
+  if (ranks.size() < 2) return lines;
+  auto median_over_ranks = [&](auto value) {
+    std::vector<double> values;
+    for (const RankMedians& r : ranks) values.push_back(value(r));
+    return median(values);
+  };
+  const double typical = median_over_ranks([](const RankMedians& r) { return r.work_ms; });
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    RankMedians r = ranks[rank];
+    if (r.work_ms <= (1 + threshold) * typical) continue;
+    // The phase that adds most to this rank's work against the median rank's.
+    Phase worst = Phase::data;
+    double worst_extra = -1, worst_typical = 0;
+    for (Phase phase : kWorkPhases) {
+      const double phase_typical = median_over_ranks([&](RankMedians m) { return m.phases[phase]; });
+      if (r.phases[phase] - phase_typical > worst_extra) {
+        worst_extra = r.phases[phase] - phase_typical;
+        worst = phase;
+        worst_typical = phase_typical;
+      }
+    }
+    lines.push_back("straggler: rank " + std::to_string(rank) + " (host " + hosts.at(rank) + ") works " +
+                    ms(r.work_ms) + " a step vs median " + ms(typical) + ": " + phase_name(worst) + " " +
+                    ms(r.phases[worst]) + " vs " + ms(worst_typical));
+  }
+  return lines;
+}
+
+StragglerWatch::StragglerWatch() {
+  const dist::InitInfo& me = dist::info();
+  if (me.world_size == 1) {
+    hosts_ = {me.host};
+    return;
+  }
+  // Host names travel as i64 words (the collectives carry numbers), kHostChars bytes each.
+  constexpr int64_t words = kHostChars / 8;
+  std::vector<int64_t> mine(words, 0);
+  std::memcpy(mine.data(), me.host.data(), std::min(me.host.size(), kHostChars - 1));
+  Tensor all = Tensor::empty({words * me.world_size}, DType::i64);
+  dist::world()->all_gather(all, Tensor::from_vector(mine, {words}))->wait();
+  for (int r = 0; r < me.world_size; ++r)
+    hosts_.emplace_back(reinterpret_cast<const char*>(all.data<int64_t>() + r * words));
+}
+
+void StragglerWatch::add(const StepPhases& step) {
+  window_.push_back(step);
+  run_.push_back(step);
+}
+
+std::vector<RankMedians> StragglerWatch::gather(const RankMedians& mine) const {
+  const int ranks = dist::info().world_size;
+  if (ranks == 1) return {mine};
+  const StepPhases& p = mine.phases;
+  Tensor values = Tensor::from_vector(
+      std::vector<float>{static_cast<float>(p.data_ms), static_cast<float>(p.forward_ms),
+                         static_cast<float>(p.backward_ms), static_cast<float>(p.comm_wait_ms),
+                         static_cast<float>(p.optimizer_ms), static_cast<float>(mine.work_ms)},
+      {6});
+  Tensor all = Tensor::empty({6 * static_cast<int64_t>(ranks)});
+  dist::world()->all_gather(all, values)->wait();
+  std::vector<RankMedians> out(static_cast<size_t>(ranks));
+  const float* a = all.data<float>();
+  for (int r = 0; r < ranks; ++r, a += 6) out[r] = {StepPhases{a[0], a[1], a[2], a[3], a[4]}, a[5]};
+  return out;
+}
+
+std::vector<std::string> StragglerWatch::report() {
+  const std::vector<RankMedians> ranks = gather(medians_of(window_));
+  window_.clear();
+  if (dist::info().rank != 0) return {};
+  return straggler_lines(ranks, hosts_, kThreshold);
+}
+
+io::JsonOut StragglerWatch::run_report(size_t skip) {
+  const std::vector<StepPhases> steps(run_.begin() + static_cast<std::ptrdiff_t>(std::min(skip, run_.size())),
+                                      run_.end());
+  const std::vector<RankMedians> ranks = gather(medians_of(steps));
+  if (dist::info().rank != 0) return {};
+  io::JsonOut per_rank = io::JsonOut::array();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    io::JsonOut entry = {{"rank", r}, {"host", hosts_[r]}, {"work_ms", ranks[r].work_ms}};
+    ranks[r].phases.add_to(entry);
+    per_rank.push_back(std::move(entry));
+  }
+  return {{"ranks", per_rank}, {"stragglers", straggler_lines(ranks, hosts_, kThreshold)}};
+}
+
+}  // namespace dpt::profile
