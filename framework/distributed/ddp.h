@@ -1,7 +1,8 @@
 // DistributedDataParallel: one model replica per rank, kept identical. Construction
 // checks that every rank built the same parameters and broadcasts rank 0's values; each
 // backward all-reduces (averages) the gradients in buckets that overlap the backward
-// pass, so after loss.backward() every rank holds the same averaged .grad.
+// pass, so after loss.backward() every rank holds the same averaged .grad. One synchronised
+// backward per forward: a second one throws Error (its gradients would stay local).
 #pragma once
 
 #include <memory>

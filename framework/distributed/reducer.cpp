@@ -101,7 +101,7 @@ void Reducer::prepare_for_backward(bool synchronize) {
   DPT_CHECK(!backward_open_) << "DDP on " << group_->name()
                              << ": the previous backward's gradient all-reduces did not complete (see the error "
                                 "that backward threw); the group cannot be used after a failed collective";
-  expecting_backward_ = synchronize;
+  expect_ = synchronize ? Expect::sync : Expect::local;
   std::fill(ready_.begin(), ready_.end(), false);
   for (Bucket& bucket : buckets_) {
     bucket.pending = static_cast<int>(bucket.params.size());
@@ -114,7 +114,14 @@ void Reducer::prepare_for_backward(bool synchronize) {
 }
 
 void Reducer::on_gradient_ready(size_t index) {
-  if (!expecting_backward_) return;  // no_sync: gradients only accumulate locally
+  if (expect_ == Expect::local) return;  // no_sync: gradients only accumulate locally
+  // Left alone, these gradients would add to the averaged ones on each rank unseen by the
+  // others, and the replicas would part. Every rank that runs the same program stops here
+  // alike, before any collective of this backward, so none waits for another.
+  DPT_CHECK(expect_ == Expect::sync)
+      << "DDP on " << group_->name() << ": a second backward since the last forward (its gradients would not "
+      << "be all-reduced, and the replicas would part); run one forward per backward, or accumulate gradients "
+         "with every forward but the last under no_sync()";
   DPT_CHECK(!ready_[index]) << "DDP: parameter '" << params_[index].first
                             << "' received two gradients in one backward pass";
   if (!backward_open_) {
@@ -152,7 +159,7 @@ void Reducer::note_completions() {
 }
 
 void Reducer::finish_backward(bool failed) {
-  expecting_backward_ = false;
+  expect_ = Expect::spent;
   backward_end_ms_ = (now_ns() - start_ns_) / 1e6;
   if (failed) {
     // After an error nothing new starts (another rank may be past this backward, or gone,

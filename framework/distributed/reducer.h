@@ -6,7 +6,8 @@
 // chunk of it alone (for the sharded optimizer, zero.h).
 // A backward that throws waits for the all-reduces it had started before the error leaves
 // backward() and starts none, so when every rank fails alike the ranks stay in step and the
-// next step starts clean.
+// next step starts clean. A second backward after one forward is an error (its gradients
+// would stay local): each forward has one synchronised backward, or runs under no_sync.
 #pragma once
 
 #include <functional>
@@ -46,6 +47,8 @@ class Reducer {
 
   // Called before each forward whose backward must be synchronised (or not, under no_sync).
   // Throws Error if the last backward's all-reduces could not complete (a failed collective).
+  // After a synchronised backward has ended, the next gradient before the next call is an
+  // Error: a second backward since the last forward.
   void prepare_for_backward(bool synchronize);
   // `done` runs at the end of each synchronised backward that completed, after its buckets'
   // all-reduces (DDP finishes its buffer broadcast there).
@@ -101,7 +104,10 @@ class Reducer {
   std::vector<size_t> arrival_order_;
   std::function<void()> backward_done_;
   size_t next_bucket_ = 0;
-  bool expecting_backward_ = false;
+  // What a gradient arriving now is for: prepare_for_backward chooses `sync` or `local`
+  // (no_sync), finish_backward sets `spent`, when a gradient means a second backward.
+  enum class Expect { local, sync, spent };
+  Expect expect_ = Expect::local;
   bool backward_open_ = false;  // from a synchronised backward's first gradient to its end
   bool rebuilt_ = false;
   double start_ns_ = 0;
