@@ -8,6 +8,9 @@
 namespace dpt::dist {
 namespace {
 
+// The first bucket's size (at most the cap): small, so that its all-reduce starts early.
+constexpr double kFirstBucketMb = 1.0;
+
 double now_ns() {
   return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::steady_clock::now().time_since_epoch())
@@ -16,12 +19,12 @@ double now_ns() {
 
 }  // namespace
 
-Reducer::Reducer(nn::NamedTensors params, GroupPtr group, ReducerOptions options)
+Reducer::Reducer(nn::NamedTensors params, GroupPtr group, DdpOptions options)
     : params_(std::move(params)),
       group_(std::move(group)),
       options_(options),
       ready_(params_.size(), false),
-      rebuilt_(options.shard) {
+      rebuilt_(options.shard_gradients) {
   std::vector<size_t> reverse(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) reverse[i] = params_.size() - 1 - i;
   build_buckets(reverse);
@@ -55,9 +58,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   for (size_t index : order) {
     current.params.push_back(index);
     bytes += params_[index].second.numel() * 4;
-    // The first bucket is small so its all-reduce starts early; never above the cap.
-    double cap = (buckets_.empty() ? std::min(options_.first_bucket_mb, options_.bucket_cap_mb)
-                                   : options_.bucket_cap_mb) * mb;
+    double cap =
+        (buckets_.empty() ? std::min(kFirstBucketMb, options_.bucket_cap_mb) : options_.bucket_cap_mb) * mb;
     if (options_.bucket_cap_mb == 0 || static_cast<double>(bytes) >= cap) close();
   }
   close();
@@ -84,7 +86,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     }
     info.bytes = numel * 4;
     info.numel = numel;
-    if (options_.shard) {
+    if (options_.shard_gradients) {
       const Chunk mine = chunk_of(numel, group_->size(), group_->rank());
       bucket.shard = Tensor::zeros({mine.end - mine.begin}, DType::f32, bucket.flat.device());
     }
@@ -93,7 +95,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
 }
 
 const Tensor& Reducer::shard(size_t b) const {
-  DPT_CHECK(options_.shard) << "DDP on " << group_->name() << ": gradients are all-reduced, not sharded";
+  DPT_CHECK(options_.shard_gradients)
+      << "DDP on " << group_->name() << ": gradients are all-reduced, not sharded";
   return buckets_.at(b).shard;
 }
 
@@ -145,8 +148,8 @@ void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
     // may throw (debug: collectives)
-    bucket.work = options_.shard ? group_->reduce_scatter(bucket.shard, bucket.flat, ReduceOp::avg)
-                                 : group_->all_reduce(bucket.flat, ReduceOp::avg);
+    bucket.work = options_.shard_gradients ? group_->reduce_scatter(bucket.shard, bucket.flat, ReduceOp::avg)
+                                           : group_->all_reduce(bucket.flat, ReduceOp::avg);
     ++next_bucket_;
     launch_ms_.push_back((now_ns() - start_ns_) / 1e6);
   }
