@@ -122,9 +122,9 @@ void Reducer::on_gradient_ready(size_t index) {
   // others, and the replicas would part. Every rank that runs the same program stops here
   // alike, before any collective of this backward, so none waits for another.
   DPT_CHECK(expect_ == Expect::sync)
-      << "DDP on " << group_->name() << ": a second backward since the last forward (its gradients would not "
-      << "be all-reduced, and the replicas would part); run one forward per backward, or accumulate gradients "
-         "with every forward but the last under no_sync()";
+      << "DDP on " << group_->name() << ": a second backward since the last forward (its gradients would "
+      << "not be all-reduced, and the replicas would part); run one forward per backward, or accumulate "
+         "gradients with every forward but the last under no_sync()";
   DPT_CHECK(!ready_[index]) << "DDP: parameter '" << params_[index].first
                             << "' received two gradients in one backward pass";
   if (!backward_open_) {

@@ -48,9 +48,9 @@ class Reducer {
   // all-reduces (DDP finishes its buffer broadcast there).
   void set_backward_done(std::function<void()> done) { backward_done_ = std::move(done); }
   const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
-  // With shard_gradients: this rank's chunk (chunk_of(numel, group size, group rank)) of bucket b's
-  // averaged gradients, after each synchronised backward. The parameters' .grad then hold
-  // this rank's own gradients outside that chunk, not averaged.
+  // With shard_gradients: this rank's chunk (chunk_of(numel, group size, group rank)) of
+  // bucket b's averaged gradients, after each synchronised backward. The parameters' .grad
+  // then hold this rank's own gradients outside that chunk, not averaged.
   const Tensor& shard(size_t b) const;
   // Milliseconds since prepare_for_backward at which each bucket's all-reduce was launched
   // in the last backward, and when the backward pass itself ended (for overlap checks).
