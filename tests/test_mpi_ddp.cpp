@@ -5,8 +5,9 @@
 // parameters and mismatched models; replicas built from different seeds (the initial
 // broadcast), BatchNorm buffers without sync_bn, a data set that does not divide by the
 // world size, and DDP on a proper sub-group; rank-dependent unused parameters beside
-// sync_bn, and the steps after an error in backward; DDP's buckets through the hierarchical
-// all-reduce, with and without bf16 between hosts.
+// sync_bn, and the steps after an error in backward; a second backward since the last
+// forward, an error on every rank; DDP's buckets through the hierarchical all-reduce, with
+// and without bf16 between hosts.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -427,6 +428,45 @@ TEST(Ddp, AnErrorInBackwardLeavesTheNextStepsSynchronised) {
     zero_gradients(reference);
     cross_entropy(reference(global.images), global.labels).backward();
     EXPECT_LE(max_relative_difference(gradients(ddp.module()), gradients(reference)), 1e-5);
+  }
+}
+
+// Two forwards, then both backwards, before the step: the first backward all-reduces, the
+// second would leave its gradients local and the replicas apart. Every rank stops at the
+// second backward's first gradient with the same line, before any collective of it, so none
+// waits for another (a collective left waiting would fail within the 30 s timeout); the
+// steps after it synchronise: every rank gets the gradients of one process on the whole batch.
+TEST(Ddp, ASecondBackwardSinceTheLastForwardIsAnErrorOnEveryRank) {
+  auto group = dist::world();
+  const int n = group->size(), r = group->rank();
+  const int64_t per_rank = kBatch / n;
+  TimeoutForThisTest timeout(30);
+  dist::DistributedDataParallel ddp(small_cnn(false), group, {.bucket_cap_mb = 0.002});
+  auto reference = small_cnn(false);
+
+  Data first = rows(global_batch(0), r * per_rank, (r + 1) * per_rank);
+  Data second = rows(global_batch(1), r * per_rank, (r + 1) * per_rank);
+  Tensor l1 = cross_entropy(ddp(first.images), first.labels);
+  Tensor l2 = cross_entropy(ddp(second.images), second.labels);
+  l1.backward();
+  const std::string error = error_of([&] { l2.backward(); });
+  EXPECT_EQ(error,
+            "DDP on world: a second backward since the last forward (its gradients would not be all-reduced, "
+            "and the replicas would part); run one forward per backward, or accumulate gradients with every "
+            "forward but the last under no_sync()");
+  Tensor raised = Tensor::from_vector(std::vector<float>{error.empty() ? 0.0f : 1.0f}, {1});
+  group->all_reduce(raised, dist::ReduceOp::sum)->wait();
+  EXPECT_EQ(raised.item(), static_cast<float>(n)) << "ranks that raised it";
+
+  for (int step = 2; step <= 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    Data global = global_batch(step);
+    Data mine = rows(global, r * per_rank, (r + 1) * per_rank);
+    zero_gradients(ddp);
+    cross_entropy(ddp(mine.images), mine.labels).backward();
+    zero_gradients(*reference);
+    cross_entropy((*reference)(global.images), global.labels).backward();
+    EXPECT_LE(max_relative_difference(gradients(ddp.module()), gradients(*reference)), 1e-5);
   }
 }
 

@@ -3,9 +3,10 @@
 // line naming the file, the line and the key, not an hour into training.
 //
 // Every key is described once, in io/config_schema.cpp: its name, the member below that
-// holds it, its default, its range or allowed values, which optimizer, schedule or dataset
-// it applies to, and one line of documentation. The parser, the defaults, the error
-// messages, config_to_yaml and the key table of docs/configuration.md all come from there.
+// holds it, its default (for DDP's keys: DdpOptions' own), its range or allowed values,
+// which optimizer, schedule or dataset it applies to, and one line of documentation. The
+// parser, the defaults, the error messages, config_to_yaml and the key table of
+// docs/configuration.md all come from there.
 // Adding a key: a member here, a row there, and the code that uses it.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/ddp_options.h"
 #include "distributed/hierarchical.h"
 #include "parallel/pipeline_schedule.h"
 #include "distributed/rank_device.h"
@@ -119,13 +121,12 @@ struct ScheduleConfig {
 };
 
 struct DistributedConfig {
-  double bucket_cap_mb;
-  bool sync_bn;
-  bool find_unused_parameters;
+  // The section's DDP keys, held as DDP takes them. Its members that are no keys keep their
+  // defaults here (model_distribute sets shard_gradients from optimizer.shard).
+  dist::DdpOptions ddp;
   CommBackend backend;
   double timeout_s;
   dist::Hierarchical hierarchical;
-  dist::Compression compress;
 };
 
 // How the ranks are laid out (train/parallel.h): dp x tp x pp = the world size.

@@ -4,9 +4,27 @@
 // config_to_yaml and the docs all follow from the row.
 #include "io/config_schema.h"
 
+#include <charconv>
+
 namespace dpt::io {
+namespace {
+
+// A C++ default as the YAML text of a key's default, for the keys whose defaults live in
+// the options struct of the code that uses them.
+std::string yaml_text(double value) {
+  char text[32];
+  return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);  // shortest: "25"
+}
+std::string yaml_text(bool value) { return value ? "true" : "false"; }
+std::string yaml_text(dist::Compression value) {
+  return kEnumNames<dist::Compression>.at(static_cast<size_t>(value));
+}
+
+}  // namespace
 
 std::vector<Key> config_keys(Config& c) {
+  // DDP's keys default to what DistributedDataParallel does when built without a config.
+  const dist::DdpOptions ddp;
   return {
       Key("model.name", &c.model.name, "", "",
           "the model's registry name ([models](#models)); the model reads its other keys beside `name`"),
@@ -92,14 +110,14 @@ std::vector<Key> config_keys(Config& c) {
           "the training step captured as a CUDA graph after 3 eager steps and replayed; needs a CUDA device "
           "and on_nonfinite: stop ([gpu](gpu.md#cuda-graphs))"),
 
-      Key("distributed.bucket_cap_mb", &c.distributed.bucket_cap_mb, "25", "[0, 1e6]",
-          "DDP's gradient bucket size")
+      Key("distributed.bucket_cap_mb", &c.distributed.ddp.bucket_cap_mb, yaml_text(ddp.bucket_cap_mb),
+          "[0, 1e6]", "DDP's gradient bucket size")
           .unit("MB")
           .zero_means("one bucket per parameter"),
-      Key("distributed.sync_bn", &c.distributed.sync_bn, "false", "",
+      Key("distributed.sync_bn", &c.distributed.ddp.sync_bn, yaml_text(ddp.sync_bn), "",
           "batch-norm statistics synchronised across ranks"),
-      Key("distributed.find_unused_parameters", &c.distributed.find_unused_parameters, "false", "",
-          "allow parameters that get no gradient in a step"),
+      Key("distributed.find_unused_parameters", &c.distributed.ddp.find_unused_parameters,
+          yaml_text(ddp.find_unused_parameters), "", "allow parameters that get no gradient in a step"),
       Key("distributed.backend", choice(&c.distributed.backend, "backend"), "auto", "",
           "how gradients travel: auto: NCCL for CUDA tensors, MPI for host tensors; nccl or mpi: the same, "
           "and a run whose device needs the other one stops at start"),
@@ -112,7 +130,8 @@ std::vector<Key> config_keys(Config& c) {
           "all-reduce across hosts in three steps: within each host, across hosts one share per local rank, "
           "within each host again; auto: when the ranks span more than one host and a host holds more than one "
           "([distributed](distributed.md#hierarchical-all-reduce))"),
-      Key("distributed.compress", choice(&c.distributed.compress, "compression"), "none", "",
+      Key("distributed.compress", choice(&c.distributed.ddp.compress, "compression"), yaml_text(ddp.compress),
+          "",
           "bf16: DDP's gradient buckets cross between hosts as bf16 (half the bytes), summed in f32; within a "
           "host nothing changes ([distributed](distributed.md#gradient-compression))"),
       Key("parallel.dp", &c.parallel.dp, "0", ">= 0",
@@ -165,7 +184,7 @@ std::vector<Rule> config_rules() {
       // Compression acts in the between-hosts stage of the hierarchical all-reduce.
       {"distributed.compress",
        [](const Config& c) -> std::string {
-         if (c.distributed.compress == dist::Compression::none ||
+         if (c.distributed.ddp.compress == dist::Compression::none ||
              c.distributed.hierarchical != dist::Hierarchical::off)
            return "";
          return "key 'distributed.compress': bf16 compresses the between-hosts stage of the hierarchical "
@@ -181,7 +200,7 @@ std::vector<Rule> config_rules() {
       // Compression covers the all-reduce; a sharded optimizer's gradients are reduce-scattered.
       {"distributed.compress",
        [](const Config& c) -> std::string {
-         if (!c.optimizer.shard || c.distributed.compress == dist::Compression::none) return "";
+         if (!c.optimizer.shard || c.distributed.ddp.compress == dist::Compression::none) return "";
          return "key 'distributed.compress': bf16 compresses all-reduced gradients, but optimizer.shard: true "
                 "reduce-scatters them; set distributed.compress: none";
        }},
@@ -209,7 +228,7 @@ std::vector<Rule> config_rules() {
                   "checkpoint.every_epochs: 0";
          if (c.cuda_graphs) return pp + "runs its steps eagerly: set cuda_graphs: false";
          if (c.ema_decay > 0) return pp + "keeps no weight average: set ema_decay: 0";
-         if (c.distributed.sync_bn)
+         if (c.distributed.ddp.sync_bn)
            return pp + "normalises each micro-batch on its own: set distributed.sync_bn: false";
          if (c.on_nonfinite == NonfiniteAction::skip)
            return pp + "stops on non-finite gradients: set on_nonfinite: stop";

@@ -84,11 +84,7 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr 
       << "DDP on " << group_->name() << ": distributed.compress: bf16 acts on the MPI all-reduce between hosts, "
       << "for CPU tensors, but the model is on " << params.front().second.device().str()
       << " (NCCL all-reduces CUDA tensors): set distributed.compress: none";
-  reducer_ = std::make_unique<Reducer>(
-      params, with_compression(group_, options_.compress),
-      ReducerOptions{.bucket_cap_mb = options_.bucket_cap_mb,
-                     .find_unused_parameters = options_.find_unused_parameters,
-                     .shard = options_.shard_gradients});
+  reducer_ = std::make_unique<Reducer>(params, with_compression(group_, options_.compress), options_);
   if (options_.broadcast_buffers && !options_.sync_bn && !module_->named_buffers().empty()) {
     buffers_ = std::make_unique<BufferBroadcast>(module_->named_buffers(), group_);
     reducer_->set_backward_done([b = buffers_.get()] { b->finish(); });

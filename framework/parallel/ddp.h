@@ -1,32 +1,18 @@
 // DistributedDataParallel: one model replica per rank, kept identical. Construction
 // checks that every rank built the same parameters and broadcasts rank 0's values; each
 // backward all-reduces (averages) the gradients in buckets that overlap the backward
-// pass, so after loss.backward() every rank holds the same averaged .grad.
+// pass, so after loss.backward() every rank holds the same averaged .grad. One synchronised
+// backward per forward: a second one throws Error (its gradients would stay local).
 #pragma once
 
 #include <memory>
 
 #include "parallel/buffer_broadcast.h"
-#include "distributed/hierarchical.h"
+#include "parallel/ddp_options.h"
 #include "parallel/reducer.h"
 #include "nn/module.h"
 
 namespace dpt::dist {
-
-struct DdpOptions {
-  double bucket_cap_mb = 25.0;          // 0: one bucket per parameter
-  bool find_unused_parameters = false;  // else a parameter without gradient is an error naming it
-  bool sync_bn = false;                 // synchronised batch-norm statistics
-  // Without sync_bn: after each training forward every rank takes rank 0's buffers (one
-  // flat broadcast that overlaps backward; buffer_broadcast.h), so all ranks evaluate and
-  // checkpoint with the statistics rank 0 saves.
-  bool broadcast_buffers = true;
-  // How the gradient buckets cross between hosts (with_compression, hierarchical.h); CPU only.
-  Compression compress = Compression::none;
-  // Reduce-scatter the gradients, for a sharded optimizer (zero.h): each rank gets the
-  // average of its chunk of each bucket only.
-  bool shard_gradients = false;
-};
 
 class DistributedDataParallel : public nn::Module {
  public:

@@ -8,6 +8,9 @@
 namespace dpt::dist {
 namespace {
 
+// The first bucket's size (at most the cap): small, so that its all-reduce starts early.
+constexpr double kFirstBucketMb = 1.0;
+
 double now_ns() {
   return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::steady_clock::now().time_since_epoch())
@@ -16,12 +19,12 @@ double now_ns() {
 
 }  // namespace
 
-Reducer::Reducer(nn::NamedTensors params, GroupPtr group, ReducerOptions options)
+Reducer::Reducer(nn::NamedTensors params, GroupPtr group, DdpOptions options)
     : params_(std::move(params)),
       group_(std::move(group)),
       options_(options),
       ready_(params_.size(), false),
-      rebuilt_(options.shard) {
+      rebuilt_(options.shard_gradients) {
   std::vector<size_t> reverse(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) reverse[i] = params_.size() - 1 - i;
   build_buckets(reverse);
@@ -55,9 +58,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   for (size_t index : order) {
     current.params.push_back(index);
     bytes += params_[index].second.numel() * 4;
-    // The first bucket is small so its all-reduce starts early; never above the cap.
-    double cap = (buckets_.empty() ? std::min(options_.first_bucket_mb, options_.bucket_cap_mb)
-                                   : options_.bucket_cap_mb) * mb;
+    double cap =
+        (buckets_.empty() ? std::min(kFirstBucketMb, options_.bucket_cap_mb) : options_.bucket_cap_mb) * mb;
     if (options_.bucket_cap_mb == 0 || static_cast<double>(bytes) >= cap) close();
   }
   close();
@@ -84,7 +86,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     }
     info.bytes = numel * 4;
     info.numel = numel;
-    if (options_.shard) {
+    if (options_.shard_gradients) {
       const Chunk mine = chunk_of(numel, group_->size(), group_->rank());
       bucket.shard = Tensor::zeros({mine.end - mine.begin}, DType::f32, bucket.flat.device());
     }
@@ -93,7 +95,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
 }
 
 const Tensor& Reducer::shard(size_t b) const {
-  DPT_CHECK(options_.shard) << "DDP on " << group_->name() << ": gradients are all-reduced, not sharded";
+  DPT_CHECK(options_.shard_gradients)
+      << "DDP on " << group_->name() << ": gradients are all-reduced, not sharded";
   return buckets_.at(b).shard;
 }
 
@@ -101,7 +104,7 @@ void Reducer::prepare_for_backward(bool synchronize) {
   DPT_CHECK(!backward_open_) << "DDP on " << group_->name()
                              << ": the previous backward's gradient all-reduces did not complete (see the error "
                                 "that backward threw); the group cannot be used after a failed collective";
-  expecting_backward_ = synchronize;
+  expect_ = synchronize ? Expect::sync : Expect::local;
   std::fill(ready_.begin(), ready_.end(), false);
   for (Bucket& bucket : buckets_) {
     bucket.pending = static_cast<int>(bucket.params.size());
@@ -114,7 +117,14 @@ void Reducer::prepare_for_backward(bool synchronize) {
 }
 
 void Reducer::on_gradient_ready(size_t index) {
-  if (!expecting_backward_) return;  // no_sync: gradients only accumulate locally
+  if (expect_ == Expect::local) return;  // no_sync: gradients only accumulate locally
+  // Left alone, these gradients would add to the averaged ones on each rank unseen by the
+  // others, and the replicas would part. Every rank that runs the same program stops here
+  // alike, before any collective of this backward, so none waits for another.
+  DPT_CHECK(expect_ == Expect::sync)
+      << "DDP on " << group_->name() << ": a second backward since the last forward (its gradients would "
+      << "not be all-reduced, and the replicas would part); run one forward per backward, or accumulate "
+         "gradients with every forward but the last under no_sync()";
   DPT_CHECK(!ready_[index]) << "DDP: parameter '" << params_[index].first
                             << "' received two gradients in one backward pass";
   if (!backward_open_) {
@@ -138,8 +148,8 @@ void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
     // may throw (debug: collectives)
-    bucket.work = options_.shard ? group_->reduce_scatter(bucket.shard, bucket.flat, ReduceOp::avg)
-                                 : group_->all_reduce(bucket.flat, ReduceOp::avg);
+    bucket.work = options_.shard_gradients ? group_->reduce_scatter(bucket.shard, bucket.flat, ReduceOp::avg)
+                                           : group_->all_reduce(bucket.flat, ReduceOp::avg);
     ++next_bucket_;
     launch_ms_.push_back((now_ns() - start_ns_) / 1e6);
   }
@@ -152,7 +162,7 @@ void Reducer::note_completions() {
 }
 
 void Reducer::finish_backward(bool failed) {
-  expecting_backward_ = false;
+  expect_ = Expect::spent;
   backward_end_ms_ = (now_ns() - start_ns_) / 1e6;
   if (failed) {
     // After an error nothing new starts (another rank may be past this backward, or gone,

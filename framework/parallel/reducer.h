@@ -2,30 +2,23 @@
 // bucket buffer; when the last gradient of a bucket has been accumulated (the autograd
 // post-accumulate hook), the bucket's all-reduce starts at once, while backward goes on.
 // Buckets launch in index order on every rank, so collectives match across ranks.
-// With `shard` a bucket is reduce-scattered instead: each rank receives the average of its
-// chunk of it alone (for the sharded optimizer, zero.h).
+// With shard_gradients a bucket is reduce-scattered instead: each rank receives the average
+// of its chunk of it alone (for the sharded optimizer, zero.h).
 // A backward that throws waits for the all-reduces it had started before the error leaves
 // backward() and starts none, so when every rank fails alike the ranks stay in step and the
-// next step starts clean.
+// next step starts clean. A second backward after one forward is an error (its gradients
+// would stay local): each forward has one synchronised backward, or runs under no_sync.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "parallel/ddp_options.h"
 #include "distributed/process_group.h"
 #include "nn/module.h"
 
 namespace dpt::dist {
-
-struct ReducerOptions {
-  double first_bucket_mb = 1.0;  // small, so the first all-reduce starts early
-  double bucket_cap_mb = 25.0;   // 0: one bucket per parameter
-  bool find_unused_parameters = false;
-  // Reduce-scatter each bucket into shard(b) instead of all-reducing it; the buckets keep
-  // their first layout (never rebuilt), which the shards' owners rely on.
-  bool shard = false;
-};
 
 struct BucketInfo {
   std::vector<std::string> params;  // in bucket order
@@ -39,21 +32,25 @@ class Reducer {
  public:
   // Buckets are first filled in reverse registration order; after the first synchronised
   // backward they are rebuilt once in the order gradients actually arrived (rank 0's).
-  Reducer(nn::NamedTensors params, GroupPtr group, ReducerOptions options);
+  // `options` are DDP's, of which the Reducer reads the bucket size, find_unused_parameters
+  // and shard_gradients; `group` is DDP's, compressed as they ask.
+  Reducer(nn::NamedTensors params, GroupPtr group, DdpOptions options);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
   // Called before each forward whose backward must be synchronised (or not, under no_sync).
   // Throws Error if the last backward's all-reduces could not complete (a failed collective).
+  // After a synchronised backward has ended, the next gradient before the next call is an
+  // Error: a second backward since the last forward.
   void prepare_for_backward(bool synchronize);
   // `done` runs at the end of each synchronised backward that completed, after its buckets'
   // all-reduces (DDP finishes its buffer broadcast there).
   void set_backward_done(std::function<void()> done) { backward_done_ = std::move(done); }
   const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
-  // With `shard`: this rank's chunk (chunk_of(numel, group size, group rank)) of bucket b's
-  // averaged gradients, after each synchronised backward. The parameters' .grad then hold
-  // this rank's own gradients outside that chunk, not averaged.
+  // With shard_gradients: this rank's chunk (chunk_of(numel, group size, group rank)) of
+  // bucket b's averaged gradients, after each synchronised backward. The parameters' .grad
+  // then hold this rank's own gradients outside that chunk, not averaged.
   const Tensor& shard(size_t b) const;
   // Milliseconds since prepare_for_backward at which each bucket's all-reduce was launched
   // in the last backward, and when the backward pass itself ended (for overlap checks).
@@ -73,7 +70,7 @@ class Reducer {
  private:
   struct Bucket {
     Tensor flat;
-    Tensor shard;                // with options_.shard: this rank's chunk of the average
+    Tensor shard;                // with shard_gradients: this rank's chunk of the average
     std::vector<size_t> params;  // indices into params_
     int pending = 0;
     WorkPtr work;
@@ -93,7 +90,7 @@ class Reducer {
   // The hooks stay on the parameters after the Reducer is gone; they reach it through
   // this slot, which the destructor empties.
   std::shared_ptr<Reducer*> self_;
-  ReducerOptions options_;
+  DdpOptions options_;
   std::vector<Bucket> buckets_;
   std::vector<BucketInfo> bucket_info_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket
@@ -101,7 +98,10 @@ class Reducer {
   std::vector<size_t> arrival_order_;
   std::function<void()> backward_done_;
   size_t next_bucket_ = 0;
-  bool expecting_backward_ = false;
+  // What a gradient arriving now is for: prepare_for_backward chooses `sync` or `local`
+  // (no_sync), finish_backward sets `spent`, when a gradient means a second backward.
+  enum class Expect { local, sync, spent };
+  Expect expect_ = Expect::local;
   bool backward_open_ = false;  // from a synchronised backward's first gradient to its end
   bool rebuilt_ = false;
   double start_ns_ = 0;

@@ -39,13 +39,9 @@ nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io
   net->to(device);
   if (!dp_group) dp_group = dist::world();
   if (dp_group->size() == 1) return net;
-  return std::make_shared<dist::DistributedDataParallel>(
-      net, std::move(dp_group),
-      dist::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb,
-                       .find_unused_parameters = config.find_unused_parameters,
-                       .sync_bn = config.sync_bn,
-                       .compress = config.compress,
-                       .shard_gradients = shard_gradients});
+  dist::DdpOptions options = config.ddp;
+  options.shard_gradients = shard_gradients;
+  return std::make_shared<dist::DistributedDataParallel>(net, std::move(dp_group), options);
 }
 
 nn::NamedTensors model_whole_state(const io::Config& config, const models::ModelSpec& spec, nn::Module& net,

@@ -34,10 +34,9 @@ nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::Dist
   net.to(device);  // the whole model: evaluation runs it after pipeline_gather_model
   nn::ModulePtr stage = nn::split_stage(net, layout.pp, layout.stage);
   if (layout.dp == 1) return stage;
-  return std::make_shared<dist::DistributedDataParallel>(
-      stage, layout.dp_group,
-      dist::DdpOptions{.bucket_cap_mb = config.bucket_cap_mb,
-                       .find_unused_parameters = config.find_unused_parameters});
+  dist::DdpOptions options = config.ddp;       // sync_bn is refused with pp > 1 (config_rules)
+  options.compress = dist::Compression::none;  // not applied across a pipeline's stages: all-reduced in f32
+  return std::make_shared<dist::DistributedDataParallel>(stage, layout.dp_group, options);
 }
 
 void pipeline_gather_model(nn::Module& net, const ParallelLayout& layout) {
