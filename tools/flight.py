@@ -95,7 +95,7 @@ def summary(dumps):
         lines.append(f"no dump from {ranks_text(missing)} (of {world_size})")
     reasons = {}
     for r, d in dumps.items():
-        reasons.setdefault(d["reason"], []).append(r)
+        reasons.setdefault(d["reason"].split("; ")[0], []).append(r)  # an error's first clause says enough
     for reason, rs in sorted(reasons.items(), key=lambda i: min(i[1])):
         lines.append(f"{ranks_text(rs)} dumped on: {reason}")
     groups = {}
