@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "distributed/flight_recorder.h"
 #include "distributed/mpi_check.h"
 
 namespace dpt::dist {
@@ -146,6 +147,10 @@ bool ControlChannel::serve_queries() {
       MPI_Status status;
       MPI_CHECK(MPI_Test(&query_request_, &done, &status));
       if (!done) break;
+      // A question means a collective timed out on the asking rank, which is about to end the
+      // job: this rank writes its flight record first, while it still can.
+      flight_dump("query from rank " + std::to_string(status.MPI_SOURCE) + " of " + group_name_ +
+                  " about its collective #" + std::to_string(query_.seq));
       replies_.push_back(std::make_unique<Answer>(answer_for(query_.seq)));
       reply_requests_.push_back(MPI_REQUEST_NULL);
       MPI_CHECK(MPI_Isend(replies_.back().get(), sizeof(Answer), MPI_BYTE, status.MPI_SOURCE,

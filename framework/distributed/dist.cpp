@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "distributed/fatal.h"
+#include "distributed/flight_recorder.h"
 #include "distributed/mpi_check.h"
 #include "distributed/mpi_process_group.h"
 
@@ -181,6 +182,7 @@ const InitInfo& init() {
   locate_host(info);
   g_rank = info.rank;
   install_fatal_handlers(info.rank);
+  flight_start(info.rank, info.world_size);
 
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
@@ -223,6 +225,7 @@ void finalize() {
   // Newest first: sub-groups before the groups they were made from.
   for (auto it = groups.rbegin(); it != groups.rend(); ++it) (*it)->shutdown();
   groups.clear();
+  flight_stop();  // after the shutdowns, whose timeout may still dump
   int finalized = 0;
   MPI_CHECK(MPI_Finalized(&finalized));
   if (s.own_mpi && !finalized) MPI_CHECK(MPI_Finalize());
@@ -230,6 +233,8 @@ void finalize() {
 
 void abort_all(const std::string& message, int code) {
   std::fprintf(stderr, "[rank %d] %s\n", g_rank.load(), message.c_str());
+  const std::string flight = flight_dump("fatal: " + message);
+  if (!flight.empty()) std::fprintf(stderr, "[rank %d] flight record: %s\n", g_rank.load(), flight.c_str());
   std::fflush(stderr);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);

@@ -107,6 +107,10 @@ bool is_reduction(OpKind kind) {
   return kind == OpKind::all_reduce || kind == OpKind::reduce_scatter || kind == OpKind::reduce;
 }
 
+bool is_rooted(OpKind kind) {
+  return kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather || kind == OpKind::scatter;
+}
+
 // "all_reduce(sum) of 1000 f32", "broadcast of 10 f32 from rank 0", "gather of 3 f32 per
 // rank to rank 1", "all_to_all of f32", "barrier": a collective's signature as text, for
 // messages on every rank alike. all_to_all's counts differ between ranks: its signature has
@@ -157,12 +161,11 @@ struct MpiOp final : public CommTask {
   std::unique_ptr<HierarchicalAllReduce> hierarchical;
   ControlChannel* control = nullptr;  // the group's, which outlives its pending work
   int64_t seq = 0;                    // the collective's number in its group; 0 for send/recv
+  FlightRing* flight = nullptr;       // the group's, for collectives (not send/recv)
 
   CallSignature signature() const {
-    const bool rooted = kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
-                        kind == OpKind::scatter;
     return {static_cast<int32_t>(kind), static_cast<int32_t>(reduce), static_cast<int32_t>(dtype),
-            rooted ? peer : 0, kind == OpKind::all_to_all ? 0 : n};
+            is_rooted(kind) ? peer : 0, kind == OpKind::all_to_all ? 0 : n};
   }
 
   std::string describe() const override {
@@ -181,12 +184,16 @@ struct MpiOp final : public CommTask {
   }
 
   std::string timeout_detail() const override {
-    return (hierarchical ? hierarchical->stage_text() : "") +
-           (seq > 0 ? control->diagnose(seq, signature()) : "");
+    std::string detail = (hierarchical ? hierarchical->stage_text() : "") +
+                         (seq > 0 ? control->diagnose(seq, signature()) : "");
+    // After diagnose(): its question has made the other ranks write their dumps too.
+    const std::string path = flight_dump("timeout: " + describe());
+    return detail + (path.empty() ? "" : "; flight record: " + path);
   }
 
  protected:
   MPI_Request start() override {
+    if (flight) flight->started(seq);
     MPI_Request r = MPI_REQUEST_NULL;
     const MPI_Datatype type = mpi_type(dtype);
     const int count = static_cast<int>(n);
@@ -302,6 +309,7 @@ struct MpiOp final : public CommTask {
   }
 
   void finish(const MPI_Status& status) override {
+    if (flight) flight->completed(seq);
     if (received.defined()) combine_received();
     if (reduce == ReduceOp::avg && group_size > 1 && !shared && !hierarchical && is_reduction(kind) &&
         (kind != OpKind::reduce || rank == peer)) {
@@ -382,6 +390,8 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   MPI_CHECK(MPI_Comm_dup(comm_, &creation_));
   MPI_CHECK(MPI_Comm_set_errhandler(creation_, MPI_ERRORS_RETURN));
   control_ = std::make_unique<ControlChannel>(comm_, this->world_ranks(), this->name(), signature_text);
+  flight_ = std::make_shared<FlightRing>(this->name(), rank(), this->world_ranks());
+  flight_register(flight_);
   int* tag_ub = nullptr;
   int found = 0;
   MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
@@ -538,6 +548,11 @@ WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task, const AllT
   const CallSignature signature = task->signature();
   task->control = control_.get();
   task->seq = control_->record(signature);
+  task->flight = flight_.get();
+  const OpKind kind = task->kind;
+  const bool counted = kind != OpKind::barrier && kind != OpKind::all_to_all;
+  flight_->queued({task->seq, op_kind_name(kind), is_reduction(kind) ? reduce_op_name(task->reduce) : nullptr,
+                   dtype_name(task->dtype), counted ? signature.count : -1, is_rooted(kind) ? task->peer : -1});
   if (debug_collectives_.load(std::memory_order_relaxed)) {
     const std::chrono::milliseconds limit = timeout();
     const ControlChannel::Clock::time_point deadline =

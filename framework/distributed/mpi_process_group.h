@@ -17,6 +17,7 @@
 
 #include "distributed/comm_thread.h"
 #include "distributed/control_channel.h"
+#include "distributed/flight_recorder.h"
 #include "distributed/hierarchical.h"
 #include "distributed/process_group.h"
 
@@ -154,6 +155,7 @@ class MpiProcessGroup final : public ProcessGroup {
   std::atomic<int64_t> timeout_ms_{0};
   std::atomic<bool> debug_collectives_{false};
   std::unique_ptr<ControlChannel> control_;
+  std::shared_ptr<FlightRing> flight_;  // its last collectives, for dumps (flight_recorder.h)
   int tag_ub_ = 32767;  // MPI_TAG_UB
   std::mutex shutdown_mutex_;
   std::atomic<bool> shut_down_{false};

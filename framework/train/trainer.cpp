@@ -9,6 +9,7 @@
 #include "datasets/sampler.h"
 #include "parallel/ddp.h"
 #include "distributed/dist.h"
+#include "distributed/flight_recorder.h"
 #include "distributed/rank_device.h"
 #include "distributed/world_table.h"
 #include "io/loss_meter.h"
@@ -52,6 +53,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   const bool main_rank = world.rank == 0;
   // The process: how long a collective may wait, threads, device.
   dist::set_timeout(config_.distributed.timeout_s);
+  if (!config_.output.dir.empty()) dist::set_flight_dir(config_.output.dir + "/flight");
   dist::set_debug_collectives(config_.debug == io::DebugMode::collectives);
   dist::set_hierarchical(config_.distributed.hierarchical);
   if (config_.deterministic) threads_set_deterministic();
