@@ -2,8 +2,9 @@
 // stop, or computes a NaN:
 //   DPT_DEBUG_FAULT=KIND@STEP[:RANK][,KIND@STEP[:RANK]...]
 // KIND is sigkill or sigterm (the rank sends itself that signal as global step STEP, from
-// 1, begins), nan (that step's loss is multiplied by NaN after the forward pass) or slow
-// (from step STEP on, the rank sleeps kSlowMs before each step's forward: a straggler).
+// 1, begins), nan (that step's loss is multiplied by NaN after the forward pass), slow
+// (from step STEP on, the rank sleeps kSlowMs before each step's forward: a straggler) or
+// hang (at step STEP the rank sleeps kHangS before its forward: the others time out).
 // Without RANK every rank does it. Only the test program train_faults (train_faults.cpp) reads the
 // variable; the library offers the seam it uses (io::StepHook) and knows nothing of faults.
 #pragma once
@@ -24,21 +25,23 @@ namespace dpt::testing {
 class FaultInjection {
  public:
   static constexpr int kSlowMs = 40;
+  static constexpr int kHangS = 600;
 
   // Parses `spec` (the variable's value; "" for no faults). Throws dpt::Error naming the
   // variable and the expected form when the value is malformed.
   explicit FaultInjection(const std::string& spec) {
-    static const std::regex pattern(R"((sigkill|sigterm|nan|slow)@(\d{1,15})(?::(\d{1,9}))?)");
+    static const std::regex pattern(R"((sigkill|sigterm|nan|slow|hang)@(\d{1,15})(?::(\d{1,9}))?)");
     std::stringstream items(spec);
     for (std::string item; std::getline(items, item, ',');) {
       std::smatch m;
       DPT_CHECK(std::regex_match(item, m, pattern))
           << "DPT_DEBUG_FAULT=" << spec
           << ": expected KIND@STEP[:RANK] items separated by commas, KIND one of "
-          << "sigkill, sigterm, nan, slow (e.g. nan@5:1), got '" << item << "'";
+          << "sigkill, sigterm, nan, slow, hang (e.g. nan@5:1), got '" << item << "'";
       Kind kind = m[1] == "sigkill" ? Kind::sigkill
                   : m[1] == "sigterm" ? Kind::sigterm
                   : m[1] == "slow"    ? Kind::slow
+                  : m[1] == "hang"    ? Kind::hang
                                       : Kind::nan;
       faults_.push_back({kind, std::stoll(m[2].str()), m[3].matched ? std::stoi(m[3].str()) : -1});
     }
@@ -50,6 +53,7 @@ class FaultInjection {
       if (f.kind == Kind::slow && step >= f.step && (f.rank < 0 || f.rank == rank))
         std::this_thread::sleep_for(std::chrono::milliseconds(kSlowMs));
       if (!f.applies(step, rank)) continue;
+      if (f.kind == Kind::hang) std::this_thread::sleep_for(std::chrono::seconds(kHangS));
       if (f.kind == Kind::sigkill) std::raise(SIGKILL);
       if (f.kind == Kind::sigterm) std::raise(SIGTERM);
     }
@@ -63,7 +67,7 @@ class FaultInjection {
   }
 
  private:
-  enum class Kind { sigkill, sigterm, nan, slow };
+  enum class Kind { sigkill, sigterm, nan, slow, hang };
   struct Fault {
     Kind kind;
     int64_t step;
