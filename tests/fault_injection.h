@@ -38,7 +38,7 @@ class FaultInjection {
           << "DPT_DEBUG_FAULT=" << spec
           << ": expected KIND@STEP[:RANK] items separated by commas, KIND one of "
           << "sigkill, sigterm, nan, slow, hang (e.g. nan@5:1), got '" << item << "'";
-      Kind kind = m[1] == "sigkill" ? Kind::sigkill
+      Kind kind = m[1] == "sigkill"   ? Kind::sigkill
                   : m[1] == "sigterm" ? Kind::sigterm
                   : m[1] == "slow"    ? Kind::slow
                   : m[1] == "hang"    ? Kind::hang

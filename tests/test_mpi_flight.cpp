@@ -45,7 +45,8 @@ const nlohmann::json& world_entries(const nlohmann::json& dump) {
 std::string job_dir(const GroupPtr& w) {
   Tensor pid = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(getpid())}, {1});
   w->broadcast(pid, 0)->wait();
-  return (std::filesystem::temp_directory_path() / ("dpt-flight-test-" + std::to_string(pid.data<int64_t>()[0])))
+  return (std::filesystem::temp_directory_path() /
+          ("dpt-flight-test-" + std::to_string(pid.data<int64_t>()[0])))
       .string();
 }
 
@@ -68,7 +69,8 @@ TEST(MpiFlight, EveryRankDumpsOnATimeoutAndOnSigusr2) {
     WorkPtr work = w->all_reduce(t);
     mpi.set_timeout(old);
     const std::string m = dpt::testing::error_of([&] { work->wait(); });
-    EXPECT_NE(m.find("; flight record: " + dir + "/rank-" + std::to_string(r) + ".json"), std::string::npos) << m;
+    EXPECT_NE(m.find("; flight record: " + dir + "/rank-" + std::to_string(r) + ".json"), std::string::npos)
+        << m;
     after_the_timeouts.timed_out();
     work->wait();
   } else {

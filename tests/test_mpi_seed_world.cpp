@@ -56,20 +56,27 @@ int run_every_collective(const GroupPtr& g) {
     WorkPtr sent = g->send(out, next), received = g->recv(in, prev);
     sent->wait();
     received->wait();
-    expect_values<float>(in, [&](int64_t i) { return 100 * prev + i; }, "received");
+    expect_values<float>(
+        in, [&](int64_t i) { return 100 * prev + i; }, "received");
   });
   for (int root = 0; root < n; ++root)
     each("broadcast from " + std::to_string(root), [&] {
-      Tensor t = r == root ? make<float>(kBlock, [&](int64_t i) { return 10 * root + i; }) : Tensor::full({kBlock}, -1.0f);
+      Tensor t = r == root ? make<float>(kBlock, [&](int64_t i) { return 10 * root + i; })
+                           : Tensor::full({kBlock}, -1.0f);
       g->broadcast(t, root)->wait();
-      expect_values<float>(t, [&](int64_t i) { return 10 * root + i; }, "broadcast");
+      expect_values<float>(
+          t, [&](int64_t i) { return 10 * root + i; }, "broadcast");
     });
   for (int root = 0; root < n; ++root)
     each("reduce(sum) to " + std::to_string(root), [&] {
       Tensor t = make<float>(kBlock, [&](int64_t i) { return r + 1 + i; });
       g->reduce(t, root)->wait();
-      if (r == root) expect_values<float>(t, [&](int64_t i) { return nf * (nf + 1) / 2 + nf * i; }, "reduced");
-      else expect_values<float>(t, [&](int64_t i) { return r + 1 + i; }, "a non-root's input");
+      if (r == root)
+        expect_values<float>(
+            t, [&](int64_t i) { return nf * (nf + 1) / 2 + nf * i; }, "reduced");
+      else
+        expect_values<float>(
+            t, [&](int64_t i) { return r + 1 + i; }, "a non-root's input");
     });
   const std::vector<std::pair<ReduceOp, std::function<float(int64_t)>>> reductions = {
       {ReduceOp::sum, [&](int64_t i) { return (i + 1) * nf * (nf + 1) / 2; }},
@@ -89,15 +96,18 @@ int run_every_collective(const GroupPtr& g) {
       Tensor out = r == root ? Tensor::full({n * kBlock}, -1.0f) : Tensor();
       g->gather(out, in, root)->wait();
       if (r == root)
-        expect_values<float>(out, [&](int64_t e) { return 100 * (e / kBlock) + e % kBlock; }, "gathered");
+        expect_values<float>(
+            out, [&](int64_t e) { return 100 * (e / kBlock) + e % kBlock; }, "gathered");
     });
   for (int root = 0; root < n; ++root)
     each("scatter from " + std::to_string(root), [&] {
-      Tensor in = r == root ? make<float>(n * kBlock, [&](int64_t e) { return 100 * (e / kBlock) + e % kBlock; })
-                            : Tensor();
+      Tensor in = r == root
+                      ? make<float>(n * kBlock, [&](int64_t e) { return 100 * (e / kBlock) + e % kBlock; })
+                      : Tensor();
       Tensor out = Tensor::full({kBlock}, -1.0f);
       g->scatter(out, in, root)->wait();
-      expect_values<float>(out, [&](int64_t i) { return 100 * r + i; }, "scattered");
+      expect_values<float>(
+          out, [&](int64_t i) { return 100 * r + i; }, "scattered");
     });
   const int64_t total = 3 * n + 1;  // does not divide: chunk_of gives the first rank one more
   const Chunk mine = chunk_of(total, n, r);
@@ -105,21 +115,23 @@ int run_every_collective(const GroupPtr& g) {
     Tensor in = make<float>(mine.end - mine.begin, [&](int64_t i) { return 2 * (mine.begin + i) + 1; });
     Tensor out = Tensor::full({total}, -1.0f);
     g->all_gather(out, in)->wait();
-    expect_values<float>(out, [&](int64_t e) { return 2 * e + 1; }, "all-gathered");
+    expect_values<float>(
+        out, [&](int64_t e) { return 2 * e + 1; }, "all-gathered");
   });
   each("reduce_scatter(sum) of uneven chunks", [&] {
     Tensor in = make<float>(total, [&](int64_t e) { return (r + 1) * (e + 1); });
     Tensor out = Tensor::full({mine.end - mine.begin}, -1.0f);
     g->reduce_scatter(out, in)->wait();
-    expect_values<float>(out, [&](int64_t i) { return (mine.begin + i + 1) * nf * (nf + 1) / 2; },
-                         "reduce-scattered");
+    expect_values<float>(
+        out, [&](int64_t i) { return (mine.begin + i + 1) * nf * (nf + 1) / 2; }, "reduce-scattered");
   });
   each("all_to_all", [&] {
     // Block j of rank r's input goes to rank j; block k of its output comes from rank k.
     Tensor in = make<float>(n * kBlock, [&](int64_t e) { return 100 * r + 10 * (e / kBlock) + e % kBlock; });
     Tensor out = Tensor::full({n * kBlock}, -1.0f);
     g->all_to_all(out, in)->wait();
-    expect_values<float>(out, [&](int64_t e) { return 100 * (e / kBlock) + 10 * r + e % kBlock; }, "exchanged");
+    expect_values<float>(
+        out, [&](int64_t e) { return 100 * (e / kBlock) + 10 * r + e % kBlock; }, "exchanged");
   });
   each("barrier", [&] { g->barrier()->wait(); });
   return checked;
@@ -136,8 +148,8 @@ TEST(SeedWorld, GroupRanksAreRelativeToTheGroup) {
   // The example's table: world rank -> (even group rank, odd group rank); -1: not a member.
   const int even_rank[kWorld] = {0, -1, 1, -1, 2, -1, 3, -1};
   const int odd_rank[kWorld] = {-1, 0, -1, 1, -1, 2, -1, 3};
-  for (const auto& [group, table, members] :
-       {std::tuple{g.even, even_rank, std::vector<int>{0, 2, 4, 6}}, std::tuple{g.odd, odd_rank, std::vector<int>{1, 3, 5, 7}}}) {
+  for (const auto& [group, table, members] : {std::tuple{g.even, even_rank, std::vector<int>{0, 2, 4, 6}},
+                                              std::tuple{g.odd, odd_rank, std::vector<int>{1, 3, 5, 7}}}) {
     if (table[me] < 0) {
       EXPECT_EQ(group, nullptr) << "rank " << me << " got a group it is not a member of";
       continue;

@@ -16,9 +16,10 @@ void kernels_register(DeviceType type, const Kernels* kernels) { g_tables[static
 const Kernels& kernels_for(Device device) {
   if (device.is_cpu()) return cpu::kernels();
   const Kernels* table = g_tables[static_cast<int>(device.type)];
-  DPT_CHECK(table) << "a tensor on " << device.str()
-                   << ", but this build of dpt has no CUDA backend (configure with -DDPT_CUDA=ON on a machine "
-                      "with the CUDA toolkit, cuDNN and NCCL)";
+  DPT_CHECK(table)
+      << "a tensor on " << device.str()
+      << ", but this build of dpt has no CUDA backend (configure with -DDPT_CUDA=ON on a machine "
+         "with the CUDA toolkit, cuDNN and NCCL)";
   return *table;
 }
 

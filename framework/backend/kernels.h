@@ -142,7 +142,7 @@ struct Kernels {
   // --- elementwise (ops/elementwise.h): a, b and out dense; b broadcast to out's shape.
   void (*binary)(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
   void (*affine)(const Tensor& a, float scale, float shift, const Tensor& out);  // out = a scale + shift
-  void (*add_inplace)(const Tensor& dst, const Tensor& src);  // dst += src, one dense layout
+  void (*add_inplace)(const Tensor& dst, const Tensor& src);    // dst += src, one dense layout
   Tensor (*sum_to_shape)(const Tensor& t, const Shape& shape);  // the broadcast's backward
   // Whole-tensor sum times scale into the one-element out; out = scalar * scale everywhere.
   void (*sum_scaled)(const Tensor& x, double scale, const Tensor& out);
@@ -166,8 +166,8 @@ struct Kernels {
   // Gradients allocated by the caller in the layouts of the forward's x and w (undefined:
   // not computed); grad_out already masked by a fused ReLU.
   void (*conv2d_backward)(const Shape& x_shape, const Shape& w_shape, const Tensor& x, const Tensor& w,
-                          const Tensor& grad_out, const ConvParams& p, const Tensor& grad_x, const Tensor& grad_w,
-                          const Tensor& grad_bias);
+                          const Tensor& grad_out, const ConvParams& p, const Tensor& grad_x,
+                          const Tensor& grad_w, const Tensor& grad_bias);
 
   // --- batch norm: x contiguous or channels-last; out (returned) in x's layout. Training
   // updates running_mean/var when defined.
@@ -189,14 +189,15 @@ struct Kernels {
   void (*sync_bn_grad_sums)(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums,
                             const Tensor& grad_bias, const Tensor& grad_weight);
   void (*sync_bn_grad_input)(const Tensor& grad_out, const Tensor& xhat, const Tensor& weight,
-                             const Tensor& saved, const Tensor& stats, const Tensor& sums, const Tensor& grad_x);
+                             const Tensor& saved, const Tensor& stats, const Tensor& sums,
+                             const Tensor& grad_x);
 
   // --- pooling: x and out contiguous or channels-last, one layout
   void (*pool2d_forward)(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
                          bool keep_for_backward, PoolSaved& saved);
   void (*pool2d_backward)(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
                           const Tensor& grad_x);
-  void (*global_avg_pool2d_forward)(const Tensor& x, const Tensor& out);        // out [N, C]
+  void (*global_avg_pool2d_forward)(const Tensor& x, const Tensor& out);             // out [N, C]
   void (*global_avg_pool2d_backward)(const Tensor& grad_out, const Tensor& grad_x);  // grad_out contiguous
   // ResNet's option-A shortcut: out[:, :C] = x[:, :, ::stride, ::stride], the other channels 0.
   void (*shortcut_pad_forward)(const Tensor& x, int64_t stride, const Tensor& out);
@@ -215,12 +216,13 @@ struct Kernels {
                                  const Tensor& grad_loss, const Tensor& grad);
   int64_t (*count_correct)(const Tensor& logits, const Tensor& labels);
   // totals [3] += (loss rows, correct rows, rows) (train/evaluate.cpp).
-  void (*eval_totals_add)(const Tensor& totals, const Tensor& loss, const Tensor& logits, const Tensor& labels);
+  void (*eval_totals_add)(const Tensor& totals, const Tensor& loss, const Tensor& logits,
+                          const Tensor& labels);
 
   // --- optimizers (optim/): one fused update over the slots of one device. A non-null
   // *_on_device pointer is read as the kernel runs instead of the value (CUDA graphs).
-  void (*sgd_update)(const std::vector<SgdSlot>& slots, int device, float lr, float weight_decay, float momentum,
-                     bool nesterov, const float* lr_on_device);
+  void (*sgd_update)(const std::vector<SgdSlot>& slots, int device, float lr, float weight_decay,
+                     float momentum, bool nesterov, const float* lr_on_device);
   // scalars_on_device: lr, decay, c1, c2.
   void (*adamw_update)(const std::vector<AdamWSlot>& slots, int device, float lr, float decay, float beta1,
                        float beta2, float eps, float c1, float c2, const float* scalars_on_device);

@@ -38,7 +38,7 @@ const char* state_name(FlightState state) {
 struct Registry {
   std::mutex mutex;  // the fields below
   std::vector<std::weak_ptr<FlightRing>> rings;
-  std::string dir;  // set_flight_dir's; empty: the environment's or the default
+  std::string dir;                // set_flight_dir's; empty: the environment's or the default
   int rank = -1, world_size = 0;  // -1: flight_start() not called
   std::thread signal_thread;
   int pipe[2] = {-1, -1};  // SIGUSR2 handler -> signal_thread
@@ -56,7 +56,8 @@ volatile sig_atomic_t g_signal_fd = -1;
 void on_sigusr2(int) {
   const int saved = errno;
   const char byte = 'd';
-  if (g_signal_fd >= 0) [[maybe_unused]] ssize_t n = write(g_signal_fd, &byte, 1);
+  if (g_signal_fd >= 0) [[maybe_unused]]
+    ssize_t n = write(g_signal_fd, &byte, 1);
   errno = saved;
 }
 
@@ -112,7 +113,8 @@ nlohmann::json FlightRing::to_json() const {
     for (const Entry& e : slots_)
       if (e.call.seq > 0) entries.push_back(e);
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.call.seq < b.call.seq; });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.call.seq < b.call.seq; });
   nlohmann::json list = nlohmann::json::array();
   for (const Entry& e : entries) {
     nlohmann::json j = {{"seq", e.call.seq}, {"op", e.call.op}};
@@ -126,7 +128,10 @@ nlohmann::json FlightRing::to_json() const {
     if (e.completed_us) j["completed_us"] = e.completed_us;
     list.push_back(std::move(j));
   }
-  return {{"group", group_}, {"rank", rank_}, {"world_ranks", world_ranks_}, {"slots", slots_.size()},
+  return {{"group", group_},
+          {"rank", rank_},
+          {"world_ranks", world_ranks_},
+          {"slots", slots_.size()},
           {"entries", std::move(list)}};
 }
 
@@ -199,8 +204,8 @@ std::string flight_dump(const std::string& reason) {
         if (auto ring = w.lock()) rings.push_back(std::move(ring));
       char host[256] = "";
       gethostname(host, sizeof host - 1);
-      dump = {{"rank", r.rank}, {"world_size", r.world_size}, {"host", host}, {"pid", getpid()},
-              {"reason", reason}, {"time_us", now_us()}};
+      dump = {{"rank", r.rank},  {"world_size", r.world_size}, {"host", host},
+              {"pid", getpid()}, {"reason", reason},           {"time_us", now_us()}};
     }
     nlohmann::json groups = nlohmann::json::array();
     for (const auto& ring : rings) groups.push_back(ring->to_json());

@@ -19,12 +19,12 @@ enum class FlightState { queued, started, completed };
 // One collective as every rank of its group calls it. Strings are static (op and dtype
 // names), so recording one copies no heap memory.
 struct FlightCall {
-  int64_t seq = 0;                // its number in the group, 1, 2, ...
-  const char* op = "";            // "all_reduce"
-  const char* reduce = nullptr;   // "sum" for reductions, else null
-  const char* dtype = "";         // "f32"
-  int64_t count = -1;             // elements (as in the ControlChannel signature); -1: none
-  int root = -1;                  // of rooted collectives; -1: none
+  int64_t seq = 0;               // its number in the group, 1, 2, ...
+  const char* op = "";           // "all_reduce"
+  const char* reduce = nullptr;  // "sum" for reductions, else null
+  const char* dtype = "";        // "f32"
+  int64_t count = -1;            // elements (as in the ControlChannel signature); -1: none
+  int root = -1;                 // of rooted collectives; -1: none
 };
 
 // The last `slots` collectives of one group. Thread-safe: the caller records `queued`, the

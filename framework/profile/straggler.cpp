@@ -42,8 +42,8 @@ RankMedians medians_of(const std::vector<StepPhases>& steps) {
   return m;
 }
 
-std::vector<std::string> straggler_lines(const std::vector<RankMedians>& ranks, const std::vector<std::string>& hosts,
-                                         double threshold) {
+std::vector<std::string> straggler_lines(const std::vector<RankMedians>& ranks,
+                                         const std::vector<std::string>& hosts, double threshold) {
   std::vector<std::string> lines;
   if (ranks.size() < 2) return lines;
   auto median_over_ranks = [&](auto value) {

@@ -26,8 +26,8 @@ RankMedians medians_of(const std::vector<StepPhases>& steps);
 
 // Every rank's medians, indexed by world rank, with their hosts: the report's lines, one per
 // rank whose work exceeds (1 + threshold) times the median over ranks (none for one rank).
-std::vector<std::string> straggler_lines(const std::vector<RankMedians>& ranks, const std::vector<std::string>& hosts,
-                                         double threshold);
+std::vector<std::string> straggler_lines(const std::vector<RankMedians>& ranks,
+                                         const std::vector<std::string>& hosts, double threshold);
 
 class StragglerWatch {
  public:

@@ -29,8 +29,9 @@ class HostUpload final : public Upload {
 bool never_capturing(int) { return false; }
 
 void copy(const Tensor& src, const Tensor& dst) {
-  DPT_CHECK(src.dtype() == dst.dtype()) << "copy on the CPU: no dtype conversion (the CPU kernels are f32), got "
-                                        << dtype_name(src.dtype()) << " to " << dtype_name(dst.dtype());
+  DPT_CHECK(src.dtype() == dst.dtype())
+      << "copy on the CPU: no dtype conversion (the CPU kernels are f32), got " << dtype_name(src.dtype())
+      << " to " << dtype_name(dst.dtype());
   dst.copy_from(src);
 }
 

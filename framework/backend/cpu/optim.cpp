@@ -33,8 +33,8 @@ void sgd_update(const std::vector<SgdSlot>& slots, int, float lr, float wd, floa
   }
 }
 
-void adamw_update(const std::vector<AdamWSlot>& slots, int, float lr, float decay, float b1, float b2, float eps,
-                  float c1, float c2, const float* scalars_on_device) {
+void adamw_update(const std::vector<AdamWSlot>& slots, int, float lr, float decay, float b1, float b2,
+                  float eps, float c1, float c2, const float* scalars_on_device) {
   if (scalars_on_device) {
     lr = scalars_on_device[0];
     decay = scalars_on_device[1];

@@ -24,8 +24,6 @@ void sum_scaled(const Tensor& x, double scale, const Tensor& out) {
   out.data<float>()[0] = static_cast<float>(s * scale);
 }
 
-void fill_scaled(const Tensor& out, const Tensor& scalar, float scale) {
-  out.fill_(scalar.item() * scale);
-}
+void fill_scaled(const Tensor& out, const Tensor& scalar, float scale) { out.fill_(scalar.item() * scale); }
 
 }  // namespace dpt::cpu

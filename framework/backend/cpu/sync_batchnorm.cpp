@@ -32,7 +32,8 @@ void each_element(const Shape& shape, F f) {
 void sync_bn_sum(const Tensor& x, const Tensor& stats) {
   const float* p = x.data<float>();
   float* s = stats.data<float>();
-  channel_sums(x.shape(), [&](int64_t k, int64_t) { return static_cast<double>(p[k]); }, s);
+  channel_sums(
+      x.shape(), [&](int64_t k, int64_t) { return static_cast<double>(p[k]); }, s);
   s[x.size(1)] = static_cast<float>(x.size(0) * x.size(2) * x.size(3));
 }
 
@@ -83,13 +84,14 @@ void sync_bn_normalize(const Tensor& x, const Tensor& saved, const Tensor& weigh
   });
 }
 
-void sync_bn_grad_sums(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums, const Tensor& grad_bias,
-                       const Tensor& grad_weight) {
+void sync_bn_grad_sums(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums,
+                       const Tensor& grad_bias, const Tensor& grad_weight) {
   const int64_t c = grad_out.size(1);
   const float* g = grad_out.data<float>();
   const float* xh = xhat.data<float>();
   float* s = sums.data<float>();
-  channel_sums(grad_out.shape(), [&](int64_t k, int64_t) { return static_cast<double>(g[k]); }, s);
+  channel_sums(
+      grad_out.shape(), [&](int64_t k, int64_t) { return static_cast<double>(g[k]); }, s);
   channel_sums(
       grad_out.shape(), [&](int64_t k, int64_t) { return static_cast<double>(g[k]) * xh[k]; }, s + c);
   for (int64_t ch = 0; ch < c; ++ch) {

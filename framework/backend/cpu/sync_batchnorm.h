@@ -13,8 +13,8 @@ void sync_bn_finish_stats(const Tensor& stats, const Tensor& sq, float eps, floa
                           const Tensor& running_mean, const Tensor& running_var, const Tensor& saved);
 void sync_bn_normalize(const Tensor& x, const Tensor& saved, const Tensor& weight, const Tensor& bias,
                        const Tensor& xhat, const Tensor& out);
-void sync_bn_grad_sums(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums, const Tensor& grad_bias,
-                       const Tensor& grad_weight);
+void sync_bn_grad_sums(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums,
+                       const Tensor& grad_bias, const Tensor& grad_weight);
 void sync_bn_grad_input(const Tensor& grad_out, const Tensor& xhat, const Tensor& weight, const Tensor& saved,
                         const Tensor& stats, const Tensor& sums, const Tensor& grad_x);
 

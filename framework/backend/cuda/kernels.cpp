@@ -60,7 +60,9 @@ std::unique_ptr<dpt::Upload> upload_make(size_t capacity, int device) {
   return std::make_unique<StagedUpload>(capacity, device);
 }
 
-std::unique_ptr<dpt::BatchUploader> batch_uploader_make(int device) { return std::make_unique<StagedBatches>(device); }
+std::unique_ptr<dpt::BatchUploader> batch_uploader_make(int device) {
+  return std::make_unique<StagedBatches>(device);
+}
 
 std::unique_ptr<StepGraph> step_graph_make(int device, int warmup, std::function<void()> step) {
   return std::make_unique<CapturedStep>(device, warmup, std::move(step));
