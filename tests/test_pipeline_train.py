@@ -94,6 +94,7 @@ class PipelineTrain(unittest.TestCase):
                 (2, ["parallel.pp=2", "parallel.dp=2"], "parallel: dp 2 x tp 1 x pp 2 = 4 ranks, but the world size is 2"),
                 (2, ["parallel.pp=2", "pipeline.micro_batches=5"], "5 micro-batches do not divide batch_size 32"),
                 (2, ["parallel.pp=2", "distributed.sync_bn=true"], "set distributed.sync_bn: false"),
+                (2, ["parallel.pp=2", "distributed.compress=bf16"], "set distributed.compress: none"),
                 (2, ["parallel.pp=2", "checkpoint.every_epochs=1"], "set checkpoint.every_epochs: 0"),
                 (2, ["parallel.pp=4"], "parallel: tp 1 x pp 4 does not divide the world size 2"),
             ]

@@ -230,6 +230,8 @@ std::vector<Rule> config_rules() {
          if (c.ema_decay > 0) return pp + "keeps no weight average: set ema_decay: 0";
          if (c.distributed.ddp.sync_bn)
            return pp + "normalises each micro-batch on its own: set distributed.sync_bn: false";
+         if (c.distributed.ddp.compress != dist::Compression::none)
+           return pp + "all-reduces each stage's gradients in f32: set distributed.compress: none";
          if (c.on_nonfinite == NonfiniteAction::skip)
            return pp + "stops on non-finite gradients: set on_nonfinite: stop";
          if (c.optimizer.shard) return pp + "keeps each stage's optimizer state whole: set optimizer.shard: false";

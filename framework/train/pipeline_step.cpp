@@ -34,9 +34,8 @@ nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::Dist
   net.to(device);  // the whole model: evaluation runs it after pipeline_gather_model
   nn::ModulePtr stage = nn::split_stage(net, layout.pp, layout.stage);
   if (layout.dp == 1) return stage;
-  dist::DdpOptions options = config.ddp;       // sync_bn is refused with pp > 1 (config_rules)
-  options.compress = dist::Compression::none;  // not applied across a pipeline's stages: all-reduced in f32
-  return std::make_shared<dist::DistributedDataParallel>(stage, layout.dp_group, options);
+  // sync_bn and compress are refused with pp > 1 (config_rules), so config.ddp holds as it is.
+  return std::make_shared<dist::DistributedDataParallel>(stage, layout.dp_group, config.ddp);
 }
 
 void pipeline_gather_model(nn::Module& net, const ParallelLayout& layout) {
