@@ -9,9 +9,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 namespace dpt::dist {
@@ -210,18 +212,25 @@ std::string flight_dump(const std::string& reason) {
     nlohmann::json groups = nlohmann::json::array();
     for (const auto& ring : rings) groups.push_back(ring->to_json());
     dump["groups"] = std::move(groups);
-    std::filesystem::create_directories(dir);
+    // Every rank of a timed-out job makes the folder at about the same moment: another
+    // rank's mkdir between the check and this one's is no error (the open below says if
+    // the folder really is missing).
+    std::error_code made;
+    std::filesystem::create_directories(dir, made);
     const std::string path = dir + "/rank-" + std::to_string(dump["rank"].get<int>()) + ".json";
     const std::string temporary = path + ".tmp" + std::to_string(getpid());
     {
       std::ofstream out(temporary);
       out << dump.dump(1) << "\n";
-      if (!out.flush()) return "";
+      if (!out.flush()) throw std::runtime_error("cannot write " + temporary);
     }
     std::filesystem::rename(temporary, path);
     return path;
-  } catch (...) {
-    return "";  // a dump is written on the way to an error; it must not replace that error
+  } catch (const std::exception& e) {
+    // A dump is written on the way to an error; it must not replace that error, but the
+    // person reading it should know why there is no record.
+    std::fprintf(stderr, "flight record not written to %s: %s\n", flight_dir().c_str(), e.what());
+    return "";
   }
 }
 
