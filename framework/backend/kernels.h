@@ -159,8 +159,9 @@ struct Kernels {
                  bool relu, const Tensor& out);
   void (*sum_rows)(const Tensor& t, const Tensor& out);
 
-  // --- convolution (backend/*/conv.h). The forward chooses the layouts (the CPU's output is
-  // channels-last unless DPT_CHANNELS_LAST=0; CUDA's follows the input or params.nhwc).
+  // --- convolution (backend/*/conv.h). x comes contiguous or channels-last; the forward
+  // chooses the layouts it runs in (the CPU keeps x's and makes the output channels-last
+  // unless DPT_CHANNELS_LAST=0; CUDA's follow the input or params.nhwc).
   ConvForward (*conv2d_forward)(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p,
                                 bool relu, const Shape& out_shape);
   // Gradients allocated by the caller in the layouts of the forward's x and w (undefined:

@@ -202,7 +202,7 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
 // convolution, and its activations stay NHWC from there.
 ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p,
                                bool relu, const Shape& out_shape) {
-  ConvForward run{Tensor(), onednn::in_kernel_layout(x_in), w_in.contiguous(), p};
+  ConvForward run{Tensor(), x_in, w_in.contiguous(), p};
   run.params.nhwc = onednn::channels_last_enabled();
   run.out = onednn::empty_in(out_shape, run.params.nhwc ? onednn::Layout::nhwc : onednn::Layout::nchw);
   conv2d_forward(run.x, run.w, bias.defined() ? bias.contiguous() : Tensor(), run.params, relu, run.out);

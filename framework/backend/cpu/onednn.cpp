@@ -52,11 +52,6 @@ Layout layout_of(const Tensor& t) {
   return Layout::nchw;
 }
 
-Tensor in_kernel_layout(const Tensor& t) {
-  if (t.dim() == 4 && t.is_channels_last()) return t;
-  return t.contiguous();
-}
-
 Tensor empty_in(const Shape& shape, Layout layout) {
   return layout == Layout::nhwc ? Tensor::empty_channels_last(shape) : Tensor::empty(shape);
 }

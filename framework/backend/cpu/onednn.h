@@ -79,8 +79,6 @@ enum class Layout { nchw, nhwc };
 // nhwc when t is channels-last (a tensor that is both, C == 1 or H == W == 1, counts as
 // nhwc: the bytes are the same), else nchw. Requires: t channels-last or contiguous.
 Layout layout_of(const Tensor& t);
-// t itself when channels-last or contiguous, else a contiguous copy.
-Tensor in_kernel_layout(const Tensor& t);
 // A new [N, C, H, W] f32 CPU tensor in `layout`, uninitialised.
 Tensor empty_in(const Shape& shape, Layout layout);
 // Descriptor of f32 [N, C, H, W] data stored in `layout`.
