@@ -29,6 +29,8 @@ class DeviceScalars {
  private:
   std::vector<float> host_;
   Tensor values_;
+  // Declared after values_, so destroyed before them: an Upload's destructor waits for its
+  // last copy into them (a CUDA stream may still be writing there).
   std::unique_ptr<Upload> upload_;
 };
 
