@@ -4,9 +4,9 @@ from datasets/ into the library beyond its line, and a framework folder the laye
 name are each reported with file and line. The check of the real tree is the CTest entry
 design_layers."""
 import os
-import subprocess
-import sys
 import tempfile
+
+from checker_tree import run as run_checker, write
 
 SOURCE = os.environ.get("DPT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 CHECKER = os.path.join(SOURCE, "tools", "check_layers.py")
@@ -21,15 +21,8 @@ models: core nn
 """
 
 
-def write(root, path, text):
-    os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
-    with open(os.path.join(root, path), "w", encoding="utf-8") as f:
-        f.write(text)
-
-
 def run(root):
-    done = subprocess.run([sys.executable, CHECKER, root], capture_output=True, text=True)
-    return done.returncode, done.stdout
+    return run_checker(CHECKER, root)
 
 
 def main():

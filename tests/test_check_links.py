@@ -3,9 +3,9 @@ each kind of broken link (a missing file, a path outside the repository, a missi
 anchor, an anchor on a file that is not Markdown) is reported with its file and line.
 The check of the real README and docs is the CTest entry docs_links."""
 import os
-import subprocess
-import sys
 import tempfile
+
+from checker_tree import run as run_checker, write
 
 SOURCE = os.environ.get("DPT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 CHECKER = os.path.join(SOURCE, "tools", "check_links.py")
@@ -34,15 +34,8 @@ Back to the [README](../README.md#project); ![a figure](figures/a.png).
 """
 
 
-def write(root, path, text):
-    os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
-    with open(os.path.join(root, path), "w", encoding="utf-8") as f:
-        f.write(text)
-
-
 def run(root):
-    done = subprocess.run([sys.executable, CHECKER, root], capture_output=True, text=True)
-    return done.returncode, done.stdout
+    return run_checker(CHECKER, root)
 
 
 def main():
