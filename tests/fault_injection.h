@@ -50,7 +50,7 @@ class FaultInjection {
   // Raises the signals due at `step` on `rank`, and sleeps there when it is slowed.
   void before_step(int64_t step, int rank) const {
     for (const Fault& f : faults_) {
-      if (f.kind == Kind::slow && step >= f.step && (f.rank < 0 || f.rank == rank))
+      if (f.kind == Kind::slow && step >= f.step && f.on(rank))
         std::this_thread::sleep_for(std::chrono::milliseconds(kSlowMs));
       if (!f.applies(step, rank)) continue;
       if (f.kind == Kind::hang) std::this_thread::sleep_for(std::chrono::seconds(kHangS));
@@ -72,7 +72,8 @@ class FaultInjection {
     Kind kind;
     int64_t step;
     int rank;  // -1: every rank
-    bool applies(int64_t at, int r) const { return step == at && (rank < 0 || rank == r); }
+    bool on(int r) const { return rank < 0 || rank == r; }
+    bool applies(int64_t at, int r) const { return step == at && on(r); }
   };
   std::vector<Fault> faults_;
 };
