@@ -1,4 +1,4 @@
-// The fill kernel and its launch (see cuda_fill.h).
+// The tests' kernels and their launches (see cuda_fill.h).
 #include <algorithm>
 
 #include "backend/cuda/check.h"
@@ -15,7 +15,24 @@ __global__ void fill_kernel(float* data, int64_t n, float value) {
     data[i] = value;
 }
 
+// Spins until the device's global timer has advanced by `ns`.
+__global__ void spin_kernel(uint64_t ns) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
 }  // namespace
+
+void cuda_spin(double seconds, int device) {
+  cudaStream_t stream = cuda::compute_stream(device);
+  cuda::DeviceGuard guard(device);
+  spin_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(seconds * 1e9));
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void cuda_fill(float* data, int64_t n, float value, int device) {
   if (n <= 0) return;

@@ -4,7 +4,10 @@
 // through ncclCommSplit. Skips with a message where there is no GPU or no CUDA build.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -13,8 +16,11 @@
 #include "distributed/dist.h"
 #include "distributed/mpi_process_group.h"
 
+#include "distributed/watchdog.h"
+
 #ifdef DPT_WITH_CUDA
 #include "backend/cuda/device.h"
+#include "cuda_fill.h"
 #endif
 
 using namespace dpt;
@@ -183,6 +189,47 @@ TEST_F(CudaNccl, BadArgumentsAreErrorsNamingTheGroup) {
       << m;
   m = error_of([&] { dist::world()->scatter(four, Tensor::zeros({4}), 0); });
   EXPECT_NE(m.find("scatter on world (NCCL): in is on cpu"), std::string::npos) << m;
+}
+
+TEST_F(CudaNccl, ACollectiveStuckPastTheTimeoutIsReportedWithItsNumber) {
+  // A kernel spins 4 s ahead of an all_reduce whose group times out after 1 s: the process
+  // watchdog aborts the group's communicator and reports the collective and its number
+  // within the timeout and a few polls, long before the kernel ends. Here the report comes
+  // to the test; in a job it ends every rank (abort_all). A sub-group of its own, so that
+  // the aborted communicator is not the world's.
+  std::mutex mutex;
+  std::vector<std::string> reports;
+  auto previous = dist::process_watchdog().set_on_failure([&](const std::string& m) {
+    std::lock_guard<std::mutex> lock(mutex);
+    reports.push_back(m);
+  });
+  dist::GroupPtr sub = dist::split(dist::world(), 0, 0);
+  ASSERT_TRUE(sub);
+  dynamic_cast<dist::MpiProcessGroup&>(*sub).set_timeout(std::chrono::milliseconds(1000));
+  Tensor t = iota_on_gpu(16, 1.0f);
+  sub->all_reduce(t)->wait();  // #1, completes
+  dpt::testing::cuda_spin(4.0, 0);
+  const auto start = std::chrono::steady_clock::now();
+  sub->all_reduce(t);  // #2, queued behind the spinning kernel
+  std::string report;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!reports.empty()) report = reports.front();
+    }
+    if (!report.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cuda::cuda_synchronize(0);
+  dist::process_watchdog().set_on_failure(previous);
+  ASSERT_FALSE(report.empty()) << "no report within 10 s";
+  EXPECT_NE(report.find("all_reduce(sum) of 16 f32 on " + sub->name() +
+                        " (collective #2): not complete after 1 s (distributed.timeout_s"),
+            std::string::npos)
+      << report;
+  EXPECT_GE(seconds, 1.0);
+  EXPECT_LT(seconds, 3.0) << report;
 }
 
 #else

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "core/rng.h"
 #include "parallel/ddp.h"
@@ -229,7 +230,9 @@ void expect_equal_to_one_process(const ModelCase& c) {
   }
 }
 
-// A group that counts all_reduce calls and forwards everything to the group it wraps.
+// A group that counts all_reduce calls, records the data messages of each batch_send_recv
+// (not the i64 headers: on GPUs those are CPU tensors, sent by MPI, which never blocks a
+// stream) and forwards everything to the group it wraps.
 class CountingGroup : public dist::ProcessGroup {
  public:
   explicit CountingGroup(dist::GroupPtr inner)
@@ -264,13 +267,118 @@ class CountingGroup : public dist::ProcessGroup {
   Tensor collective_buffer(int64_t numel, DType dtype, Device device) override {
     return inner_->collective_buffer(numel, dtype, device);
   }
+  std::vector<dist::WorkPtr> batch_send_recv(const std::vector<dist::P2POp>& ops) override {
+    std::vector<int64_t> batch;
+    for (const dist::P2POp& op : ops)
+      if (op.tensor.dtype() != DType::i64) batch.push_back(op.send ? 1000 + op.peer : op.peer);
+    if (!batch.empty()) batches.push_back(batch);
+    return inner_->batch_send_recv(ops);
+  }
   int all_reduces = 0;
+  std::vector<std::vector<int64_t>> batches;  // per batch: 1000 + peer for a send, peer for a receive
 
  private:
   dist::GroupPtr inner_;
 };
 
+// Whether every rank gets through its batches of messages (CountingGroup::batches) when each
+// rank runs its batches one after another on one stream, as NCCL does with no message
+// buffered (messages above its buffer sizes): a batch completes once each of its messages
+// has met its match (the k-th send from r to p meets the k-th receive at p from r) in the
+// peer's current batch or an earlier one.
+bool batches_complete(const std::vector<std::vector<std::vector<int64_t>>>& ranks) {
+  const int n = static_cast<int>(ranks.size());
+  // Where each message's match lies: the peer's batch index.
+  std::map<std::tuple<int, int, bool>, std::vector<size_t>> posted;  // (from, to, send) -> batch per message
+  for (int r = 0; r < n; ++r)
+    for (size_t b = 0; b < ranks[r].size(); ++b)
+      for (int64_t m : ranks[r][b]) {
+        const bool send = m >= 1000;
+        const int peer = static_cast<int>(send ? m - 1000 : m);
+        posted[send ? std::make_tuple(r, peer, true) : std::make_tuple(peer, r, false)].push_back(b);
+      }
+  std::vector<size_t> current(n, 0);
+  auto ready = [&](int r) {
+    std::map<std::pair<int, bool>, size_t> seen;  // messages of this rank before, per (peer, send)
+    for (size_t b = 0; b < current[r]; ++b)
+      for (int64_t m : ranks[r][b]) ++seen[{static_cast<int>(m % 1000), m >= 1000}];
+    for (int64_t m : ranks[r][current[r]]) {
+      const bool send = m >= 1000;
+      const int peer = static_cast<int>(m % 1000);
+      const size_t k = seen[{peer, send}]++;
+      const auto& match = posted[send ? std::make_tuple(r, peer, false) : std::make_tuple(peer, r, true)];
+      if (k >= match.size() || match[k] > current[peer]) return false;
+    }
+    return true;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < n; ++r)
+      if (current[r] < ranks[r].size() && ready(r)) {
+        ++current[r];
+        progress = true;
+      }
+  }
+  for (int r = 0; r < n; ++r)
+    if (current[r] < ranks[r].size()) return false;
+  return true;
+}
+
+// Every rank's batches, gathered over the world.
+std::vector<std::vector<std::vector<int64_t>>> gather_batches(const std::vector<std::vector<int64_t>>& mine) {
+  std::vector<int64_t> flat;
+  for (const auto& b : mine) {
+    flat.push_back(static_cast<int64_t>(b.size()));
+    flat.insert(flat.end(), b.begin(), b.end());
+  }
+  dist::ProcessGroup& world = *dist::world();
+  Tensor lengths = Tensor::empty({world.size()}, DType::i64);
+  world.all_gather(lengths, Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(flat.size())}, {1}))->wait();
+  int64_t longest = 0;
+  for (int r = 0; r < world.size(); ++r) longest = std::max(longest, lengths.data<int64_t>()[r]);
+  flat.resize(static_cast<size_t>(longest), 0);
+  Tensor all = Tensor::empty({longest * world.size()}, DType::i64);
+  world.all_gather(all, Tensor::from_vector(flat, {longest}))->wait();
+  std::vector<std::vector<std::vector<int64_t>>> ranks(world.size());
+  for (int r = 0; r < world.size(); ++r) {
+    const int64_t* p = all.data<int64_t>() + r * longest;
+    for (int64_t i = 0; i < lengths.data<int64_t>()[r]; i += 1 + p[i])
+      ranks[r].push_back(std::vector<int64_t>(p + i + 1, p + i + 1 + p[i]));
+  }
+  return ranks;
+}
+
 }  // namespace
+
+TEST(Pipeline, NoStageWaitsOnAStageThatWaitsOnIt) {
+  // The grouping that keeps 1F1B from deadlocking on NCCL, checked on the messages a real
+  // step sends: run one step per schedule, gather every stage's batches and play them as
+  // NCCL would. The same messages one to a batch (how they went before they were grouped)
+  // must deadlock under 1F1B, or this check could not tell.
+  const int S = dist::world()->size();
+  if (S < 2) GTEST_SKIP() << "needs np >= 2 (a pipeline of 2 or more stages)";
+  if (S > 4) GTEST_SKIP() << "the mlp has 4 units: at most 4 stages";
+  for (auto schedule : {dist::PipelineSchedule::gpipe, dist::PipelineSchedule::one_f_one_b}) {
+    SCOPED_TRACE(dist::pipeline_schedule_name(schedule));
+    auto model = build(kMlp);
+    auto counting = std::make_shared<CountingGroup>(dist::world());
+    dist::Pipeline pipeline(nn::split_stage(*model, S, dist::world()->rank()), counting,
+                            [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); },
+                            {.micro_batches = kMicroBatches, .schedule = schedule});
+    Data d = global_batch(kMlp, 0);
+    pipeline.train_step(d.images, d.labels);
+    const auto ranks = gather_batches(counting->batches);
+    EXPECT_TRUE(batches_complete(ranks));
+    std::vector<std::vector<std::vector<int64_t>>> one_by_one(ranks.size());
+    for (size_t r = 0; r < ranks.size(); ++r)
+      for (const auto& b : ranks[r])
+        for (int64_t m : b) one_by_one[r].push_back({m});
+    if (schedule == dist::PipelineSchedule::one_f_one_b)
+      EXPECT_FALSE(batches_complete(one_by_one)) << "the ungrouped messages should deadlock under 1F1B";
+    else
+      EXPECT_TRUE(batches_complete(one_by_one));  // GPipe's order never crosses
+  }
+}
 
 TEST(Pipeline, MlpEqualsOneProcess) { expect_equal_to_one_process(kMlp); }
 

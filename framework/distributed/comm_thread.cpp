@@ -70,10 +70,7 @@ bool CommTask::sleep_until_done(std::unique_lock<std::mutex>& lock, Clock::time_
 }
 
 void CommTask::throw_timeout() const {
-  char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%g s", static_cast<double>(timeout_.count()) / 1000.0);
-  throw Error(describe() + ": not complete after " + seconds +
-              " (distributed.timeout_s, DPT_DIST_TIMEOUT_S)" + timeout_detail());
+  throw Error(describe() + timeout_text(timeout_) + timeout_detail());
 }
 
 bool CommTask::is_completed() {

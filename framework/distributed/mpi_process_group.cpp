@@ -17,9 +17,7 @@
 #include "distributed/mpi_check.h"
 #include "distributed/shm_all_reduce.h"
 #include "distributed/shm_buffer.h"
-#ifdef DPT_WITH_CUDA
-#include "distributed/nccl_process_group.h"
-#endif
+#include "distributed/watchdog.h"
 
 namespace dpt::dist {
 namespace {
@@ -357,6 +355,13 @@ int comm_rank(MPI_Comm comm) {
 
 }  // namespace
 
+namespace {
+DeviceCollectivesMaker g_cuda_maker = nullptr;  // set once, while the library loads
+}  // namespace
+
+void register_cuda_collectives(DeviceCollectivesMaker maker) { g_cuda_maker = maker; }
+DeviceCollectivesMaker cuda_collectives_maker() { return g_cuda_maker; }
+
 std::vector<int> comm_world_ranks(MPI_Comm comm) {
   int size = 0;
   MPI_CHECK(MPI_Comm_size(comm, &size));
@@ -389,7 +394,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_dup(comm_, &creation_));
   MPI_CHECK(MPI_Comm_set_errhandler(creation_, MPI_ERRORS_RETURN));
-  control_ = std::make_unique<ControlChannel>(comm_, this->world_ranks(), this->name(), signature_text);
+  control_ = std::make_shared<ControlChannel>(comm_, this->world_ranks(), this->name(), signature_text);
   flight_ = std::make_shared<FlightRing>(this->name(), rank(), this->world_ranks());
   flight_register(flight_);
   int* tag_ub = nullptr;
@@ -505,29 +510,25 @@ std::string MpiProcessGroup::all_reduce_text() const {
   return (host_groups_.per_host > 1 ? "hierarchical all-reduce: " : "flat all-reduce: ") + layout;
 }
 
-ProcessGroup& MpiProcessGroup::nccl(const Tensor& t) {
-#ifdef DPT_WITH_CUDA
+DeviceCollectives& MpiProcessGroup::nccl(const Tensor& t) {
   std::lock_guard<std::mutex> lock(nccl_mutex_);
-  if (!nccl_) nccl_ = NcclProcessGroup::create(creation_comm(), world_ranks(), name(), t.device().index);
+  if (!nccl_) {
+    const DeviceCollectivesMaker make = cuda_collectives_maker();
+    DPT_CHECK(make) << "process group " << name() << ": a " << t.device().str()
+                    << " tensor, but dpt was built without CUDA";
+    nccl_ = make(creation_comm(), name(), t.device().index);
+  }
   DPT_CHECK(nccl_->device() == t.device().index)
       << "process group " << name() << ": a collective on " << t.device().str() << ", but this rank's NCCL "
       << "communicator is on cuda:" << nccl_->device() << " (one device per rank)";
   return *nccl_;
-#else
-  DPT_FAIL() << "process group " << name() << ": a " << t.device().str()
-             << " tensor, but dpt was built without CUDA";
-#endif
 }
 
-void MpiProcessGroup::split_nccl([[maybe_unused]] int color, [[maybe_unused]] int key,
-                                 [[maybe_unused]] MpiProcessGroup* child) {
-#ifdef DPT_WITH_CUDA
+void MpiProcessGroup::split_nccl(int color, int key, MpiProcessGroup* child) {
   std::lock_guard<std::mutex> lock(nccl_mutex_);
   if (!nccl_) return;  // the child makes its own on first use
-  auto twin = nccl_->split(child ? color : -1, key, child ? child->world_ranks() : std::vector<int>{},
-                           child ? child->name() : std::string());
+  auto twin = nccl_->split(child ? color : -1, key, child ? child->name() : std::string());
   if (child) child->nccl_ = std::move(twin);
-#endif
 }
 
 MPI_Comm MpiProcessGroup::creation_comm() const {
@@ -542,39 +543,78 @@ WorkPtr MpiProcessGroup::post(std::shared_ptr<CommTask> task) {
   return task;
 }
 
-WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout) {
-  DPT_CHECK(!shut_down_) << task->describe()
-                         << ": the group was used after it was shut down (dist::finalize())";
-  const CallSignature signature = task->signature();
-  task->control = control_.get();
-  task->seq = control_->record(signature);
-  task->flight = flight_.get();
-  const OpKind kind = task->kind;
+void MpiProcessGroup::announce(MpiOp& call, const AllToAllLayout* layout) {
+  DPT_CHECK(!shut_down_) << call.describe() << ": the group was used after it was shut down (dist::finalize())";
+  const CallSignature signature = call.signature();
+  call.control = control_.get();
+  call.seq = control_->record(signature);
+  call.flight = flight_.get();
+  const OpKind kind = call.kind;
   const bool counted = kind != OpKind::barrier && kind != OpKind::all_to_all;
-  flight_->queued({task->seq, op_kind_name(kind), is_reduction(kind) ? reduce_op_name(task->reduce) : nullptr,
-                   dtype_name(task->dtype), counted ? signature.count : -1, is_rooted(kind) ? task->peer : -1});
+  flight_->queued({call.seq, op_kind_name(kind), is_reduction(kind) ? reduce_op_name(call.reduce) : nullptr,
+                   dtype_name(call.dtype), counted ? signature.count : -1, is_rooted(kind) ? call.peer : -1});
   if (debug_collectives_.load(std::memory_order_relaxed)) {
     const std::chrono::milliseconds limit = timeout();
     const ControlChannel::Clock::time_point deadline =
         limit.count() > 0 ? ControlChannel::Clock::now() + limit : ControlChannel::Clock::time_point::max();
-    control_->check_same(task->seq, signature, deadline);
-    if (layout) control_->check_counts(task->seq, signature, layout->in_counts, layout->out_counts, deadline);
+    control_->check_same(call.seq, signature, deadline);
+    if (layout) control_->check_counts(call.seq, signature, layout->in_counts, layout->out_counts, deadline);
   }
+}
+
+WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout) {
+  announce(*task, layout);
   return post(std::move(task));
 }
 
-void MpiProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what, bool moves_only) const {
-  DPT_CHECK(t.defined()) << op << " on " << name() << ": " << what << " is an undefined tensor";
-  DPT_CHECK(t.device().is_cpu()) << op << " on " << name() << ": " << what << " is on " << t.device().str()
-                                 << "; the MPI backend takes CPU tensors";
+WorkPtr MpiProcessGroup::post_nccl(std::shared_ptr<MpiOp> call, const Tensor& t,
+                                   const std::function<WorkPtr(DeviceCollectives&)>& launch,
+                                   const AllToAllLayout* layout) {
+  DeviceCollectives& backend = nccl(t);  // first: made collectively, and refused after shutdown
+  const bool collective = call->kind != OpKind::send && call->kind != OpKind::recv;
+  if (collective) announce(*call, layout);
+  // From here the call only describes, for the watchdog, which may outlive this group: it
+  // gets its own copy of the name, and the backend keeps the tensors alive.
+  auto group_name = std::make_shared<const std::string>(name());
+  call->group_name = group_name.get();
+  call->out = call->in = Tensor();
+  WorkPtr work = launch(backend);
+  if (collective) flight_->started(call->seq);
+  if (backend.capturing()) return work;  // it completes in each replay, never to the host
+  Watchdog::Watched watched;
+  watched.work = work;
+  watched.timeout = timeout();
+  if (collective) watched.completed = [flight = flight_, seq = call->seq] { flight->completed(seq); };
+  watched.describe = [call, group_name] { return call->describe(); };
+  // The control channel is shared so that its diagnosis outlives this group.
+  watched.detail = [call, group_name, control = control_] { return call->timeout_detail(); };
+  watched.abort = [weak = std::weak_ptr<DeviceCollectives>(nccl_)] {
+    if (auto b = weak.lock()) b->abort();
+  };
+  process_watchdog().watch(std::move(watched));
+  return work;
+}
+
+void MpiProcessGroup::check_tensor(const char* op, const Tensor& t, const char* what, Device device,
+                                   bool moves_only) const {
+  const char* backend = device.is_cuda() ? " (NCCL)" : "";
+  DPT_CHECK(t.defined()) << op << " on " << name() << backend << ": " << what << " is an undefined tensor";
+  DPT_CHECK(t.device() == device) << op << " on " << name() << backend << ": " << what << " is on "
+                                  << t.device().str() << ", the call's other tensors on " << device.str();
+  DPT_CHECK(t.is_contiguous()) << op << " on " << name() << backend << ": " << what << " (shape "
+                               << shape_str(t.shape()) << ") must be contiguous";
+  if (device.is_cuda()) return;  // NCCL moves and reduces every dtype dpt has (avg: check_reduce)
   DPT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i64 || (moves_only && t.dtype() == DType::bf16))
       << op << " on " << name() << ": " << what << " has dtype " << dtype_name(t.dtype())
       << "; the MPI backend supports f32 and i64"
       << (moves_only ? ", and bf16 for collectives that move data" : "");
-  DPT_CHECK(t.is_contiguous()) << op << " on " << name() << ": " << what << " (shape " << shape_str(t.shape())
-                               << ") must be contiguous";
   DPT_CHECK(t.numel() <= INT_MAX) << op << " on " << name() << ": " << what << " has " << t.numel()
                                   << " elements; MPI counts are int, at most " << INT_MAX;
+}
+
+void MpiProcessGroup::check_reduce(const char* op, const Tensor& t, ReduceOp reduce) const {
+  DPT_CHECK(!t.device().is_cuda() || reduce != ReduceOp::avg || t.dtype() != DType::i64)
+      << op << " on " << name() << " (NCCL): avg needs a floating dtype, got i64";
 }
 
 void MpiProcessGroup::check_peer(const char* op, const char* what, int peer) const {
@@ -615,6 +655,12 @@ void set_chunks(MpiOp& op, int64_t n, int size) {
   }
 }
 
+// The device a call runs on: its first defined tensor's (CPU for none).
+Device device_of(const Tensor& a, const Tensor& b = Tensor()) {
+  if (a.defined()) return a.device();
+  return b.defined() ? b.device() : Device::cpu();
+}
+
 }  // namespace
 
 bool MpiProcessGroup::use_hierarchy(const Tensor& t, ReduceOp op, Compression compress) const {
@@ -635,14 +681,15 @@ bool MpiProcessGroup::use_hierarchy(const Tensor& t, ReduceOp op, Compression co
 
 WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Compression compress) {
   count_collective(t);
-  if (t.defined() && t.device().is_cuda()) return nccl(t).all_reduce(t, op);
-  check_tensor("all_reduce", t, "the tensor");
+  check_tensor("all_reduce", t, "the tensor", device_of(t));
+  check_reduce("all_reduce", t, op);
   auto task = make_op(OpKind::all_reduce, comm_, *this);
   task->reduce = op;
   task->out = t;
   task->writes = span_of(t);
   task->dtype = t.dtype();
   task->n = t.numel();
+  if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.all_reduce(t, op); });
   if (use_hierarchy(t, op, compress)) {
     task->hierarchical = std::make_unique<HierarchicalAllReduce>(host_groups_, t, op, compress, size());
     task->scratch = {&hierarchy_token_, &hierarchy_token_ + 1};  // its sub-groups' calls must not interleave
@@ -700,8 +747,7 @@ std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const void* data, s
 
 WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
   count_collective(t);
-  if (t.defined() && t.device().is_cuda()) return nccl(t).broadcast(t, root);
-  check_tensor("broadcast", t, "the tensor", true);
+  check_tensor("broadcast", t, "the tensor", device_of(t), true);
   check_peer("broadcast", "root", root);
   auto task = make_op(OpKind::broadcast, comm_, *this);
   task->peer = root;
@@ -709,14 +755,15 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
   task->writes = span_of(t);
   task->dtype = t.dtype();
   task->n = t.numel();
+  if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.broadcast(t, root); });
   return post_collective(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   count_collective(out, in);
-  if (out.defined() && out.device().is_cuda()) return nccl(out).all_gather(out, in);
-  check_tensor("all_gather", out, "out", true);
-  check_tensor("all_gather", in, "in", true);
+  const Device device = device_of(out);
+  check_tensor("all_gather", out, "out", device, true);
+  check_tensor("all_gather", in, "in", device, true);
   DPT_CHECK(in.dtype() == out.dtype()) << "all_gather on " << name() << ": out is " << dtype_name(out.dtype())
                                        << " but in is " << dtype_name(in.dtype());
   const int64_t n = out.numel();
@@ -736,6 +783,7 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   task->reads = span_of(in);
   task->dtype = out.dtype();
   task->n = n;
+  if (device.is_cuda()) return post_nccl(task, out, [&](DeviceCollectives& b) { return b.all_gather(out, in); });
   set_chunks(*task, n, size());
   share_buffer(*task, out);
   return post_collective(std::move(task));
@@ -743,9 +791,10 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
 
 WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
   count_collective(out, in);
-  if (out.defined() && out.device().is_cuda()) return nccl(out).reduce_scatter(out, in, op);
-  check_tensor("reduce_scatter", out, "out");
-  check_tensor("reduce_scatter", in, "in");
+  const Device device = device_of(out);
+  check_tensor("reduce_scatter", out, "out", device);
+  check_tensor("reduce_scatter", in, "in", device);
+  check_reduce("reduce_scatter", in, op);
   DPT_CHECK(in.dtype() == out.dtype()) << "reduce_scatter on " << name() << ": out is "
                                        << dtype_name(out.dtype()) << " but in is " << dtype_name(in.dtype());
   const int64_t n = in.numel();
@@ -762,6 +811,8 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
   task->reads = span_of(in);
   task->dtype = in.dtype();
   task->n = n;
+  if (device.is_cuda())
+    return post_nccl(task, out, [&](DeviceCollectives& b) { return b.reduce_scatter(out, in, op); });
   set_chunks(*task, n, size());
   share_buffer(*task, in);
   return post_collective(std::move(task));
@@ -769,8 +820,8 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
 
 WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
   count_collective(t);
-  if (t.defined() && t.device().is_cuda()) return nccl(t).reduce(t, root, op);
-  check_tensor("reduce", t, "the tensor");
+  check_tensor("reduce", t, "the tensor", device_of(t));
+  check_reduce("reduce", t, op);
   check_peer("reduce", "root", root);
   auto task = make_op(OpKind::reduce, comm_, *this);
   task->reduce = op;
@@ -779,14 +830,15 @@ WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
   (rank() == root ? task->writes : task->reads) = span_of(t);
   task->dtype = t.dtype();
   task->n = t.numel();
+  if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.reduce(t, root, op); });
   return post_collective(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
   count_collective(out, in);
-  if (in.defined() && in.device().is_cuda()) return nccl(in).gather(out, in, root);
-  check_tensor("gather", in, "in", true);
-  if (rank() == root) check_tensor("gather", out, "out", true);
+  const Device device = device_of(in);
+  check_tensor("gather", in, "in", device, true);
+  if (rank() == root) check_tensor("gather", out, "out", device, true);
   check_gather(*this, out, in, root);
   auto task = make_op(OpKind::gather, comm_, *this);
   task->peer = root;
@@ -798,14 +850,15 @@ WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
   }
   task->dtype = in.dtype();
   task->n = in.numel();
+  if (device.is_cuda()) return post_nccl(task, in, [&](DeviceCollectives& b) { return b.gather(out, in, root); });
   return post_collective(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) {
   count_collective(out, in);
-  if (out.defined() && out.device().is_cuda()) return nccl(out).scatter(out, in, root);
-  check_tensor("scatter", out, "out", true);
-  if (rank() == root) check_tensor("scatter", in, "in", true);
+  const Device device = device_of(out);
+  check_tensor("scatter", out, "out", device, true);
+  if (rank() == root) check_tensor("scatter", in, "in", device, true);
   check_scatter(*this, out, in, root);
   auto task = make_op(OpKind::scatter, comm_, *this);
   task->peer = root;
@@ -817,6 +870,7 @@ WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) 
   }
   task->dtype = out.dtype();
   task->n = out.numel();
+  if (device.is_cuda()) return post_nccl(task, out, [&](DeviceCollectives& b) { return b.scatter(out, in, root); });
   return post_collective(std::move(task));
 }
 
@@ -824,9 +878,9 @@ WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
                                     const std::vector<int64_t>& out_splits,
                                     const std::vector<int64_t>& in_splits) {
   count_collective(out, in);
-  if (out.defined() && out.device().is_cuda()) return nccl(out).all_to_all(out, in, out_splits, in_splits);
-  check_tensor("all_to_all", out, "out", true);
-  check_tensor("all_to_all", in, "in", true);
+  const Device device = device_of(out);
+  check_tensor("all_to_all", out, "out", device, true);
+  check_tensor("all_to_all", in, "in", device, true);
   const AllToAllLayout layout = all_to_all_layout(*this, out, in, out_splits, in_splits);
   auto task = make_op(OpKind::all_to_all, comm_, *this);
   task->out = out;
@@ -840,6 +894,8 @@ WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
   task->displs = as_int(layout.out_offsets);
   task->in_counts = as_int(layout.in_counts);
   task->in_displs = as_int(layout.in_offsets);
+  if (device.is_cuda())
+    return post_nccl(task, out, [&](DeviceCollectives& b) { return b.all_to_all(out, in, layout); }, &layout);
   return post_collective(std::move(task), &layout);
 }
 
@@ -848,36 +904,57 @@ WorkPtr MpiProcessGroup::barrier() {
   return post_collective(make_op(OpKind::barrier, comm_, *this));
 }
 
+std::shared_ptr<MpiOp> MpiProcessGroup::make_message(const P2POp& m) {
+  const char* op = m.send ? "send" : "recv";
+  const char* what = m.send ? "dst" : "src";
+  check_tensor(op, m.tensor, "the tensor", device_of(m.tensor), true);
+  check_peer(op, what, m.peer);
+  DPT_CHECK(m.peer != rank()) << op << " on " << name() << ": " << what << " " << m.peer << " is this rank";
+  check_tag(op, m.tag);
+  DPT_CHECK(m.tag == 0 || !m.tensor.device().is_cuda())
+      << op << " on " << name() << " (NCCL): tag " << m.tag << "; NCCL has no tags, use 0";
+  auto task = make_op(m.send ? OpKind::send : OpKind::recv, comm_, *this);
+  task->peer = m.peer;
+  task->tag = m.tag;
+  task->out = m.tensor;
+  (m.send ? task->reads : task->writes) = span_of(m.tensor);
+  task->dtype = m.tensor.dtype();
+  task->n = m.tensor.numel();
+  return task;
+}
+
 WorkPtr MpiProcessGroup::send(const Tensor& t, int dst, int tag) {
-  if (t.defined() && t.device().is_cuda()) return nccl(t).send(t, dst, tag);
-  check_tensor("send", t, "the tensor", true);
-  check_peer("send", "dst", dst);
-  DPT_CHECK(dst != rank()) << "send on " << name() << ": dst " << dst << " is this rank";
-  check_tag("send", tag);
-  auto task = make_op(OpKind::send, comm_, *this);
-  task->peer = dst;
-  task->tag = tag;
-  task->out = t;
-  task->reads = span_of(t);
-  task->dtype = t.dtype();
-  task->n = t.numel();
-  return post(std::move(task));
+  return batch_send_recv({{true, t, dst, tag}}).front();
 }
 
 WorkPtr MpiProcessGroup::recv(const Tensor& t, int src, int tag) {
-  if (t.defined() && t.device().is_cuda()) return nccl(t).recv(t, src, tag);
-  check_tensor("recv", t, "the tensor", true);
-  check_peer("recv", "src", src);
-  DPT_CHECK(src != rank()) << "recv on " << name() << ": src " << src << " is this rank";
-  check_tag("recv", tag);
-  auto task = make_op(OpKind::recv, comm_, *this);
-  task->peer = src;
-  task->tag = tag;
-  task->out = t;
-  task->writes = span_of(t);
-  task->dtype = t.dtype();
-  task->n = t.numel();
-  return post(std::move(task));
+  return batch_send_recv({{false, t, src, tag}}).front();
+}
+
+std::vector<WorkPtr> MpiProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
+  std::vector<std::shared_ptr<MpiOp>> messages;
+  for (const P2POp& m : ops) messages.push_back(make_message(m));  // every check before any message starts
+  std::vector<WorkPtr> works(ops.size());
+  std::vector<P2POp> on_gpu;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!ops[i].tensor.device().is_cuda()) {
+      works[i] = post(messages[i]);
+      continue;
+    }
+    DPT_CHECK(on_gpu.empty() || ops[i].tensor.device() == on_gpu.front().tensor.device())
+        << "batch_send_recv on " << name() << ": messages on " << on_gpu.front().tensor.device().str() << " and "
+        << ops[i].tensor.device().str() << " (one device per rank)";
+    on_gpu.push_back(ops[i]);
+  }
+  if (on_gpu.empty()) return works;
+  // One NCCL group, one Work; described by its first message.
+  size_t first = 0;
+  while (!ops[first].tensor.device().is_cuda()) ++first;
+  WorkPtr grouped = post_nccl(messages[first], on_gpu.front().tensor,
+                              [&](DeviceCollectives& b) { return b.send_recv(on_gpu); });
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (!works[i]) works[i] = grouped;
+  return works;
 }
 
 }  // namespace dpt::dist

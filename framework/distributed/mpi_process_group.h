@@ -1,4 +1,7 @@
-// The MPI backend of ProcessGroup, for CPU tensors: each group owns a communicator for its
+// The process group: the front end that checks, numbers, records and (in debug mode)
+// compares every call across ranks, whichever backend runs it, and the MPI backend for CPU
+// tensors; CUDA tensors go to the group's DeviceCollectives (device_collectives.h: NCCL), held to the same
+// timeout by the process watchdog (watchdog.h). Each group owns a communicator for its
 // collectives, a second one from which sub-groups are made, a ControlChannel
 // (control_channel.h) that numbers its collectives and explains a timeout, and a CommThread
 // (comm_thread.h) that runs the collectives as nonblocking MPI calls in call order: started
@@ -10,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,13 +21,13 @@
 
 #include "distributed/comm_thread.h"
 #include "distributed/control_channel.h"
+#include "distributed/device_collectives.h"
 #include "distributed/flight_recorder.h"
 #include "distributed/hierarchical.h"
 #include "distributed/process_group.h"
 
 namespace dpt::dist {
 
-class NcclProcessGroup;
 
 class ShmSegment;
 class ShmBuffer;
@@ -45,9 +49,12 @@ class MpiProcessGroup final : public ProcessGroup {
   MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, std::string name);
   ~MpiProcessGroup() override;  // shutdown()
 
-  // CUDA tensors go to this group's NCCL twin (nccl_process_group.h; CUDA builds), made
+  // CUDA tensors go to this group's NCCL backend (nccl_backend.h; CUDA builds), made
   // collectively on the first CUDA collective or by split(); the ordering promises below
-  // hold among the collectives of one backend.
+  // hold among the collectives of one backend. Collectives of both backends share one
+  // numbering (#1, #2, ...), one flight ring, the debug check and the timeout: an NCCL
+  // collective not complete within the timeout, or one NCCL reports failed, ends the job
+  // through the process watchdog with the same message an MPI one throws from wait().
   // Each collective checks its arguments here, on the calling thread, and throws Error
   // naming the group, the op and what was expected; errors MPI reports later are rethrown
   // by Work::wait(). Collectives start in call order and complete in call order: when a
@@ -76,6 +83,8 @@ class MpiProcessGroup final : public ProcessGroup {
   // message had exactly t.numel() elements.
   WorkPtr send(const Tensor& t, int dst, int tag = 0) override;
   WorkPtr recv(const Tensor& t, int src, int tag = 0) override;
+  // CPU messages as send() and recv(); CUDA ones in one NCCL group, one Work for them all.
+  std::vector<WorkPtr> batch_send_recv(const std::vector<P2POp>& ops) override;
   // CPU memory every rank maps, when the group's ranks share this machine (shm_buffer.h;
   // DPT_SHM_BUFFERS=0 on any rank turns it off): all_reduce of any part of it is one pass
   // over shared memory instead of MPI. Otherwise ordinary memory.
@@ -127,23 +136,35 @@ class MpiProcessGroup final : public ProcessGroup {
   // calls it on every group.
   void shutdown();
 
-  // Makes child's NCCL twin by splitting this group's (ncclCommSplit), when this group has
+  // Makes child's NCCL backend by splitting this group's (ncclCommSplit), when this group has
   // one; collective over this group (child null on non-members). No-op in CPU builds.
   void split_nccl(int color, int key, MpiProcessGroup* child);
 
  private:
-  // The NCCL twin for t's device, made on first use (collective over this group).
-  ProcessGroup& nccl(const Tensor& t);
+  // The NCCL backend for t's device, made on first use (collective over this group).
+  DeviceCollectives& nccl(const Tensor& t);
 
   WorkPtr post(std::shared_ptr<CommTask> task);
-  // Numbers a collective (and checks it in debug mode: all_to_all's counts too, from its
-  // layout), then posts it.
+  // Numbers a collective, records it in the flight ring and checks it in debug mode
+  // (all_to_all's counts too, from its layout): the front end's part of every collective.
+  void announce(MpiOp& call, const AllToAllLayout* layout);
+  // announce(), then post to the MPI backend.
   WorkPtr post_collective(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout = nullptr);
-  // f32 or i64; bf16 too where `moves_only` (collectives that copy and never reduce).
-  void check_tensor(const char* op, const Tensor& t, const char* what, bool moves_only = false) const;
+  // A CUDA call: announce() (collectives only), launch it on the NCCL backend of `t`'s device,
+  // and hand its Work to the process watchdog.
+  WorkPtr post_nccl(std::shared_ptr<MpiOp> call, const Tensor& t, const std::function<WorkPtr(DeviceCollectives&)>& launch,
+                    const AllToAllLayout* layout = nullptr);
+  // Every tensor of a call: defined, contiguous and on `device` (the call's). On the CPU
+  // (MPI): f32 or i64 (bf16 too where `moves_only`: collectives that copy and never reduce),
+  // at most INT_MAX elements. On CUDA (NCCL): f32, bf16, f16 or i64.
+  void check_tensor(const char* op, const Tensor& t, const char* what, Device device, bool moves_only = false) const;
+  // avg of integers: MPI truncates, NCCL refuses.
+  void check_reduce(const char* op, const Tensor& t, ReduceOp reduce) const;
   bool use_hierarchy(const Tensor& t, ReduceOp op, Compression compress) const;
   std::vector<MpiProcessGroup*> sub_groups() const;  // host_groups_'s
   void check_peer(const char* op, const char* what, int peer) const;
+  // One message of send(), recv() or batch_send_recv(), checked and described.
+  std::shared_ptr<MpiOp> make_message(const P2POp& m);
   void check_tag(const char* op, int tag) const;
   // The live collective_buffer holding [data, data + bytes), or null.
   std::shared_ptr<ShmBuffer> shared_buffer_of(const void* data, size_t bytes);
@@ -154,7 +175,7 @@ class MpiProcessGroup final : public ProcessGroup {
   MPI_Comm creation_ = MPI_COMM_NULL;  // sub-group creation only
   std::atomic<int64_t> timeout_ms_{0};
   std::atomic<bool> debug_collectives_{false};
-  std::unique_ptr<ControlChannel> control_;
+  std::shared_ptr<ControlChannel> control_;  // shared with the watchdog's NCCL entries
   std::shared_ptr<FlightRing> flight_;  // its last collectives, for dumps (flight_recorder.h)
   int tag_ub_ = 32767;  // MPI_TAG_UB
   std::mutex shutdown_mutex_;
@@ -169,7 +190,7 @@ class MpiProcessGroup final : public ProcessGroup {
   char hierarchy_token_ = 0;  // the scratch of hierarchical all-reduces: one at a time
   CommThread thread_;
   std::mutex nccl_mutex_;
-  std::shared_ptr<NcclProcessGroup> nccl_;  // stays null in CPU builds
+  std::shared_ptr<DeviceCollectives> nccl_;  // stays null in CPU builds
 };
 
 // MPI_COMM_WORLD rank of each rank of `comm` (MPI_Group_translate_ranks).

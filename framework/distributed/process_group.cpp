@@ -3,6 +3,8 @@
 // of the rooted collectives and all_to_all that both backends share.
 #include "distributed/process_group.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <numeric>
 
@@ -126,6 +128,18 @@ AllToAllLayout all_to_all_layout(const ProcessGroup& group, const Tensor& out, c
       << " elements (in split " << me << ") but expects " << layout.out_counts[me] << " (out split " << me
       << ")";
   return layout;
+}
+
+std::string timeout_text(std::chrono::milliseconds timeout) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g s", static_cast<double>(timeout.count()) / 1000.0);
+  return std::string(": not complete after ") + seconds + " (distributed.timeout_s, DPT_DIST_TIMEOUT_S)";
+}
+
+std::vector<WorkPtr> ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
+  std::vector<WorkPtr> works;
+  for (const P2POp& op : ops) works.push_back(op.send ? send(op.tensor, op.peer, op.tag) : recv(op.tensor, op.peer, op.tag));
+  return works;
 }
 
 }  // namespace dpt::dist

@@ -2,11 +2,12 @@
 // asynchronous: each returns a Work at once and starts in call order; the group's
 // communication thread progresses it in the background, so a gradient all-reduce
 // overlaps the rest of backward.
-// Backends: MPI for CPU tensors (mpi_process_group.cpp); NCCL for CUDA tensors
-// (nccl_process_group.cpp), behind this same interface.
+// Backends: MPI (and shared memory) for CPU tensors, NCCL for CUDA tensors
+// (nccl_backend.h), behind the one front end of mpi_process_group.h.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,14 @@ struct CollectiveCounts {
   int64_t bytes = 0;  // per collective, the largest tensor it reads or writes on this rank
   CollectiveCounts& operator+=(const CollectiveCounts& other);
   CollectiveCounts operator-(const CollectiveCounts& other) const;
+};
+
+// One message of batch_send_recv: a send of `tensor` to group rank `peer`, or a receive into it.
+struct P2POp {
+  bool send = true;
+  Tensor tensor;
+  int peer = 0;
+  int tag = 0;
 };
 
 class ProcessGroup {
@@ -92,6 +101,13 @@ class ProcessGroup {
   virtual WorkPtr barrier() = 0;
   virtual WorkPtr send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(const Tensor& t, int src, int tag = 0) = 0;
+  // Starts the messages together (as torch.distributed.batch_isend_irecv) and returns their
+  // Works, in order. Same requirements as send() and recv(). On NCCL they form one group
+  // (ncclGroupStart/End), so a send and a receive that two ranks queue in opposite orders
+  // cannot wait on each other: in a 1F1B pipeline step stage 0 sends activation m + 1 while
+  // it receives gradient m, and stage 1 the converse. Default: send() and recv() in order
+  // (each already nonblocking on MPI).
+  virtual std::vector<WorkPtr> batch_send_recv(const std::vector<P2POp>& ops);
 
   // A zeroed 1-D tensor that this group may all-reduce faster than other memory (in place,
   // without copies, when the ranks share a machine: shm_buffer.h), e.g. DDP's gradient
@@ -137,6 +153,9 @@ struct AllToAllLayout {
 AllToAllLayout all_to_all_layout(const ProcessGroup& group, const Tensor& out, const Tensor& in,
                                  const std::vector<int64_t>& out_splits,
                                  const std::vector<int64_t>& in_splits);
+// ": not complete after 5 s (distributed.timeout_s, DPT_DIST_TIMEOUT_S)": how a collective
+// that timed out is reported, after its description, on every backend.
+std::string timeout_text(std::chrono::milliseconds timeout);
 // Whether the bytes of a and b overlap (false when either is empty).
 bool overlaps(const Tensor& a, const Tensor& b);
 

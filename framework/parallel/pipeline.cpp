@@ -85,6 +85,7 @@ PipelineStepStats Pipeline::train_step(const Tensor& input, const Tensor& target
     // Sends complete in order; let go of what the completed ones read.
     while (!sends_.empty() && sends_.front().first->is_completed()) sends_.pop_front();
   }
+  exchange({});
   for (auto& [work, tensor] : sends_) work->wait();
   sends_.clear();
 
@@ -110,6 +111,7 @@ PipelineStepStats Pipeline::train_step(const Tensor& input, const Tensor& target
 
 void Pipeline::run_forward(MicroBatch& mb, const Tensor& input, const Tensor& target) {
   if (stage_->is_first()) {
+    exchange({});
     mb.input = input;
   } else {
     mb.input = receive_activation();
@@ -130,9 +132,11 @@ void Pipeline::run_forward(MicroBatch& mb, const Tensor& input, const Tensor& ta
 
 void Pipeline::run_backward(MicroBatch& mb) {
   Tensor grad;
-  if (!stage_->is_last()) {
+  if (stage_->is_last()) {
+    exchange({});
+  } else {
     grad = Tensor::empty(mb.output.shape(), mb.output.dtype(), mb.output.device());
-    group_->recv(grad, group_->rank() + 1)->wait();
+    exchange({{false, grad, group_->rank() + 1}}).front()->wait();
   }
   const Clock::time_point start = Clock::now();
   if (stage_->is_last()) {
@@ -146,20 +150,31 @@ void Pipeline::run_backward(MicroBatch& mb) {
   if (!input_grad.defined())
     input_grad = Tensor::zeros(mb.input.shape(), mb.input.dtype(), mb.input.device());
   input_grad = input_grad.contiguous();
-  sends_.emplace_back(group_->send(input_grad, group_->rank() - 1), input_grad);
+  outgoing_.push_back({true, input_grad, group_->rank() - 1});
+}
+
+std::vector<WorkPtr> Pipeline::exchange(const std::vector<P2POp>& receives) {
+  std::vector<P2POp> ops = std::move(outgoing_);
+  outgoing_.clear();
+  const size_t sends = ops.size();
+  ops.insert(ops.end(), receives.begin(), receives.end());
+  if (ops.empty()) return {};
+  std::vector<WorkPtr> works = group_->batch_send_recv(ops);
+  for (size_t i = 0; i < sends; ++i) sends_.emplace_back(works[i], ops[i].tensor);
+  return {works.begin() + static_cast<std::ptrdiff_t>(sends), works.end()};
 }
 
 Tensor Pipeline::receive_activation() {
   const int from = group_->rank() - 1;
   Tensor header = Tensor::empty({kHeaderSize}, DType::i64);
-  group_->recv(header, from)->wait();
+  exchange({{false, header, from}}).front()->wait();
   const int64_t* h = header.data<int64_t>();
   DPT_CHECK(h[1] >= 1 && h[1] <= kMaxDims)
       << "Pipeline on " << group_->name() << ": a malformed header from rank " << from;
   Shape shape(h + 2, h + 2 + h[1]);
   // On the stage's device (its first parameter's).
   Tensor x = Tensor::empty(shape, static_cast<DType>(h[0]), stage_->parameters().front().device());
-  group_->recv(x, from)->wait();
+  exchange({{false, x, from}}).front()->wait();
   return x;
 }
 
@@ -174,8 +189,8 @@ void Pipeline::send_activation(const Tensor& t) {
   Tensor header = Tensor::from_vector(h, {kHeaderSize});
   Tensor data = t.contiguous();
   const int to = group_->rank() + 1;
-  sends_.emplace_back(group_->send(header, to), header);
-  sends_.emplace_back(group_->send(data, to), data);
+  outgoing_.push_back({true, header, to});
+  outgoing_.push_back({true, data, to});
 }
 
 }  // namespace dpt::dist

@@ -7,6 +7,11 @@
 // normalises each micro-batch, as in GPipe, Huang et al. 2019, arXiv 1811.06965).
 // With a DistributedDataParallel stage (DDP over the data-parallel axis of a dp x pp mesh),
 // every micro-batch runs under no_sync and only the step's last backward all-reduces.
+// A stage's sends wait until its next action starts and go out together with that action's
+// first receive (batch_send_recv: one NCCL group on GPUs). In 1F1B, stage s sends activation
+// m + 1 and receives gradient m while stage s + 1 sends gradient m and receives activation
+// m + 1; queued one by one on each side's NCCL stream, two sends larger than NCCL's buffers
+// would wait on each other for ever.
 #pragma once
 
 #include <deque>
@@ -64,6 +69,8 @@ class Pipeline {
   void run_backward(MicroBatch& mb);
   Tensor receive_activation();
   void send_activation(const Tensor& t);
+  // Starts the sends queued in outgoing_ together with `receives`; returns the receives' Works.
+  std::vector<WorkPtr> exchange(const std::vector<P2POp>& receives);
 
   nn::ModulePtr module_;                // what forward() is called on (the DDP, if any)
   nn::PipelineStage* stage_ = nullptr;  // inside module_
@@ -71,6 +78,7 @@ class Pipeline {
   GroupPtr group_;
   LossFn loss_;
   PipelineOptions options_;
+  std::vector<P2POp> outgoing_;  // sends not yet started (see exchange)
   // Sends not yet seen complete, with the tensor each reads (kept alive until then).
   std::deque<std::pair<WorkPtr, Tensor>> sends_;
   double compute_ms_ = 0;
