@@ -1,6 +1,7 @@
 // What DistributedDataParallel does, as one struct with one default per value. A run's
 // config holds one (the distributed section's DDP keys, io/config.h; the schema takes their
-// defaults from here) and hands it whole to DDP, which hands it to its Reducer.
+// defaults from here) and hands it whole to DDP (train::data_parallel, the one place a run
+// builds DDP), which hands it to its Reducer.
 #pragma once
 
 #include "distributed/hierarchical.h"

@@ -21,27 +21,32 @@ models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::Gr
   return {train.channels, train.height, train.width, train.classes, seed, std::move(tp_group)};
 }
 
-void backend_check(Device device, const io::DistributedConfig& config) {
+void backend_check(Device device, io::CommBackend backend) {
   // A group carries each tensor where it lives (MPI for host memory, NCCL for device memory):
   // `backend` states which of the two the user expects, and is refused where the other one is.
   const bool cuda = device.is_cuda();
-  DPT_CHECK(config.backend != io::CommBackend::nccl || cuda)
+  DPT_CHECK(backend != io::CommBackend::nccl || cuda)
       << "distributed.backend: nccl carries CUDA tensors, but this run trains on " << device.str()
       << ": set device: cuda, or distributed.backend: auto or mpi";
-  DPT_CHECK(config.backend != io::CommBackend::mpi || !cuda)
+  DPT_CHECK(backend != io::CommBackend::mpi || !cuda)
       << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
       << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
 }
 
-nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::DistributedConfig& config,
-                               bool shard_gradients, dist::GroupPtr dp_group) {
-  backend_check(device, config);
+nn::ModulePtr data_parallel(nn::ModulePtr module, dist::GroupPtr group, const io::Config& config) {
+  if (group->size() == 1) return module;
+  // The config holds DDP's keys as DDP takes them; shard_gradients, which is no key, follows
+  // the optimizer: a sharded one needs the gradients reduce-scattered.
+  dist::DdpOptions options = config.distributed.ddp;
+  options.shard_gradients = config.optimizer.shard;
+  return std::make_shared<dist::DistributedDataParallel>(std::move(module), std::move(group), options);
+}
+
+nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::Config& config,
+                               dist::GroupPtr dp_group) {
+  backend_check(device, config.distributed.backend);
   net->to(device);
-  if (!dp_group) dp_group = dist::world();
-  if (dp_group->size() == 1) return net;
-  dist::DdpOptions options = config.ddp;
-  options.shard_gradients = shard_gradients;
-  return std::make_shared<dist::DistributedDataParallel>(net, std::move(dp_group), options);
+  return data_parallel(net, dp_group ? std::move(dp_group) : dist::world(), config);
 }
 
 nn::NamedTensors model_whole_state(const io::Config& config, const models::ModelSpec& spec, nn::Module& net,

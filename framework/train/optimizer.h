@@ -14,7 +14,7 @@ namespace dpt::train {
 
 // SGD or AdamW over `model`'s parameters, in two groups: weights with `weight_decay`, and
 // 1-D parameters without it when `no_decay_bias_bn`. With `shard` and `model` a DDP that
-// reduce-scatters (model_distribute), the rule runs inside a ZeroOptimizer over DDP's
+// reduce-scatters (data_parallel), the rule runs inside a ZeroOptimizer over DDP's
 // group (collective; it moves the parameters into DDP's buckets); on one rank `shard`
 // changes nothing. Requires the model where it trains (the optimizer's state is made
 // beside the parameters).

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "parallel/ddp.h"
 #include "distributed/dist.h"
 #include "nn/pipeline_stage.h"
 #include "ops/loss.h"
@@ -28,14 +27,13 @@ std::string pipeline_describe(const io::Config& config, nn::Module& net, const P
   return out;
 }
 
-nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::DistributedConfig& config,
+nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::Config& config,
                                   const ParallelLayout& layout) {
-  backend_check(device, config);
+  backend_check(device, config.distributed.backend);
   net.to(device);  // the whole model: evaluation runs it after pipeline_gather_model
-  nn::ModulePtr stage = nn::split_stage(net, layout.pp, layout.stage);
-  if (layout.dp == 1) return stage;
-  // sync_bn and compress are refused with pp > 1 (config_rules), so config.ddp holds as it is.
-  return std::make_shared<dist::DistributedDataParallel>(stage, layout.dp_group, config.ddp);
+  // DDP as for a whole model: what a stage cannot do (sync_bn, compress, optimizer.shard)
+  // is refused with pp > 1 (config_rules).
+  return data_parallel(nn::split_stage(net, layout.pp, layout.stage), layout.dp_group, config);
 }
 
 void pipeline_gather_model(nn::Module& net, const ParallelLayout& layout) {

@@ -24,7 +24,7 @@ std::string pipeline_describe(const io::Config& config, nn::Module& net, const P
 // This rank's stage of `net` (sharing its tensors), on `device`, in DDP over the layout's
 // dp group when dp > 1: what the optimizer and the step train. Throws dpt::Error when the
 // model cannot be cut into pp stages. Collective over the dp group.
-nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::DistributedConfig& config,
+nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::Config& config,
                                   const ParallelLayout& layout);
 
 // Each stage's parameters and buffers, broadcast from the rank that trains them to the

@@ -81,8 +81,8 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   // On its device before the optimizer and the EMA (their state is made where the
   // parameters are) and before the checkpoint is loaded into them.
   const bool pipeline = layout_.pp > 1;
-  model_ = pipeline ? pipeline_distribute(*net_, device_, config_.distributed, layout_)
-                    : model_distribute(net_, device_, config_.distributed, config_.optimizer.shard, layout_.dp_group);
+  model_ = pipeline ? pipeline_distribute(*net_, device_, config_, layout_)
+                    : model_distribute(net_, device_, config_, layout_.dp_group);
   if (pipeline && main_rank) std::printf("%s", pipeline_describe(config_, *net_, layout_).c_str());
   if (world.world_size > 1) {  // after DDP made its group, so the table lists it
     const std::string world_text = dist::world_table(device_.str());  // collective
