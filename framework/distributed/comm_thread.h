@@ -93,9 +93,8 @@ class CommTask : public Work {
   // then is_completed(): for a task that another group's token holder waits on (the stages
   // of the hierarchical all-reduce), so that no hand-off to a sleeping thread sits between
   // one stage's completion and the next stage's start.
-  bool test();
-  // For messages: "all_reduce(sum) of 1000 f32 on world (collective #3)".
-  virtual std::string describe() const = 0;
+  bool test() override;
+  std::string describe() const override = 0;
   // Appended to the timeout message: who did not arrive ("; did not arrive: rank 1 ...").
   // Called on the waiting thread, after it stopped polling; must not throw.
   virtual std::string timeout_detail() const { return ""; }

@@ -116,12 +116,13 @@ uint64_t hash_ints(const std::vector<int>& values) {
 
 GroupPtr split_named(const GroupPtr& parent, int color, int key, const std::string& label) {
   DPT_CHECK(parent) << label << ": the parent group is null (rank " << g_rank.load() << " is not a member)";
-  auto* mpi_parent = dynamic_cast<MpiProcessGroup*>(parent.get());
-  DPT_CHECK(mpi_parent) << label << ": " << parent->name() << " is not an MPI process group";
+  std::shared_ptr<MpiProcessGroup> mpi_parent = made_by_dist(parent.get());
+  DPT_CHECK(mpi_parent) << label << ": " << parent->name()
+                        << " is not a group dist made (a wrapper of one cannot be split)";
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(mpi_parent->creation_comm(), color < 0 ? MPI_UNDEFINED : color, key, &comm));
   GroupPtr group = comm == MPI_COMM_NULL ? nullptr : make_group(comm, label);
-  mpi_parent->split_nccl(color, key, static_cast<MpiProcessGroup*>(group.get()));
+  mpi_parent->split_nccl(color, key, made_by_dist(group.get()).get());
   return group;
 }
 
@@ -289,16 +290,28 @@ const InitInfo& info() {
   return s.info;
 }
 
-GroupPtr world() { return world_checked("dist::world()"); }
-
-std::vector<GroupPtr> live_groups() {
+std::vector<std::shared_ptr<MpiProcessGroup>> live_mpi_groups() {
   world_checked("dist::live_groups()");
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  std::vector<GroupPtr> groups;
-  for (auto& weak : s.groups) {
+  std::vector<std::shared_ptr<MpiProcessGroup>> groups;
+  for (auto& weak : s.groups)
     if (auto group = weak.lock()) groups.push_back(std::move(group));
-  }
+  return groups;
+}
+
+std::shared_ptr<MpiProcessGroup> made_by_dist(const ProcessGroup* group) {
+  if (!group) return nullptr;
+  for (auto& live : live_mpi_groups())
+    if (live.get() == group) return live;
+  return nullptr;
+}
+
+GroupPtr world() { return world_checked("dist::world()"); }
+
+std::vector<GroupPtr> live_groups() {
+  std::vector<GroupPtr> groups;
+  for (auto& group : live_mpi_groups()) groups.push_back(std::move(group));
   return groups;
 }
 

@@ -57,8 +57,7 @@ HierarchicalAllReduce::HierarchicalAllReduce(const HostGroups& groups, const Ten
 
 bool HierarchicalAllReduce::progress() {
   if (work_) {
-    auto* task = dynamic_cast<CommTask*>(work_.get());
-    if (!(task ? task->test() : work_->is_completed())) return false;
+    if (!work_->test()) return false;
     work_->wait();  // rethrows the stage's error
     work_.reset();
   }
@@ -151,9 +150,9 @@ void HierarchicalAllReduce::post_gather() {
 }
 
 std::string HierarchicalAllReduce::stage_text() const {
-  auto* task = dynamic_cast<const CommTask*>(work_.get());
   if (stage_ < 1 || stage_ > 4) return "";
-  return "; in stage " + std::to_string(stage_) + " of 4" + (task ? " (" + task->describe() + ")" : "");
+  const std::string what = work_ ? work_->describe() : "";
+  return "; in stage " + std::to_string(stage_) + " of 4" + (what.empty() ? "" : " (" + what + ")");
 }
 
 namespace {

@@ -193,6 +193,13 @@ class MpiProcessGroup final : public ProcessGroup {
   std::shared_ptr<DeviceCollectives> nccl_;  // stays null in CPU builds
 };
 
+// dist's groups (dist.cpp), typed: what split() and the world table use beyond
+// ProcessGroup. live_mpi_groups: those alive, world first (dist::live_groups()); requires
+// dist::init(). made_by_dist: `group` itself when dist made it and it is alive, else null
+// (a wrapper of a group, or none).
+std::vector<std::shared_ptr<MpiProcessGroup>> live_mpi_groups();
+std::shared_ptr<MpiProcessGroup> made_by_dist(const ProcessGroup* group);
+
 // MPI_COMM_WORLD rank of each rank of `comm` (MPI_Group_translate_ranks).
 std::vector<int> comm_world_ranks(MPI_Comm comm);
 // "[0,2,3]"

@@ -26,6 +26,13 @@ class Work {
   // Blocks until the collective has completed on this rank; rethrows its error.
   virtual void wait() = 0;
   virtual bool is_completed() = 0;
+  // is_completed(), after progressing the collective on the calling thread where the
+  // backend can (the MPI backend's CommTask): for a caller that polls one collective from
+  // inside another (the hierarchical all-reduce's stages).
+  virtual bool test() { return is_completed(); }
+  // For messages: "all_reduce(sum) of 1000 f32 on world (collective #3)"; "" where the
+  // backend does not say.
+  virtual std::string describe() const { return ""; }
 };
 using WorkPtr = std::shared_ptr<Work>;
 

@@ -35,12 +35,10 @@ std::string describe_rank(const std::string& device) {
     for (int r : group.world_ranks()) text << r << ' ';
     text << '\t' << note << '\t' << parent << '\t' << group.rank() << '\n';
   };
-  for (const GroupPtr& group : live_groups()) {
-    const auto* mpi = dynamic_cast<const MpiProcessGroup*>(group.get());
-    describe(*group, mpi ? mpi->all_reduce_text() : "", "");
-    if (!mpi) continue;
-    if (const GroupPtr& host = mpi->host_groups().host) describe(*host, "host", group->name());
-    if (const GroupPtr& across = mpi->host_groups().across) describe(*across, "across", group->name());
+  for (const auto& group : live_mpi_groups()) {
+    describe(*group, group->all_reduce_text(), "");
+    if (const GroupPtr& host = group->host_groups().host) describe(*host, "host", group->name());
+    if (const GroupPtr& across = group->host_groups().across) describe(*across, "across", group->name());
   }
   return text.str();
 }
@@ -66,7 +64,7 @@ std::string sub_group_line(const char* kind, const std::vector<std::string>& nam
 
 // Every rank's text on rank 0 (empty elsewhere).
 std::vector<std::string> gather_on_rank0(const std::string& mine) {
-  auto* world_group = dynamic_cast<MpiProcessGroup*>(world().get());
+  const std::shared_ptr<MpiProcessGroup> world_group = live_mpi_groups().front();
   MPI_Comm comm = world_group->creation_comm();
   const int size = world_group->size(), rank = world_group->rank();
   int length = static_cast<int>(mine.size());
