@@ -284,6 +284,34 @@ TEST(Ddp, BucketsFollowReverseOrderThenArrivalOrder) {
   for (auto& [name, p] : ddp.module().named_parameters()) EXPECT_TRUE(p.grad().defined()) << name;
 }
 
+TEST(Ddp, ACommHookDecidesWhatTheGradientsBecome) {
+  // A hook that takes the maximum over the ranks instead of the mean: each .grad must be the
+  // element-wise maximum of the ranks' own gradients, computed here without DDP and
+  // all-reduced by hand. One hook call per bucket per backward.
+  const int rank = dist::world()->rank();
+  Data d = global_batch(1);
+  Data mine = rows(d, rank * 2, rank * 2 + 2);  // rank-dependent rows
+  auto plain = small_cnn(false);
+  cross_entropy((*plain)(mine.images), mine.labels).backward();
+  dist::DistributedDataParallel ddp(small_cnn(false), dist::world(), {.bucket_cap_mb = 0.001});
+  int calls = 0;
+  ddp.register_comm_hook([&](dist::ProcessGroup& group, const Tensor& bucket) {
+    ++calls;
+    return group.all_reduce(bucket, dist::ReduceOp::max);
+  });
+  cross_entropy(ddp(mine.images), mine.labels).backward();
+  EXPECT_EQ(calls, static_cast<int>(ddp.reducer().buckets().size()));
+  EXPECT_GE(calls, 2);
+  auto want = plain->named_parameters();
+  auto got = ddp.module().named_parameters();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    Tensor expected = want[i].second.grad().clone();
+    dist::world()->all_reduce(expected, dist::ReduceOp::max)->wait();
+    EXPECT_EQ(got[i].second.grad().to_vector(), expected.to_vector()) << want[i].first;
+  }
+}
+
 // A module whose parameters are registered in another order than backward reaches them:
 // "head" first, though the forward runs body before head.
 struct HeadRegisteredFirst : nn::Module {

@@ -287,7 +287,7 @@ TEST(UnevenHosts, StayFlat) {
                                               "number on every host)");
   mpi(group).set_hierarchical(Hierarchical::on);
   Tensor t = Tensor::full({5}, static_cast<float>(rank + 1));
-  with_compression(group, Compression::bf16)->all_reduce(t, ReduceOp::sum)->wait();
+  mpi(group).all_reduce(t, ReduceOp::sum, Compression::bf16)->wait();
   for (float v : t.to_vector()) EXPECT_EQ(v, size * (size + 1) / 2);
 }
 
@@ -295,12 +295,14 @@ TEST_F(AcrossHosts, Bf16CompressionMatchesPlainLoopRounding) {
   for (const GroupPtr& group : groups_to_test()) {
     const Layout layout = layout_of(*group);
     if (layout.per_host > 2) GTEST_SKIP() << "the plain loop's order holds for at most 2 ranks a host";
-    GroupPtr compressed = with_compression(group, Compression::bf16);
+    auto compressed_all_reduce = [&](const Tensor& t, ReduceOp op) {
+      return mpi(group).all_reduce(t, op, Compression::bf16);
+    };
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
       for (int64_t n : kSizes) {
         const std::string what = group->name() + " bf16 " + reduce_op_name(op) + " of " + std::to_string(n);
         Tensor t = input_tensor(world()->rank(), n, DType::f32);
-        compressed->all_reduce(t, op)->wait();
+        compressed_all_reduce(t, op)->wait();
         expect_same_bits_everywhere(t, what);
         expect_equal(t, reference<float>(*group, layout, n, op, true), what);
       }
@@ -309,7 +311,7 @@ TEST_F(AcrossHosts, Bf16CompressionMatchesPlainLoopRounding) {
       mpi(group).set_hierarchical(Hierarchical::on);
       Tensor plain = input_tensor(world()->rank(), 1001, DType::f32), squeezed = plain.clone();
       group->all_reduce(plain, op)->wait();
-      compressed->all_reduce(squeezed, op)->wait();
+      compressed_all_reduce(squeezed, op)->wait();
       expect_equal(squeezed, plain.to_vector(), group->name() + " compressed " + reduce_op_name(op));
     }
   }
@@ -331,6 +333,6 @@ TEST_F(AcrossHosts, Bf16RoundsTiesToEven) {
   Tensor t = Tensor::empty({32});
   auto scale = [](int64_t i) { return std::ldexp(1.0f, static_cast<int>(i / 2) - 8); };
   for (int64_t i = 0; i < 32; ++i) t.data<float>()[i] = parts[i % 2][node][local] * scale(i);
-  with_compression(group, Compression::bf16)->all_reduce(t, ReduceOp::sum)->wait();
+  mpi(group).all_reduce(t, ReduceOp::sum, Compression::bf16)->wait();
   for (int64_t i = 0; i < 32; ++i) EXPECT_EQ(t.data<float>()[i], want[i % 2] * scale(i)) << "element " << i;
 }

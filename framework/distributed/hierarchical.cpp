@@ -155,52 +155,11 @@ std::string HierarchicalAllReduce::stage_text() const {
   return "; in stage " + std::to_string(stage_) + " of 4" + (what.empty() ? "" : " (" + what + ")");
 }
 
-namespace {
-
-// with_compression's view: the group's collectives, all_reduce with compression.
-class CompressedGroup final : public ProcessGroup {
- public:
-  CompressedGroup(std::shared_ptr<MpiProcessGroup> group, Compression compress)
-      : ProcessGroup(group->rank(), group->world_ranks(), group->name()),
-        group_(std::move(group)),
-        compress_(compress) {}
-
-  WorkPtr all_reduce(const Tensor& t, ReduceOp op) override { return group_->all_reduce(t, op, compress_); }
-  WorkPtr broadcast(const Tensor& t, int root) override { return group_->broadcast(t, root); }
-  WorkPtr all_gather(const Tensor& out, const Tensor& in) override { return group_->all_gather(out, in); }
-  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
-    return group_->reduce_scatter(out, in, op);
-  }
-  WorkPtr reduce(const Tensor& t, int root, ReduceOp op) override { return group_->reduce(t, root, op); }
-  WorkPtr gather(const Tensor& out, const Tensor& in, int root) override {
-    return group_->gather(out, in, root);
-  }
-  WorkPtr scatter(const Tensor& out, const Tensor& in, int root) override {
-    return group_->scatter(out, in, root);
-  }
-  WorkPtr all_to_all(const Tensor& out, const Tensor& in, const std::vector<int64_t>& out_splits,
-                     const std::vector<int64_t>& in_splits) override {
-    return group_->all_to_all(out, in, out_splits, in_splits);
-  }
-  WorkPtr barrier() override { return group_->barrier(); }
-  WorkPtr send(const Tensor& t, int dst, int tag) override { return group_->send(t, dst, tag); }
-  WorkPtr recv(const Tensor& t, int src, int tag) override { return group_->recv(t, src, tag); }
-  Tensor collective_buffer(int64_t numel, DType dtype, Device device) override {
-    return group_->collective_buffer(numel, dtype, device);
-  }
-
- private:
-  std::shared_ptr<MpiProcessGroup> group_;
-  Compression compress_;
-};
-
-}  // namespace
-
-GroupPtr with_compression(const GroupPtr& group, Compression compress) {
-  if (compress == Compression::none) return group;
-  auto mpi = std::dynamic_pointer_cast<MpiProcessGroup>(group);
-  DPT_CHECK(mpi) << "compression needs an MPI process group, got " << (group ? group->name() : "none");
-  return std::make_shared<CompressedGroup>(std::move(mpi), compress);
+WorkPtr all_reduce_bf16_across_hosts(ProcessGroup& group, const Tensor& bucket) {
+  // Looked up per call rather than captured: a hook outliving its group finds none.
+  std::shared_ptr<MpiProcessGroup> mpi = made_by_dist(&group);
+  DPT_CHECK(mpi) << "bf16 compression on " << group.name() << ": it needs a live group that dist made";
+  return mpi->all_reduce(bucket, ReduceOp::avg, Compression::bf16);
 }
 
 }  // namespace dpt::dist

@@ -66,11 +66,10 @@ class HierarchicalAllReduce {
   WorkPtr work_;
 };
 
-// The same group, except that its all_reduce of f32 tensors with sum or avg sends bf16 between
-// hosts (HierarchicalAllReduce; within a host nothing changes, and a group on one host is not
-// affected). What DDP gives its Reducer for distributed.compress: bf16. Every other
-// collective, and all_reduce of other dtypes and ops, is the group's own, in the group's order.
-// requires: an MPI process group (else Error); Compression::none returns `group` itself.
-GroupPtr with_compression(const GroupPtr& group, Compression compress);
+// DDP's distributed.compress: bf16, as a Reducer comm hook (reducer.h): bucket = the average
+// over `group`, through its host groups with bf16 on the wire between hosts (the
+// hierarchical all-reduce above), queued with the group's other collectives. On a group
+// without host groups (one host) it is the flat all_reduce. requires: `group` made by dist.
+WorkPtr all_reduce_bf16_across_hosts(ProcessGroup& group, const Tensor& bucket);
 
 }  // namespace dpt::dist

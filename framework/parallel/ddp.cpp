@@ -4,6 +4,7 @@
 
 #include "autograd/node.h"
 #include "distributed/dist.h"
+#include "distributed/hierarchical.h"
 #include "nn/layers.h"
 
 namespace dpt::dist {
@@ -84,7 +85,9 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr 
       << "DDP on " << group_->name() << ": distributed.compress: bf16 acts on the MPI all-reduce between hosts, "
       << "for CPU tensors, but the model is on " << params.front().second.device().str()
       << " (NCCL all-reduces CUDA tensors): set distributed.compress: none";
-  reducer_ = std::make_unique<Reducer>(params, with_compression(group_, options_.compress), options_);
+  reducer_ = std::make_unique<Reducer>(params, group_, options_);
+  if (options_.compress == Compression::bf16) reducer_->set_comm_hook(all_reduce_bf16_across_hosts);
+
   if (options_.broadcast_buffers && !options_.sync_bn && !module_->named_buffers().empty()) {
     buffers_ = std::make_unique<BufferBroadcast>(module_->named_buffers(), group_);
     reducer_->set_backward_done([b = buffers_.get()] { b->finish(); });

@@ -23,6 +23,9 @@ class DistributedDataParallel : public nn::Module {
   std::string describe() const override { return "DistributedDataParallel(" + module_->describe() + ")"; }
   nn::Module& module() { return *module_; }
   const Reducer& reducer() const { return *reducer_; }
+  // How each gradient bucket is averaged from the next backward on (reducer.h's CommHook;
+  // PyTorch's register_comm_hook). Every rank must register the same hook.
+  void register_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
   const GroupPtr& group() const { return group_; }
   const DdpOptions& options() const { return options_; }
 

@@ -18,7 +18,7 @@ struct DdpOptions {
   // flat broadcast that overlaps backward; buffer_broadcast.h), so all ranks evaluate and
   // checkpoint with the statistics rank 0 saves.
   bool broadcast_buffers = true;
-  // How the gradient buckets cross between hosts (with_compression, hierarchical.h); CPU only.
+  // How the gradient buckets cross between hosts (a comm hook: all_reduce_bf16_across_hosts, hierarchical.h); CPU only.
   Compression compress = Compression::none;
   // Reduce-scatter the gradients, for a sharded optimizer (zero.h): each rank gets the
   // average of its chunk of each bucket only. The buckets then keep their first layout

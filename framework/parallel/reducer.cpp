@@ -144,11 +144,20 @@ void Reducer::on_gradient_ready(size_t index) {
   launch_ready_buckets();
 }
 
+void Reducer::set_comm_hook(CommHook hook) {
+  DPT_CHECK(!backward_open_) << "DDP on " << group_->name() << ": set_comm_hook during a backward";
+  DPT_CHECK(!options_.shard_gradients) << "DDP on " << group_->name()
+                                       << ": a comm hook all-reduces buckets, but gradients are sharded "
+                                          "(reduce-scattered for the sharded optimizer)";
+  hook_ = std::move(hook);
+}
+
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
     // may throw (debug: collectives)
     bucket.work = options_.shard_gradients ? group_->reduce_scatter(bucket.shard, bucket.flat, ReduceOp::avg)
+                  : hook_                  ? hook_(*group_, bucket.flat)
                                            : group_->all_reduce(bucket.flat, ReduceOp::avg);
     ++next_bucket_;
     launch_ms_.push_back((now_ns() - start_ns_) / 1e6);

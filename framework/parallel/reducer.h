@@ -20,6 +20,13 @@
 
 namespace dpt::dist {
 
+// How a gradient bucket becomes the mean of every rank's (PyTorch's register_comm_hook):
+// returns the Work of collectives on `group` after whose wait() `bucket` holds the average.
+// Called on the thread that runs backward, bucket after bucket in the same order on every
+// rank; every rank must use the same hook. The default all-reduces with ReduceOp::avg;
+// DDP's distributed.compress: bf16 crosses hosts in bf16 (ddp.cpp).
+using CommHook = std::function<WorkPtr(ProcessGroup& group, const Tensor& bucket)>;
+
 struct BucketInfo {
   std::vector<std::string> params;  // in bucket order
   int64_t bytes = 0;
@@ -33,7 +40,7 @@ class Reducer {
   // Buckets are first filled in reverse registration order; after the first synchronised
   // backward they are rebuilt once in the order gradients actually arrived (rank 0's).
   // `options` are DDP's, of which the Reducer reads the bucket size, find_unused_parameters
-  // and shard_gradients; `group` is DDP's, compressed as they ask.
+  // and shard_gradients; `group` is DDP's.
   Reducer(nn::NamedTensors params, GroupPtr group, DdpOptions options);
   ~Reducer();
   Reducer(const Reducer&) = delete;
@@ -47,6 +54,9 @@ class Reducer {
   // `done` runs at the end of each synchronised backward that completed, after its buckets'
   // all-reduces (DDP finishes its buffer broadcast there).
   void set_backward_done(std::function<void()> done) { backward_done_ = std::move(done); }
+  // Replaces how buckets are all-reduced (not with shard_gradients: those are
+  // reduce-scattered). requires: no backward under way.
+  void set_comm_hook(CommHook hook);
   const std::vector<BucketInfo>& buckets() const { return bucket_info_; }
   // With shard_gradients: this rank's chunk (chunk_of(numel, group size, group rank)) of
   // bucket b's averaged gradients, after each synchronised backward. The parameters' .grad
@@ -91,6 +101,7 @@ class Reducer {
   // this slot, which the destructor empties.
   std::shared_ptr<Reducer*> self_;
   DdpOptions options_;
+  CommHook hook_;  // null: all_reduce(avg)
   std::vector<Bucket> buckets_;
   std::vector<BucketInfo> bucket_info_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket
