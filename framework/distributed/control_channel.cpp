@@ -8,6 +8,9 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -55,6 +58,50 @@ std::string join(const std::vector<std::string>& parts) {
 
 }  // namespace
 
+namespace {
+
+// The one thread per process that answers every channel's questions: every kListenInterval
+// it tests each registered channel's pending query. A channel leaves it (unlisten) before
+// it shuts down; while the listener's mutex is held, no channel is being served.
+class Listener {
+ public:
+  static Listener& get() {
+    static Listener* listener = new Listener;  // never destroyed: its thread may run at exit
+    return *listener;
+  }
+  void listen(ControlChannel* channel, std::function<bool()> serve) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    channels_.push_back({channel, std::move(serve)});
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    cv_.notify_all();
+  }
+  void unlisten(ControlChannel* channel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(channels_, [&](const Entry& e) { return e.channel == channel; });
+  }
+
+ private:
+  struct Entry {
+    ControlChannel* channel;
+    std::function<bool()> serve;  // false: MPI failed, stop serving it
+  };
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return !channels_.empty(); });
+      std::erase_if(channels_, [](const Entry& e) { return !e.serve(); });
+      cv_.wait_for(lock, ControlChannel::kListenInterval);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Entry> channels_;
+  std::thread thread_;
+};
+
+}  // namespace
+
 ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
                                Describe describe)
     : world_ranks_(std::move(world_ranks)),
@@ -67,7 +114,7 @@ ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std:
   if (size_ > 1) {
     MPI_CHECK(
         MPI_Irecv(&query_, sizeof(Query), MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, control_, &query_request_));
-    listener_ = std::thread([this] { listen(); });
+    Listener::get().listen(this, [this] { return serve_queries(); });
   }
 }
 
@@ -83,10 +130,9 @@ void ControlChannel::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (shut_down_) return;
-    shut_down_ = stopping_ = true;
+    shut_down_ = true;
   }
-  cv_.notify_all();
-  if (listener_.joinable()) listener_.join();
+  if (size_ > 1) stop_listening();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_CHECK(MPI_Comm_free(&control_));
@@ -108,16 +154,8 @@ ControlChannel::Answer ControlChannel::answer_for(int64_t seq) {
   return a;
 }
 
-void ControlChannel::listen() {
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!cv_.wait_for(lock, kListenInterval, [&] { return stopping_; })) {
-      lock.unlock();
-      const bool ok = serve_queries();
-      lock.lock();
-      if (!ok) break;
-    }
-  }
+void ControlChannel::stop_listening() {
+  Listener::get().unlisten(this);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -265,6 +303,10 @@ void ControlChannel::check_counts(int64_t seq, const CallSignature& signature,
 
 std::string ControlChannel::diagnose(int64_t seq, const CallSignature& signature) {
   if (size_ == 1) return "";
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) return "";  // the watchdog may ask after the group has gone
+  }
   std::lock_guard<std::mutex> check(check_mutex_);
   return diagnose_locked(seq, signature);
 }

@@ -1,11 +1,11 @@
 // A process group's side channel for faults. Each rank numbers the group's collectives as
 // it calls them (#1, #2, ...) and keeps the last few; over a duplicate of the group's
-// communicator that no collective data travels on, a listener thread answers the other
-// ranks' questions about them. So a rank whose collective timed out can name the ranks that
+// communicator that no collective data travels on, the process's one listener thread (for
+// every group) answers the other ranks' questions about them. So a rank whose collective timed out can name the ranks that
 // never called it, or called something else; and in debug mode the ranks compare every
 // collective before it runs (as TORCH_DISTRIBUTED_DEBUG=DETAIL does).
 // The normal path costs one counter and a 24-byte copy under an uncontended mutex per
-// collective; the listener wakes every kListenInterval to test one receive.
+// collective; the listener wakes every kListenInterval to test one receive per group.
 #pragma once
 
 #include <mpi.h>
@@ -42,14 +42,14 @@ class ControlChannel {
   // Collective over `comm` (it is duplicated, not kept). requires: MPI initialised;
   // world_ranks[r] the world rank of comm's rank r; group_name for messages ("world");
   // describe gives a call's text ("all_reduce(sum) of 10 f32").
-  // ensures: a listener thread runs when the group has more than one rank.
+  // ensures: the process's listener serves it when the group has more than one rank.
   ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name, Describe describe);
   ~ControlChannel();  // shutdown()
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
 
-  // Stops the listener and frees the duplicate communicator. Idempotent; nothing below may
-  // be called afterwards.
+  // Leaves the listener and frees the duplicate communicator. Idempotent; afterwards
+  // diagnose() returns "" and nothing else below may be called.
   void shutdown();
 
   // Numbers the group's next collective and remembers its signature; returns its number
@@ -100,7 +100,7 @@ class ControlChannel {
   std::vector<char> exchange_locked(const void* mine, size_t bytes, int64_t seq,
                                     const CallSignature& signature, Clock::time_point deadline);
   Answer answer_for(int64_t seq);
-  void listen();
+  void stop_listening();  // by shutdown(): leaves the listener, ends its pending requests
   bool serve_queries();                   // by the listener; false when MPI failed
   std::string rank_name(int rank) const;  // "rank 1" or "rank 1 (world rank 3)"
   std::string call_text(const Record& record) const;
@@ -111,22 +111,20 @@ class ControlChannel {
   Describe describe_;
   int rank_ = 0, size_ = 1;
 
-  std::mutex mutex_;  // the records; the listener's stop flag
-  std::condition_variable cv_;
+  std::mutex mutex_;  // the records; shut_down_
   int64_t latest_ = 0;
   std::array<Record, kRemembered> records_{};
-  bool stopping_ = false, shut_down_ = false;
+  bool shut_down_ = false;
 
   std::mutex check_mutex_;  // one check_same() or diagnose() at a time
   int32_t queries_ = 0;     // under check_mutex_: makes each diagnose()'s reply tag fresh
 
-  // The listener's own; it is the only thread that touches them.
+  // The listener's own (served under its mutex), then stop_listening()'s.
   Query query_{};
   MPI_Request query_request_ = MPI_REQUEST_NULL;
   std::vector<MPI_Request> reply_requests_;
   std::vector<std::unique_ptr<Answer>> replies_;  // parallel; buffers stay put while in flight
 
-  std::thread listener_;  // last: starts once the members above exist
 };
 
 }  // namespace dpt::dist
