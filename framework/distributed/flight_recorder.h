@@ -1,8 +1,9 @@
 // The flight recorder: what each rank's groups were doing when a job hung or failed. Every
-// MPI process group keeps its last collectives in a fixed ring (number, op, dtype, count,
+// process group keeps its last collectives in a fixed ring (number, op, dtype, count,
 // root, state, times); on a timeout, a fatal error (abort_all) or SIGUSR2 the rank writes
 // all its rings as one JSON file, DIR/rank-R.json, that tools/flight.py reads across ranks.
-// NCCL collectives (CUDA tensors) do not pass through the ring yet.
+// CUDA collectives pass through the same ring (the front end records them before NCCL runs
+// them; the watchdog marks them completed).
 #pragma once
 
 #include <cstdint>

@@ -93,7 +93,7 @@ void Watchdog::poll(std::vector<Entry>& entries) {
 
 Watchdog& process_watchdog() {
   // Never destroyed: its thread may be polling while static destructors run at exit.
-  static Watchdog* watchdog = new Watchdog([](const std::string& message) { abort_all(message, 1); });
+  static Watchdog* watchdog = new Watchdog([](const std::string& message) { abort_all("error: " + message, 1); });
   return *watchdog;
 }
 
