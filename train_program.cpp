@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "io/config.h"
 #include "io/stop_signal.h"
 #include "train/trainer.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 #include "nn/module.h"
 
 namespace dpt::models {

@@ -26,7 +26,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 using namespace dpt;
 

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <string>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 namespace dpt::testing {
 

@@ -27,7 +27,7 @@ TEST(CudaGraph, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include "backend/cuda/math_settings.h"
 #include "backend/cuda/upload.h"
 #include "parallel/ddp.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "error_of.h"
 #include "inputs.h"
 #include "models/registry.h"

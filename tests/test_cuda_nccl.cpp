@@ -13,10 +13,10 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "distributed/dist.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/mpi_process_group.h"
 
-#include "distributed/watchdog.h"
+#include "comm/watchdog.h"
 
 #ifdef DPT_WITH_CUDA
 #include "backend/cuda/device.h"

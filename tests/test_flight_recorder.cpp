@@ -3,7 +3,7 @@
 // field as recorded (checked against the values written here, not against the writer).
 #include <gtest/gtest.h>
 
-#include "distributed/flight_recorder.h"
+#include "comm/flight_recorder.h"
 
 using namespace dpt::dist;
 

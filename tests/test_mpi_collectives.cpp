@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "closed_form.h"
-#include "distributed/dist.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/mpi_process_group.h"
 #include "mpi_waits.h"
 
 using namespace dpt;

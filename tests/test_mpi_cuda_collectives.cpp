@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "closed_form.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 #ifdef DPT_WITH_CUDA
 #include "backend/cuda/device.h"

@@ -5,7 +5,7 @@
 // every rank computes itself. Skipped (on every rank) unless every rank has its own GPU.
 #include <gtest/gtest.h>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "gradcheck.h"
 #include "kernel_check.h"
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/dist.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/mpi_process_group.h"
 #include "error_of.h"
 #include "mpi_waits.h"
 

@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "core/tensor.h"
-#include "distributed/dist.h"
-#include "distributed/flight_recorder.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/flight_recorder.h"
+#include "comm/mpi_process_group.h"
 #include "error_of.h"
 #include "mpi_waits.h"
 

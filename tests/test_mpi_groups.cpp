@@ -12,8 +12,8 @@
 #include <string>
 
 #include "closed_form.h"
-#include "distributed/dist.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/mpi_process_group.h"
 
 using namespace dpt;
 using namespace dpt::dist;

@@ -1,4 +1,4 @@
-// The hierarchical all-reduce (distributed/hierarchical.h) across hosts: under
+// The hierarchical all-reduce (comm/hierarchical.h) across hosts: under
 // tools/cluster.sh (2 hosts x 2 and 2 x 1 processes) the real ones; under a plain mpirun
 // -np 2/3/4 hosts simulated by the node each rank passes to make_host_groups (2 x 1, 3 x 1,
 // 2 x 2 with a host's ranks interleaved). For every op and dtype, on the world (or its
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "distributed/comm_thread.h"
-#include "distributed/dist.h"
-#include "distributed/hierarchical.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/comm_thread.h"
+#include "comm/dist.h"
+#include "comm/hierarchical.h"
+#include "comm/mpi_process_group.h"
 
 using namespace dpt;
 using namespace dpt::dist;

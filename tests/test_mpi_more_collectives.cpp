@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "closed_form.h"
-#include "distributed/dist.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/mpi_process_group.h"
 #include "error_of.h"
 
 using namespace dpt;

@@ -20,7 +20,7 @@
 
 #include "core/rng.h"
 #include "parallel/ddp.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "parallel/pipeline.h"
 #include "error_of.h"
 #include "models/registry.h"

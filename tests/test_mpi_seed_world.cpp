@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "closed_form.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 using namespace dpt;
 using namespace dpt::dist;

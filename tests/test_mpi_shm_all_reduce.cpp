@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "distributed/dist.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/mpi_process_group.h"
 #include "mpi_waits.h"
 
 using namespace dpt;

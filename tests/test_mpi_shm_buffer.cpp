@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "distributed/dist.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/mpi_process_group.h"
 #include "mpi_waits.h"
 
 using namespace dpt;

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "autograd/node.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "gradcheck.h"
 #include "kernel_check.h"
 #include "ops/norm.h"

@@ -10,7 +10,7 @@
 
 #include "core/threading.h"
 #include "parallel/ddp.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "gradcheck.h"
 #include "models/registry.h"
 #include "parallel/tensor_parallel.h"

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "distributed/dist.h"
-#include "distributed/mpi_process_group.h"
-#include "distributed/world_table.h"
+#include "comm/dist.h"
+#include "comm/mpi_process_group.h"
+#include "comm/world_table.h"
 
 using namespace dpt::dist;
 

@@ -17,7 +17,7 @@
 #include "autograd/node.h"
 #include "core/rng.h"
 #include "parallel/ddp.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "parallel/zero.h"
 #include "error_of.h"
 #include "io/checkpoint.h"

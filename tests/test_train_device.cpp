@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "core/storage.h"
-#include "distributed/rank_device.h"
+#include "comm/rank_device.h"
 #include "error_of.h"
 #include "io/config.h"
 #include "temp_dir.h"

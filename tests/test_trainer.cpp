@@ -21,7 +21,7 @@
 #include "datasets/augment.h"
 #include "datasets/loader.h"
 #include "datasets/synthetic.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "io/atomic_file.h"
 #include "io/config.h"
 #include "io/json.h"

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "distributed/watchdog.h"
+#include "comm/watchdog.h"
 
 using namespace dpt::dist;
 using namespace std::chrono_literals;

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <utility>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "fault_injection.h"
 #include "ops/elementwise.h"
 #include "train_program.h"

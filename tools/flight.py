@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Reads the flight recorder's dumps of every rank (DIR/rank-R.json, written by dpt on a
-timeout, a fatal error or SIGUSR2; framework/distributed/flight_recorder.h) and says, per
+timeout, a fatal error or SIGUSR2; framework/comm/flight_recorder.h) and says, per
 process group, the first collective where the ranks disagree or stall: which ranks reached
 it, in what state, and what each missing rank last completed. Usage: flight.py DIR"""
 import glob

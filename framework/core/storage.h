@@ -30,7 +30,7 @@ class DeviceBackend {
   virtual std::string unavailable_reason() { return ""; }
   // Blocks the calling thread until all work queued on the device is done.
   virtual void synchronize(int device_index) = 0;
-  // What a rank's device choice reads and sets (distributed/rank_device.cpp): the device's
+  // What a rank's device choice reads and sets (comm/rank_device.cpp): the device's
   // name, its 16-byte UUID (ranks with equal UUIDs share one device), and the device this
   // thread's work goes to by default.
   virtual std::string name(int) { return "cpu"; }

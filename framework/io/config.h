@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "parallel/ddp_options.h"
-#include "distributed/hierarchical.h"
+#include "comm/hierarchical.h"
 #include "parallel/pipeline_schedule.h"
-#include "distributed/rank_device.h"
+#include "comm/rank_device.h"
 #include "optim/schedule.h"
 
 namespace dpt::io {

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "core/threading.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 namespace dpt::io {
 namespace {

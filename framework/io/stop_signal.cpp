@@ -4,7 +4,7 @@
 
 #include <csignal>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 namespace dpt::io {
 namespace {

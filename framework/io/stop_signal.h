@@ -8,7 +8,7 @@
 #pragma once
 
 #include "core/tensor.h"
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 
 namespace dpt::io {
 

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 #include "nn/module.h"
 
 namespace dpt::dist {

@@ -3,8 +3,8 @@
 #include <sstream>
 
 #include "autograd/node.h"
-#include "distributed/dist.h"
-#include "distributed/hierarchical.h"
+#include "comm/dist.h"
+#include "comm/hierarchical.h"
 #include "nn/layers.h"
 
 namespace dpt::dist {

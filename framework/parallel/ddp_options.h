@@ -4,7 +4,7 @@
 // builds DDP), which hands it to its Reducer.
 #pragma once
 
-#include "distributed/hierarchical.h"
+#include "comm/hierarchical.h"
 
 namespace dpt::dist {
 

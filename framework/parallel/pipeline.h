@@ -22,7 +22,7 @@
 
 #include "parallel/ddp.h"
 #include "parallel/pipeline_schedule.h"
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 #include "nn/pipeline_stage.h"
 
 namespace dpt::dist {

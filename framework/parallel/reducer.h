@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "parallel/ddp_options.h"
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 #include "nn/module.h"
 
 namespace dpt::dist {

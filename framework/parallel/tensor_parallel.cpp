@@ -1,6 +1,6 @@
 #include "parallel/tensor_parallel.h"
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "ops/activation.h"
 #include "ops/cast.h"
 #include "ops/elementwise.h"

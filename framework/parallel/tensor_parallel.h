@@ -10,7 +10,7 @@
 // one-process model. Parameters keep the unsplit layer's names ("weight", "bias").
 #pragma once
 
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 #include "nn/layers.h"
 #include "ops/sum_across_ranks.h"
 

@@ -25,7 +25,7 @@ struct StepPhases {
 // "data wait", "forward", "backward", "allreduce wait", "optimizer": for timelines and reports.
 const char* phase_name(Phase phase);
 
-// A step's collectives and their bytes on this rank (distributed/process_group.h's
+// A step's collectives and their bytes on this rank (comm/process_group.h's
 // CollectiveCounts), as a mean over steps: the round trips the step makes.
 struct StepTraffic {
   double collectives = 0, bytes = 0;

@@ -1,6 +1,6 @@
 #include "profile/step_profiler.h"
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 namespace dpt::profile {
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 namespace dpt::profile {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "io/atomic_file.h"
 
 namespace dpt::profile {

@@ -2,7 +2,7 @@
 
 #include "autograd/node.h"
 #include "datasets/sampler.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "ops/loss.h"
 
 #include "backend/kernels.h"

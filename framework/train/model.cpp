@@ -1,7 +1,7 @@
 #include "train/model.h"
 
 #include "parallel/ddp.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "parallel/tensor_parallel.h"
 
 namespace dpt::train {

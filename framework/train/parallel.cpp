@@ -1,6 +1,6 @@
 #include "train/parallel.h"
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 namespace dpt::train {
 

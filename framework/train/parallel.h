@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 #include "io/config.h"
 
 namespace dpt::train {

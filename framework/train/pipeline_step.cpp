@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "nn/pipeline_stage.h"
 #include "ops/loss.h"
 #include "optim/nonfinite.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "parallel/pipeline.h"
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 #include "io/config.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"

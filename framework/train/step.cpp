@@ -1,6 +1,6 @@
 #include "train/step.h"
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "ops/loss.h"
 #include "optim/graphed_train_step.h"
 

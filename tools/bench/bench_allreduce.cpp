@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "distributed/dist.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/mpi_process_group.h"
 
 using namespace dpt;
 using namespace dpt::dist;

@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "core/storage.h"
 #include "core/threading.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "parallel/pipeline.h"
 #include "models/registry.h"
 #include "ops/loss.h"

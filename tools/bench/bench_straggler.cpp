@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 #include "median_ms.h"
 #include "profile/straggler.h"
 

@@ -1,4 +1,4 @@
-#include "distributed/shm_buffer.h"
+#include "comm/shm_buffer.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "distributed/combine.h"
-#include "distributed/mpi_check.h"
+#include "comm/combine.h"
+#include "comm/mpi_check.h"
 
 namespace dpt::dist {
 

@@ -1,6 +1,6 @@
 // ShmSegment: the shared segment of a one-machine group, and the arrive / reduce steps of
 // its small all-reduces (see the header for why the buffers cannot be overwritten early).
-#include "distributed/shm_all_reduce.h"
+#include "comm/shm_all_reduce.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "distributed/combine.h"
-#include "distributed/mpi_check.h"
+#include "comm/combine.h"
+#include "comm/mpi_check.h"
 
 namespace dpt::dist {
 namespace {

@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "distributed/comm_thread.h"
-#include "distributed/control_channel.h"
-#include "distributed/device_collectives.h"
-#include "distributed/flight_recorder.h"
-#include "distributed/hierarchical.h"
-#include "distributed/process_group.h"
+#include "comm/comm_thread.h"
+#include "comm/control_channel.h"
+#include "comm/device_collectives.h"
+#include "comm/flight_recorder.h"
+#include "comm/hierarchical.h"
+#include "comm/process_group.h"
 
 namespace dpt::dist {
 

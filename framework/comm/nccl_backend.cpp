@@ -1,6 +1,6 @@
 // NcclBackend: NCCL calls on the backend's own stream, ordered against the device's compute
 // stream by events (see the header for the waiting rules).
-#include "distributed/nccl_backend.h"
+#include "comm/nccl_backend.h"
 
 #include <mutex>
 
@@ -9,7 +9,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/graph.h"
 #include "core/error.h"
-#include "distributed/mpi_check.h"
+#include "comm/mpi_check.h"
 
 namespace dpt::dist {
 

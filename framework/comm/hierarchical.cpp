@@ -1,13 +1,13 @@
 // The stages of the hierarchical all-reduce (hierarchical.h) and the compressing view of a
 // group that DDP's Reducer all-reduces through.
-#include "distributed/hierarchical.h"
+#include "comm/hierarchical.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "distributed/combine.h"
-#include "distributed/comm_thread.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/combine.h"
+#include "comm/comm_thread.h"
+#include "comm/mpi_process_group.h"
 
 namespace dpt::dist {
 namespace {

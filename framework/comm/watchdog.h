@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 
 namespace dpt::dist {
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 
 namespace dpt::dist {
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "distributed/hierarchical.h"
-#include "distributed/process_group.h"
+#include "comm/hierarchical.h"
+#include "comm/process_group.h"
 
 namespace dpt::dist {
 

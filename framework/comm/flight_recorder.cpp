@@ -1,7 +1,7 @@
 // The rings of flight_recorder.h and the process-wide registry that dumps them. The
 // registry is global because a signal, a dying rank and a peer's timeout query must all
 // find every group's ring without a handle to any of them.
-#include "distributed/flight_recorder.h"
+#include "comm/flight_recorder.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // The backend-independent pieces of process_group.h: names for messages, how n elements
 // are split into per-rank chunks for all_gather and reduce_scatter, and the argument checks
 // of the rooted collectives and all_to_all that both backends share.
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 
 #include <cstdio>
 

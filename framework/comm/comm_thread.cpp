@@ -2,7 +2,7 @@
 // comm_thread.h. The thread sleeps between polls (PollPolicy) because a spinning progress
 // loop would steal the core that compute runs on; a waiter polls without sleeping, as
 // MPI_Wait does, because nothing of its rank computes while it waits.
-#include "distributed/comm_thread.h"
+#include "comm/comm_thread.h"
 
 #include <sched.h>
 #include <sys/prctl.h>
@@ -11,7 +11,7 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "distributed/mpi_check.h"
+#include "comm/mpi_check.h"
 
 namespace dpt::dist {
 namespace {

@@ -2,7 +2,7 @@
 // MpiOp (the Work) to the group's CommThread, whose poll token's holder (the caller itself
 // when the token is free, else whoever holds it) starts it as a nonblocking MPI call and
 // finishes it (avg's division, recv's count check) on completion.
-#include "distributed/mpi_process_group.h"
+#include "comm/mpi_process_group.h"
 
 #include <climits>
 #include <cstdio>
@@ -11,13 +11,13 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "distributed/combine.h"
-#include "distributed/dist.h"
-#include "distributed/hierarchical.h"
-#include "distributed/mpi_check.h"
-#include "distributed/shm_all_reduce.h"
-#include "distributed/shm_buffer.h"
-#include "distributed/watchdog.h"
+#include "comm/combine.h"
+#include "comm/dist.h"
+#include "comm/hierarchical.h"
+#include "comm/mpi_check.h"
+#include "comm/shm_all_reduce.h"
+#include "comm/shm_buffer.h"
+#include "comm/watchdog.h"
 
 namespace dpt::dist {
 namespace {

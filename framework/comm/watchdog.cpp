@@ -1,11 +1,11 @@
 // The watchdog's thread sleeps on a condition variable while nothing is watched, and polls
 // every `interval` otherwise: a CUDA event query costs about a microsecond, so a step's few
 // dozen collectives cost nothing measurable.
-#include "distributed/watchdog.h"
+#include "comm/watchdog.h"
 
 #include <exception>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 namespace dpt::dist {
 

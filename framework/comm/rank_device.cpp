@@ -1,11 +1,11 @@
-#include "distributed/rank_device.h"
+#include "comm/rank_device.h"
 
 #include <cstdio>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/storage.h"
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 
 namespace dpt::dist {

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "distributed/process_group.h"
-#include "distributed/shm_map.h"
+#include "comm/process_group.h"
+#include "comm/shm_map.h"
 
 namespace dpt::dist {
 

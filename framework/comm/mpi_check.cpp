@@ -1,6 +1,6 @@
 // The out-of-line half of MPI_CHECK: the error message, and the mutex that serialises MPI
 // calls when MPI does not grant MPI_THREAD_MULTIPLE.
-#include "distributed/mpi_check.h"
+#include "comm/mpi_check.h"
 
 #include <cstring>
 #include <sstream>

@@ -1,6 +1,6 @@
 // Process start-up, the default group and group creation: the MPI state of the process
 // (docs/design.md allows this one global), and the collective calls that make groups.
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 #include <unistd.h>
 
@@ -17,10 +17,10 @@
 #include <thread>
 
 #include "core/error.h"
-#include "distributed/fatal.h"
-#include "distributed/flight_recorder.h"
-#include "distributed/mpi_check.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/fatal.h"
+#include "comm/flight_recorder.h"
+#include "comm/mpi_check.h"
+#include "comm/mpi_process_group.h"
 
 namespace dpt::dist {
 namespace {

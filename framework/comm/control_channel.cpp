@@ -3,7 +3,7 @@
 // collective. Every MPI call goes through MPI_CHECK (so under MPI_THREAD_SERIALIZED it takes
 // the process-wide MPI mutex); the listener and diagnose() turn failures into text instead
 // of throwing, since they run when something has already gone wrong.
-#include "distributed/control_channel.h"
+#include "comm/control_channel.h"
 
 #include <sched.h>
 
@@ -16,8 +16,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "distributed/flight_recorder.h"
-#include "distributed/mpi_check.h"
+#include "comm/flight_recorder.h"
+#include "comm/mpi_check.h"
 
 namespace dpt::dist {
 namespace {

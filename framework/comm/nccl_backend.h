@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "backend/cuda/stream.h"
-#include "distributed/device_collectives.h"
+#include "comm/device_collectives.h"
 
 namespace dpt::dist {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 
 namespace dpt::dist {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "distributed/process_group.h"
+#include "comm/process_group.h"
 
 namespace dpt::dist {
 

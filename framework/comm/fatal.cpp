@@ -1,6 +1,6 @@
 // The fatal-signal and terminate handlers of fatal.h. The signal handler does only what is
 // async-signal-safe: write(2) of a line formatted in advance, sigaction and raise.
-#include "distributed/fatal.h"
+#include "comm/fatal.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <exception>
 #include <string>
 
-#include "distributed/dist.h"
+#include "comm/dist.h"
 
 namespace dpt::dist {
 namespace {

@@ -1,7 +1,7 @@
 // world_table: each rank describes itself and its groups in a few lines of text, rank 0
 // gathers them (MPI_Gatherv over the world's group-creation communicator, on the calling
 // thread like group creation) and lays them out.
-#include "distributed/world_table.h"
+#include "comm/world_table.h"
 
 #include <mpi.h>
 
@@ -11,9 +11,9 @@
 #include <sstream>
 #include <vector>
 
-#include "distributed/dist.h"
-#include "distributed/mpi_check.h"
-#include "distributed/mpi_process_group.h"
+#include "comm/dist.h"
+#include "comm/mpi_check.h"
+#include "comm/mpi_process_group.h"
 
 namespace dpt::dist {
 namespace {

@@ -1,4 +1,4 @@
-#include "distributed/shm_map.h"
+#include "comm/shm_map.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -7,7 +7,7 @@
 #include <atomic>
 #include <cstdio>
 
-#include "distributed/mpi_check.h"
+#include "comm/mpi_check.h"
 
 namespace dpt::dist {
 
