@@ -48,8 +48,13 @@ class DataParallelPlan : public ParallelPlan {
     module_ = data_parallel(net, layout_.dp_group, config_);
   }
 
+  // With a tp mesh, "mesh: dp 2 x tp 2, rank r at (dp r / 2, tp r % 2): ...": the world
+  // table (dist/world_table.h) that follows lists each group's members and group ranks.
   std::string describe() const override {
-    return layout_.tp_group ? parallel_layout_str(layout_) + "\n" : "";
+    if (!layout_.tp_group) return "";
+    const std::string tp = std::to_string(layout_.tp);
+    return "mesh: dp " + std::to_string(layout_.dp) + " x tp " + tp + ", rank r at (dp r / " + tp + ", tp r % " +
+           tp + "): DDP over the groups mesh.dp, the model's layers split over the groups mesh.tp\n";
   }
 
   std::unique_ptr<Step> make_step(optim::Optimizer& optimizer, optim::Ema* ema,
