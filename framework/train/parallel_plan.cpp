@@ -11,18 +11,6 @@
 namespace dpt::train {
 namespace {
 
-void backend_check(Device device, io::CommBackend backend) {
-  // A group carries each tensor where it lives (MPI for host memory, NCCL for device memory):
-  // `backend` states which of the two the user expects, and is refused where the other one is.
-  const bool cuda = device.is_cuda();
-  DPT_CHECK(backend != io::CommBackend::nccl || cuda)
-      << "distributed.backend: nccl carries CUDA tensors, but this run trains on " << device.str()
-      << ": set device: cuda, or distributed.backend: auto or mpi";
-  DPT_CHECK(backend != io::CommBackend::mpi || !cuda)
-      << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
-      << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
-}
-
 // `module` wrapped in DDP over `group` as the config's `distributed` keys ask, or `module`
 // itself when the group has one rank: the one place a run builds DDP, for the whole model
 // and a pipeline stage alike, so the DDP keys go from the config to DDP here alone.
@@ -35,18 +23,23 @@ nn::ModulePtr data_parallel(nn::ModulePtr module, dist::GroupPtr group, const io
   return std::make_shared<dist::DistributedDataParallel>(std::move(module), std::move(group), options);
 }
 
+void backend_check(Device device, io::CommBackend backend) {
+  // A group carries each tensor where it lives (MPI for host memory, NCCL for device memory):
+  // `backend` states which of the two the user expects, and is refused where the other one is.
+  const bool cuda = device.is_cuda();
+  DPT_CHECK(backend != io::CommBackend::nccl || cuda)
+      << "distributed.backend: nccl carries CUDA tensors, but this run trains on " << device.str()
+      << ": set device: cuda, or distributed.backend: auto or mpi";
+  DPT_CHECK(backend != io::CommBackend::mpi || !cuda)
+      << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
+      << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
+}
+
 // The whole model on every rank, in DDP over the dp group (the world without a mesh, or
 // beside tensor-parallel slices); the optimizer shards itself over DDP with optimizer.shard.
 class DataParallelPlan : public ParallelPlan {
  public:
   DataParallelPlan(const io::Config& config, const ParallelLayout& layout) : ParallelPlan(config, layout) {}
-
-  void wrap(const nn::ModulePtr& net, Device device) override {
-    backend_check(device, config_.distributed.backend);
-    net->to(device);
-    net_ = net;
-    module_ = data_parallel(net, layout_.dp_group, config_);
-  }
 
   // With a tp mesh, "mesh: dp 2 x tp 2, rank r at (dp r / 2, tp r % 2): ...": the world
   // table (dist/world_table.h) that follows lists each group's members and group ranks.
@@ -101,12 +94,7 @@ class PipelinePlan : public ParallelPlan {
     for (const auto& o : options) DPT_CHECK(!o.refused) << "key '" << o.key << "': " << pp << o.why;
   }
 
-  void wrap(const nn::ModulePtr& net, Device device) override {
-    backend_check(device, config_.distributed.backend);
-    net->to(device);  // the whole model: evaluation runs it after gather()
-    net_ = net;
-    module_ = data_parallel(nn::split_stage(*net, layout_.pp, layout_.stage), layout_.dp_group, config_);
-  }
+  nn::ModulePtr trained_part() const override { return nn::split_stage(*net_, layout_.pp, layout_.stage); }
 
   // The mesh, each stage's units and ranks, the schedule.
   std::string describe() const override {
@@ -163,6 +151,13 @@ class PipelinePlan : public ParallelPlan {
 };
 
 }  // namespace
+
+void ParallelPlan::wrap(const nn::ModulePtr& net, Device device) {
+  backend_check(device, config_.distributed.backend);
+  net->to(device);  // the whole model, also with pp > 1: evaluation runs it after gather()
+  net_ = net;
+  module_ = data_parallel(trained_part(), layout_.dp_group, config_);
+}
 
 std::unique_ptr<ParallelPlan> make_plan(const io::Config& config, const ParallelLayout& layout) {
   if (layout.pp > 1) return std::make_unique<PipelinePlan>(config, layout);

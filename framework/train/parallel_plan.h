@@ -24,11 +24,11 @@ class ParallelPlan {
  public:
   virtual ~ParallelPlan() = default;
 
-  // Moves `net` (the bare model) to `device` and wraps what this rank trains: DDP over the
-  // dp group (that group's rank 0's weights) or the module itself on one rank; with pp > 1,
-  // this rank's stage. Before the optimizer, the EMA and a checkpoint's load (their state is
-  // made where the parameters are). Collective over the dp group.
-  virtual void wrap(const nn::ModulePtr& net, Device device) = 0;
+  // Moves `net` (the bare model) to `device` and wraps what this rank trains (the model, or
+  // with pp > 1 its stage) in DDP over the dp group, as the `distributed` keys ask; on a dp
+  // group of one rank, leaves it bare. Before the optimizer, the EMA and a checkpoint's load
+  // (their state is made where the parameters are). Collective over the dp group.
+  void wrap(const nn::ModulePtr& net, Device device);
   // What wrap made: what the optimizer, the profiler and the step train.
   nn::Module& module() const { return *module_; }
   // What rank 0 prints about the layout before the world table: lines ending in \n, or "".
@@ -49,6 +49,8 @@ class ParallelPlan {
 
  protected:
   ParallelPlan(const io::Config& config, const ParallelLayout& layout) : config_(config), layout_(layout) {}
+  // What this rank trains of net_: the whole model, or its pipeline stage (sharing its tensors).
+  virtual nn::ModulePtr trained_part() const { return net_; }
   const io::Config& config_;
   const ParallelLayout& layout_;
   nn::ModulePtr net_, module_;  // the bare model; what wrap made of it
