@@ -34,6 +34,7 @@
 #include "temp_dir.h"
 #include "train/batch_source.h"
 #include "train/evaluate.h"
+#include "train/parallel_plan.h"
 #include "train/trainer.h"
 
 using namespace dpt;
@@ -270,6 +271,32 @@ TEST_F(TrainerTest, NcclOnTheCpuIsAnError) {
                  "distributed.backend: auto or mpi");
   }
   EXPECT_NO_THROW(train::Trainer(config(kResnetRun, {"distributed.backend=mpi", "epochs=1"})));
+}
+
+// A parallel plan refuses, naming the key, an option it cannot honour, before any rank
+// trains without it: the pipeline's first refusal in its list, none once all are off; the
+// data-parallel plan honours them.
+TEST_F(TrainerTest, APipelinePlanRefusesWhatItCannotHonourByKey) {
+  train::ParallelLayout pipeline;
+  pipeline.pp = 2;
+  auto refusal = [&](const std::vector<std::string>& overrides,
+                     const train::ParallelLayout& layout) -> std::string {
+    try {
+      train::make_plan(config(kResnetRun, overrides), layout);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(refusal({"parallel.pp=2"}, pipeline),
+            "key 'checkpoint.every_epochs': parallel.pp: 2 trains without checkpoints (each stage's optimizer "
+            "state lives on its own rank): set checkpoint.every_epochs: 0");
+  EXPECT_EQ(refusal({"parallel.pp=2", "checkpoint.every_epochs=0", "ema_decay=0", "distributed.compress=bf16"},
+                    pipeline),
+            "key 'distributed.compress': parallel.pp: 2 all-reduces each stage's gradients in f32: set "
+            "distributed.compress: none");
+  EXPECT_EQ(refusal({"parallel.pp=2", "checkpoint.every_epochs=0", "ema_decay=0"}, pipeline), "");
+  EXPECT_EQ(refusal({"distributed.compress=bf16"}, train::ParallelLayout{}), "");
 }
 
 // evaluate() alone, on a model nobody trained: a test set of 37 samples in batches of 8

@@ -122,7 +122,8 @@ struct ScheduleConfig {
 
 struct DistributedConfig {
   // The section's DDP keys, held as DDP takes them. Its members that are no keys keep their
-  // defaults here (data_parallel, train/model.h, sets shard_gradients from optimizer.shard).
+  // defaults here (data_parallel, train/parallel_plan.cpp, sets shard_gradients from
+  // optimizer.shard).
   dist::DdpOptions ddp;
   CommBackend backend;
   double timeout_s;

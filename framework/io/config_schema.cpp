@@ -217,26 +217,6 @@ std::vector<Rule> config_rules() {
          return "key 'pipeline.micro_batches': " + std::to_string(c.pipeline.micro_batches) +
                 " micro-batches do not divide batch_size " + std::to_string(c.batch_size);
        }},
-      // What a pipelined run does not do yet: each is refused by name rather than run wrong.
-      {"parallel.pp",
-       [](const Config& c) -> std::string {
-         if (c.parallel.pp == 1) return "";
-         const std::string pp = "parallel.pp: " + std::to_string(c.parallel.pp) + " ";
-         if (c.checkpoint.every_epochs != 0)
-           return pp +
-                  "trains without checkpoints (each stage's optimizer state lives on its own rank): set "
-                  "checkpoint.every_epochs: 0";
-         if (c.cuda_graphs) return pp + "runs its steps eagerly: set cuda_graphs: false";
-         if (c.ema_decay > 0) return pp + "keeps no weight average: set ema_decay: 0";
-         if (c.distributed.ddp.sync_bn)
-           return pp + "normalises each micro-batch on its own: set distributed.sync_bn: false";
-         if (c.distributed.ddp.compress != dist::Compression::none)
-           return pp + "all-reduces each stage's gradients in f32: set distributed.compress: none";
-         if (c.on_nonfinite == NonfiniteAction::skip)
-           return pp + "stops on non-finite gradients: set on_nonfinite: stop";
-         if (c.optimizer.shard) return pp + "keeps each stage's optimizer state whole: set optimizer.shard: false";
-         return "";
-       }},
   };
 }
 

@@ -1,7 +1,6 @@
 // The model a run trains: built by name from the registry for the data's shape, set to
-// the config's compute mode, placed on the rank's device and, on several ranks, wrapped in
-// DistributedDataParallel. How the model is split over ranks is decided here and nowhere
-// else in the Trainer.
+// the config's compute mode, and its whole state gathered from tensor-parallel slices. How
+// it is placed on the ranks and wrapped in DDP is the parallel plan's (parallel_plan.h).
 #pragma once
 
 #include "datasets/dataset.h"
@@ -20,23 +19,6 @@ nn::Compute compute_for(const io::Config& config, Device device);
 // What the training data says about the model's input and output; `seed` initialises it;
 // a model with `tensor_parallel: true` splits its layers over `tp_group`.
 models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::GroupPtr tp_group = nullptr);
-
-// Throws dpt::Error when `backend` (the `distributed.backend` key) is the one that does not
-// carry `device`'s tensors (nccl for a CPU run, mpi for a CUDA one).
-void backend_check(Device device, io::CommBackend backend);
-
-// `module` wrapped in DDP over `group` as the config's `distributed` keys ask (DDP
-// broadcasts its rank 0's parameters and buffers), reduce-scattering the gradients for a
-// sharded optimizer (optimizer.shard); `module` itself when the group has one rank. The one
-// place a run builds DDP, for the whole model and for a pipeline stage alike, so the DDP
-// keys go from the config to DDP here and nowhere else. Collective over group.
-nn::ModulePtr data_parallel(nn::ModulePtr module, dist::GroupPtr group, const io::Config& config);
-
-// Moves `net` to `device` and, when `dp_group` has several ranks, wraps it in DDP over
-// that group (data_parallel). Returns what a step calls: the wrapper, or `net` itself.
-// Collective over dp_group; null: the world.
-nn::ModulePtr model_distribute(const nn::ModulePtr& net, Device device, const io::Config& config,
-                               dist::GroupPtr dp_group = nullptr);
 
 // The model's state with every tensor a tensor-parallel model splits gathered whole
 // (nn::gather_whole_state): what model.safetensors holds, loadable into the one-process

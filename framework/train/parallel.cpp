@@ -51,10 +51,4 @@ ParallelLayout parallel_layout(const io::Config& config, const std::string& resu
   return layout;
 }
 
-std::string parallel_layout_str(const ParallelLayout& l) {
-  const std::string tp = std::to_string(l.tp);
-  return "mesh: dp " + std::to_string(l.dp) + " x tp " + tp + ", rank r at (dp r / " + tp + ", tp r % " + tp +
-         "): DDP over the groups mesh.dp, the model's layers split over the groups mesh.tp";
-}
-
 }  // namespace dpt::train

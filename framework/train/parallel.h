@@ -31,8 +31,4 @@ struct ParallelLayout {
 // for pp > 1 with `resume` (its checkpoints hold one stage's optimizer state).
 ParallelLayout parallel_layout(const io::Config& config, const std::string& resume);
 
-// "mesh: dp 2 x tp 2, rank r at (dp r / 2, tp r % 2): ...": the line rank 0 prints before
-// the world table (dist/world_table.h), which lists each group's members and group ranks.
-std::string parallel_layout_str(const ParallelLayout& layout);
-
 }  // namespace dpt::train

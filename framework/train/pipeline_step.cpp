@@ -3,46 +3,10 @@
 #include <cmath>
 
 #include "comm/dist.h"
-#include "nn/pipeline_stage.h"
 #include "ops/loss.h"
 #include "optim/nonfinite.h"
-#include "train/model.h"
 
 namespace dpt::train {
-
-std::string pipeline_describe(const io::Config& config, nn::Module& net, const ParallelLayout& layout) {
-  const int64_t m = config.pipeline.micro_batches;
-  std::string out = "pipeline: " + std::to_string(layout.pp) + " stages x " + std::to_string(layout.dp) +
-                    " data-parallel replicas; rank r holds stage r / " + std::to_string(layout.dp) +
-                    " of replica r % " + std::to_string(layout.dp) + "; " +
-                    dist::pipeline_schedule_name(config.pipeline.schedule) + ", " + std::to_string(m) +
-                    " micro-batches of " + std::to_string(config.batch_size / m) + " per step\n";
-  for (int s = 0; s < layout.pp; ++s) {
-    std::string ranks;
-    for (int d = 0; d < layout.dp; ++d) ranks += (d ? ", " : "") + std::to_string(s * layout.dp + d);
-    const std::string stage = nn::split_stage(net, layout.pp, s)->describe();
-    out += "  stage " + std::to_string(s) + " on rank" + (layout.dp > 1 ? "s " : " ") + ranks + ": " +
-           stage.substr(stage.find(": ") + 2, stage.size() - stage.find(": ") - 3) + "\n";
-  }
-  return out;
-}
-
-nn::ModulePtr pipeline_distribute(nn::Module& net, Device device, const io::Config& config,
-                                  const ParallelLayout& layout) {
-  backend_check(device, config.distributed.backend);
-  net.to(device);  // the whole model: evaluation runs it after pipeline_gather_model
-  // DDP as for a whole model: what a stage cannot do (sync_bn, compress, optimizer.shard)
-  // is refused with pp > 1 (config_rules).
-  return data_parallel(nn::split_stage(net, layout.pp, layout.stage), layout.dp_group, config);
-}
-
-void pipeline_gather_model(nn::Module& net, const ParallelLayout& layout) {
-  std::vector<dist::WorkPtr> pending;
-  for (int s = 0; s < layout.pp; ++s)
-    for (const auto& [name, tensor] : nn::split_stage(net, layout.pp, s)->state_dict())
-      pending.push_back(layout.pp_group->broadcast(tensor, s));
-  for (const dist::WorkPtr& work : pending) work->wait();
-}
 
 PipelineStep::PipelineStep(const io::Config& config, nn::ModulePtr stage, const ParallelLayout& layout,
                            optim::Optimizer& optimizer)

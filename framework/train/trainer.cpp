@@ -64,6 +64,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
 
   const nn::Compute compute = compute_for(config_, device_);
   layout_ = parallel_layout(config_, options_.resume);
+  plan_ = make_plan(config_, layout_);  // before the data and the model: it refuses what it cannot do
   data_ = load_data(config_.dataset, config_.seed);
   const models::ModelSpec spec = model_spec(data_.train, config_.seed, layout_.tp_group);
   net_ = models::build_model(config_.model.node, spec);  // the bare model, f32 on the CPU
@@ -80,19 +81,16 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   net_->set_compute(compute);  // after the count: its forward runs on the CPU, in f32
   // On its device before the optimizer and the EMA (their state is made where the
   // parameters are) and before the checkpoint is loaded into them.
-  const bool pipeline = layout_.pp > 1;
-  model_ = pipeline ? pipeline_distribute(*net_, device_, config_, layout_)
-                    : model_distribute(net_, device_, config_, layout_.dp_group);
-  if (pipeline && main_rank) std::printf("%s", pipeline_describe(config_, *net_, layout_).c_str());
+  plan_->wrap(net_, device_);
+  if (main_rank) std::printf("%s", plan_->describe().c_str());
   if (world.world_size > 1) {  // after DDP made its group, so the table lists it
     const std::string world_text = dist::world_table(device_.str());  // collective
-    if (main_rank && layout_.tp_group) std::printf("%s\n", parallel_layout_str(layout_).c_str());
     if (main_rank) std::printf("%s", world_text.c_str());
   }
 
   make_loaders();
 
-  optimizer_ = make_optimizer(config_.optimizer, *model_);
+  optimizer_ = make_optimizer(config_.optimizer, plan_->module());
   if (main_rank)
     std::printf("optimizer state: %lld bytes on rank 0%s\n",
                 static_cast<long long>(optimizer_->state_bytes()),
@@ -100,13 +98,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   if (config_.ema_decay > 0)
     ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
   schedule_.emplace(make_schedule(config_, steps_, layout_.dp));
-  if (pipeline) {
-    auto step = std::make_unique<PipelineStep>(config_, model_, layout_, *optimizer_);
-    pipeline_step_ = step.get();
-    step_ = std::move(step);
-  } else {
-    step_ = make_step(config_, *model_, *net_, *optimizer_, ema_.get(), data_.train);
-  }
+  step_ = plan_->make_step(*optimizer_, ema_.get(), data_.train);
 
   // Checkpoints (resuming from one, saving them) and the output directory.
   control_ =
@@ -118,7 +110,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   if (main_rank) metrics_start(config_, control_->resumed(), control_->progress().epoch);
 
   profiler_ = std::make_unique<profile::StepProfiler>(
-      dynamic_cast<const dist::DistributedDataParallel*>(model_.get()), options_.timeline);
+      dynamic_cast<const dist::DistributedDataParallel*>(&plan_->module()), options_.timeline);
   if (device_.is_cuda() && (options_.sync_phases || !options_.timeline.path.empty()))
     profiler_->set_phase_sync([device = device_] { device_synchronize(device); });
 }
@@ -170,14 +162,12 @@ int Trainer::run() {
     at.best_test_acc = std::max(at.best_test_acc, eval.accuracy);
     const double images_per_sec = static_cast<double>(images) / train_time;
     const float last_lr = schedule_->lr_at((epoch + 1) * steps_ - 1);
-    const profile::StepPhases phases = profiler_->take_epoch_means();          // collective
-    const double bubble = pipeline_step_ ? pipeline_step_->take_bubble() : 0;  // collective
+    const profile::StepPhases phases = profiler_->take_epoch_means();  // collective
+    const std::string plan_lines = plan_->epoch_lines();               // collective
     if (main_rank) {
       std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
-      if (pipeline_step_)
-        std::printf("  pipeline bubble %.3f (idle / step time over the ranks; %.3f for equal stages)\n",
-                    bubble, pipeline_step_->bubble_theory());
+      std::printf("%s", plan_lines.c_str());
       std::fflush(stdout);
       metrics_add_epoch(config_.output.dir, {.epoch = epoch + 1,
                                              .train_loss = train_loss,
@@ -233,10 +223,10 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
       if (!stragglers.empty()) progress_.finish_line();
       for (const std::string& line : stragglers) std::printf("%s\n", line.c_str());
     }
-    // Called on every rank only when a signal stops the run, before rank 0 saves: then a
-    // pipeline's stages are gathered, so the checkpoint holds the whole model's weights.
+    // Called on every rank only when a signal stops the run, before rank 0 saves: then the
+    // plan gathers the model (a pipeline's stages), so the checkpoint holds its whole weights.
     auto loss_sum = [&] {
-      if (pipeline_step_) pipeline_gather_model(*net_, layout_);
+      plan_->gather();
       return r.losses.sum();
     };
     if (int signal = control_->stop_requested(epoch, r.step, lr, loss_sum, r.applied)) {
@@ -249,13 +239,7 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
 
 EvalResult Trainer::evaluate_model() {
   optimizer_->parameters_ready();  // the EMA's swap reads them outside forward
-  if (pipeline_step_) {  // every rank evaluates its share of the test set with the whole model
-    pipeline_gather_model(*net_, layout_);
-    return evaluate(*net_, *test_batches_);
-  }
-  if (!ema_) return evaluate(*model_, *test_batches_, layout_.data_rank, layout_.dp);
-  optim::Ema::Swap averaged(*ema_, *net_);
-  return evaluate(*model_, *test_batches_, layout_.data_rank, layout_.dp);
+  return plan_->evaluate(*test_batches_, ema_.get());
 }
 
 int Trainer::finish(Clock::time_point run_start) {
@@ -277,7 +261,7 @@ int Trainer::finish(Clock::time_point run_start) {
                                      .world_size = world.world_size,
                                      .global_batch = global_batch_,
                                      .model = config_.model.name,
-                                     .params = model_->parameter_count(),
+                                     .params = plan_->module().parameter_count(),
                                      .skipped_steps = at.skipped_steps,
                                      .optimizer_state_bytes = optimizer_->state_bytes(),
                                      .device = device_.str(),

@@ -1,8 +1,9 @@
 // A training run as an object: config in; data, model (DDP over several ranks), optimizer,
 // schedule, steps, evaluation after each epoch, checkpoints and metrics out. train.cpp is
 // argument parsing around Trainer(config).run(); a test drives it in-process the same way.
-// What changes with the kind of parallelism sits behind functions of its own: how the
-// model is placed and wrapped (model.h) and what one step does (step.h).
+// What changes with the kind of parallelism sits behind one object, the parallel plan
+// (parallel_plan.h): how the model is wrapped, what one step does, what evaluation and a
+// checkpoint gather first and what an epoch's line adds.
 #pragma once
 
 #include <chrono>
@@ -23,7 +24,7 @@
 #include "train/data.h"
 #include "train/evaluate.h"
 #include "train/parallel.h"
-#include "train/pipeline_step.h"
+#include "train/parallel_plan.h"
 #include "train/step.h"
 
 namespace dpt::train {
@@ -73,9 +74,8 @@ class Trainer {
   ParallelLayout
       layout_;  // the groups: DDP's (dp), the model's (tp), the pipeline's (pp); this rank's data share
   TrainData data_;
-  nn::ModulePtr net_;    // the bare model
-  nn::ModulePtr model_;  // what steps call: DDP over net_, or net_; with pp > 1 this rank's stage
-  PipelineStep* pipeline_step_ = nullptr;  // step_, when parallel.pp > 1
+  nn::ModulePtr net_;                   // the bare model
+  std::unique_ptr<ParallelPlan> plan_;  // made from the layout; plan_->module() is what steps call
   std::unique_ptr<data::Loader> train_loader_, test_loader_;
   std::unique_ptr<BatchSource> train_batches_, test_batches_;
   int64_t steps_ = 0;         // per epoch
