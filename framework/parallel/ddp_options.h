@@ -1,7 +1,7 @@
 // What DistributedDataParallel does, as one struct with one default per value. A run's
 // config holds one (the distributed section's DDP keys, io/config.h; the schema takes their
-// defaults from here) and hands it whole to DDP (train::data_parallel, the one place a run
-// builds DDP), which hands it to its Reducer.
+// defaults from here) and hands it whole to DDP (data_parallel in train/parallel_plan.cpp,
+// the one place a run builds DDP), which hands it to its Reducer.
 #pragma once
 
 #include "comm/hierarchical.h"
