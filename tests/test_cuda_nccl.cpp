@@ -1,5 +1,5 @@
 // The NCCL backend at world size 1 (one GPU): CUDA tensors given to the world group go to
-// its NCCL twin; results are checked against the CPU copies of the inputs, and a kernel
+// its NCCL backend; results are checked against the CPU copies of the inputs, and a kernel
 // queued after wait() sees the result (stream ordering). A split gives an NCCL sub-group
 // through ncclCommSplit. Skips with a message where there is no GPU or no CUDA build.
 #include <gtest/gtest.h>
@@ -120,7 +120,7 @@ TEST_F(CudaNccl, ReduceGatherScatterAllToAllOnOneRank) {
 
 TEST_F(CudaNccl, SplitMakesAnNcclSubGroup) {
   Tensor t = iota_on_gpu(10, 2.0f);
-  dist::world()->all_reduce(t)->wait();  // the world's NCCL twin exists from here on
+  dist::world()->all_reduce(t)->wait();  // the world's NCCL backend exists from here on
   dist::GroupPtr sub = dist::split(dist::world(), 0, 0);
   ASSERT_TRUE(sub);
   Tensor s = iota_on_gpu(10, 4.0f);
@@ -129,12 +129,12 @@ TEST_F(CudaNccl, SplitMakesAnNcclSubGroup) {
 }
 
 TEST_F(CudaNccl, AShutDownGroupRefusesCudaCollectives) {
-  // shutdown() (what dist::finalize() calls) destroys the NCCL twin with the MPI
+  // shutdown() (what dist::finalize() calls) destroys the NCCL backend with the MPI
   // communicators, so a CUDA collective afterwards is an Error, as a CPU one is.
   dist::GroupPtr sub = dist::split(dist::world(), 0, 0);
   ASSERT_TRUE(sub);
   Tensor t = iota_on_gpu(10, 1.0f);
-  sub->all_reduce(t)->wait();  // the sub-group's NCCL twin exists from here on
+  sub->all_reduce(t)->wait();  // the sub-group's NCCL backend exists from here on
   auto* mpi = dynamic_cast<dist::MpiProcessGroup*>(sub.get());
   ASSERT_NE(mpi, nullptr);
   mpi->shutdown();

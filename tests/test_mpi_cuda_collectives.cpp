@@ -1,5 +1,5 @@
 // reduce, gather, scatter and all_to_all on CUDA tensors under mpirun -np N, each rank on a
-// GPU of its own, through the world group's NCCL twin: the closed forms of
+// GPU of its own, through the world group's NCCL backend: the closed forms of
 // test_mpi_more_collectives (inputs that depend on the rank) for every root, with outputs
 // poisoned first, checked on the CPU. Skipped (on every rank) unless every rank has its own
 // GPU; with one GPU, CTest runs it at np 1 (CudaMpiCollectives.np1).

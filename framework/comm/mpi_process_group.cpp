@@ -122,7 +122,7 @@ void MpiProcessGroup::shutdown() {
   // After this group's own collectives, whose hierarchical all-reduces post to them.
   for (MpiProcessGroup* sub : sub_groups()) sub->shutdown();
   {
-    // The NCCL twin goes here, not with the object: dist::finalize() shuts every group down
+    // The NCCL backend goes here, not with the object: dist::finalize() shuts every group down
     // newest first on every rank, before MPI_Finalize, while the CUDA runtime is alive — a
     // GroupPtr someone keeps past finalize() would otherwise destroy its communicator at
     // static destruction, and keep serving CUDA collectives after shutdown.

@@ -131,8 +131,8 @@ class MpiProcessGroup final : public ProcessGroup {
   bool debug_collectives() const { return debug_collectives_; }
 
   // Lets the queued collectives complete (abort_all() if they are not complete within the
-  // timeout, when one is set), stops the thread and frees the communicators (the NCCL
-  // twin's too); afterwards every collective throws Error. Idempotent; dist::finalize()
+  // timeout, when one is set), stops the thread and frees the communicators (the
+  // NCCL backend's too); afterwards every collective throws Error. Idempotent; dist::finalize()
   // calls it on every group.
   void shutdown();
 

@@ -68,7 +68,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     Bucket& bucket = buckets_[b];
     int64_t numel = 0;
     for (size_t i : bucket.params) numel += params_[i].second.numel();
-    // On the parameters' device (CUDA buckets go to the group's NCCL twin), in memory the
+    // On the parameters' device (CUDA buckets go to the group's NCCL backend), in memory the
     // group all-reduces fastest (shared by the ranks of one machine: no copies).
     bucket.flat = group_->collective_buffer(numel, DType::f32, params_[bucket.params.front()].second.device());
     BucketInfo info;
