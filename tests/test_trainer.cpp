@@ -281,10 +281,14 @@ TEST_F(TrainerTest, APipelinePlanRefusesWhatItCannotHonourByKey) {
   pipeline.pp = 2;
   auto refusal = [&](const std::vector<std::string>& overrides,
                      const train::ParallelLayout& layout) -> std::string {
+    const io::Config c = config(kResnetRun, overrides);
     try {
-      train::make_plan(config(kResnetRun, overrides), layout);
+      train::make_plan(c, layout);
     } catch (const Error& e) {
-      return e.what();
+      // One line naming the config file first, as the loader's own errors do.
+      const std::string m = e.what(), file = c.source + ": ";
+      EXPECT_EQ(m.substr(0, file.size()), file) << m;
+      return m.substr(std::min(file.size(), m.size()));
     }
     return "";
   };

@@ -91,7 +91,8 @@ class PipelinePlan : public ParallelPlan {
         {"optimizer.shard", c.optimizer.shard,
          "keeps each stage's optimizer state whole: set optimizer.shard: false"},
     };
-    for (const auto& o : options) DPT_CHECK(!o.refused) << "key '" << o.key << "': " << pp << o.why;
+    for (const auto& o : options)
+      DPT_CHECK(!o.refused) << c.source << ": key '" << o.key << "': " << pp << o.why;
   }
 
   nn::ModulePtr trained_part() const override { return nn::split_stage(*net_, layout_.pp, layout_.stage); }
