@@ -49,10 +49,8 @@ int comm_rank(MPI_Comm comm) {
   return rank;
 }
 
-}  // namespace
-
-namespace {
 DeviceCollectivesMaker g_cuda_maker = nullptr;  // set once, while the library loads
+
 }  // namespace
 
 void register_cuda_collectives(DeviceCollectivesMaker maker) { g_cuda_maker = maker; }
@@ -628,28 +626,28 @@ WorkPtr MpiProcessGroup::recv(const Tensor& t, int src, int tag) {
 }
 
 std::vector<WorkPtr> MpiProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
+  // Every check before any message starts.
   std::vector<std::shared_ptr<MpiOp>> messages;
-  for (const P2POp& m : ops) messages.push_back(make_message(m));  // every check before any message starts
-  std::vector<WorkPtr> works(ops.size());
   std::vector<P2POp> on_gpu;
+  size_t first_gpu = 0;  // its message describes the NCCL group
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (!ops[i].tensor.device().is_cuda()) {
-      works[i] = post(messages[i]);
-      continue;
-    }
+    messages.push_back(make_message(ops[i]));
+    if (!ops[i].tensor.device().is_cuda()) continue;
     DPT_CHECK(on_gpu.empty() || ops[i].tensor.device() == on_gpu.front().tensor.device())
         << "batch_send_recv on " << name() << ": messages on " << on_gpu.front().tensor.device().str() << " and "
         << ops[i].tensor.device().str() << " (one device per rank)";
+    if (on_gpu.empty()) first_gpu = i;
     on_gpu.push_back(ops[i]);
   }
-  if (on_gpu.empty()) return works;
-  // One NCCL group, one Work; described by its first message.
-  size_t first = 0;
-  while (!ops[first].tensor.device().is_cuda()) ++first;
-  WorkPtr grouped = post_nccl(messages[first], on_gpu.front().tensor,
-                              [&](DeviceCollectives& b) { return b.send_recv(on_gpu); });
+  std::vector<WorkPtr> works(ops.size());
   for (size_t i = 0; i < ops.size(); ++i)
-    if (!works[i]) works[i] = grouped;
+    if (!ops[i].tensor.device().is_cuda()) works[i] = post(messages[i]);
+  if (on_gpu.empty()) return works;
+  // One NCCL group, one Work for all its messages.
+  WorkPtr grouped = post_nccl(messages[first_gpu], on_gpu.front().tensor,
+                              [&](DeviceCollectives& b) { return b.send_recv(on_gpu); });
+  for (WorkPtr& w : works)
+    if (!w) w = grouped;
   return works;
 }
 

@@ -3,6 +3,7 @@
 // dozen collectives cost nothing measurable.
 #include "comm/watchdog.h"
 
+#include <algorithm>
 #include <exception>
 
 #include "comm/dist.h"
@@ -26,7 +27,7 @@ void Watchdog::watch(Watched w) {
     std::lock_guard<std::mutex> lock(mutex_);
     const Clock::time_point deadline =
         w.timeout.count() > 0 ? Clock::now() + w.timeout : Clock::time_point::max();
-    incoming_.push_back({std::move(w), deadline});
+    incoming_.push_back({std::move(w), deadline, false});
     ++count_;
   }
   cv_.notify_all();
@@ -62,26 +63,26 @@ void Watchdog::run() {
 
 void Watchdog::poll(std::vector<Entry>& entries) {
   const Clock::time_point now = Clock::now();
-  size_t kept = 0;
   std::string failure;
   for (Entry& e : entries) {
     const Watched& w = e.w;
-    bool done = false;
-    if (failure.empty()) {
-      try {
-        done = w.work->is_completed();
-        if (!done && now >= e.deadline)
-          failure = (w.describe ? w.describe() : "a collective") + timeout_text(w.timeout) + (w.detail ? w.detail() : "");
-      } catch (const std::exception& error) {
-        failure = (w.describe ? w.describe() : "a collective") + ": " + error.what();
-      }
-      if (!failure.empty() && w.abort) w.abort();
+    const auto what = [&] { return w.describe ? w.describe() : std::string("a collective"); };
+    try {
+      e.done = w.work->is_completed();
+      if (!e.done && now >= e.deadline) failure = what() + timeout_text(w.timeout) + (w.detail ? w.detail() : "");
+    } catch (const std::exception& error) {
+      failure = what() + ": " + error.what();
     }
-    if (done && w.completed) w.completed();
-    if (!done && failure.empty()) entries[kept++] = std::move(e);
+    if (!failure.empty()) {
+      if (w.abort) w.abort();
+      break;
+    }
+    if (e.done && w.completed) w.completed();
   }
-  entries.resize(kept);
-  if (!failure.empty()) entries.clear();  // reported once: the job ends, or a test goes on without them
+  if (failure.empty())
+    std::erase_if(entries, [](const Entry& e) { return e.done; });
+  else
+    entries.clear();  // reported once: the job ends, or a test goes on without them
   Failure on_failure;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -60,6 +60,7 @@ class Watchdog {
   struct Entry {
     Watched w;
     Clock::time_point deadline;
+    bool done;  // seen complete by the last poll
   };
   // One pass over `entries`: drops the completed, fails the first one past its deadline.
   void poll(std::vector<Entry>& entries);
