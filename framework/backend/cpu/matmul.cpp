@@ -3,10 +3,9 @@
 // bwd-data 0.21, bwd-weights 0.21; inner_product with blocked weights (brgemm) 0.21,
 // 0.22, 0.24 plus a weight reorder each way; matmul (brg) 0.22, 0.21, 0.21 with no
 // reorder. 128->10: all variants 2-5 us. So matmul, which also needs no weight layout.
-#include "backend/cpu/matmul.h"
-
 #include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/onednn.h"
 
 namespace dpt::cpu {

@@ -4,8 +4,7 @@
 // but its reorders are 3-4x slower. So nChw16c with reorders, for 16 channels or more;
 // below that the padding to 16 would cost more than it saves and nchw is used. That is
 // for NCHW tensors; channels-last ones are pooled as nhwc directly, with no reorder.
-#include "backend/cpu/pool.h"
-
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/onednn.h"
 
 namespace dpt::cpu {
@@ -199,7 +198,8 @@ void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
 void pool2d_forward_run(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
                         bool keep_for_backward, PoolSaved& saved) {
   if (keep_for_backward) {
-    size_t bytes = pool2d_workspace_bytes(kind, x.shape(), out.shape(), p, onednn::layout_of(x) == onednn::Layout::nhwc);
+    size_t bytes =
+        pool2d_workspace_bytes(kind, x.shape(), out.shape(), p, onednn::layout_of(x) == onednn::Layout::nhwc);
     if (bytes > 0) saved.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
   }
   pool2d_forward(kind, x, p, out, saved.workspace);
