@@ -77,12 +77,10 @@ std::string key_of(const char* op, const Shape& x, const Shape& w, const ConvPar
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool bias, bool relu) {
   memory::desc src = work_desc(g, g.src), weights = any_desc(g.weights), dst = work_desc(g, g.dst);
-  auto desc =
-      bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src,
-                                             weights, g.plain_bias, dst, g.strides, g.dilates, g.pad_l,
-                                             g.pad_r)
-           : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src,
-                                             weights, dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+  // A zero bias descriptor is oneDNN's "no bias".
+  dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, src,
+                                       weights, bias ? g.plain_bias : memory::desc(), dst, g.strides,
+                                       g.dilates, g.pad_l, g.pad_r);
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops ops;
@@ -168,13 +166,10 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
     auto entry = Context::cpu().cached<BackwardWeightsEntry>(
         key_of("conv_bwd_weights", x_shape, w_shape, p, has_bias, false, g), [&] {
           auto hint = forward_pd(g, has_bias, false);
-          auto desc = has_bias
-                          ? dnnl::convolution_backward_weights::desc(
-                                algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights),
-                                g.plain_bias, work_desc(g, g.dst), g.strides, g.dilates, g.pad_l, g.pad_r)
-                          : dnnl::convolution_backward_weights::desc(
-                                algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights),
-                                work_desc(g, g.dst), g.strides, g.dilates, g.pad_l, g.pad_r);
+          dnnl::convolution_backward_weights::desc desc(
+              algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights),
+              has_bias ? g.plain_bias : memory::desc(), work_desc(g, g.dst), g.strides, g.dilates, g.pad_l,
+              g.pad_r);
           dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, hint);
           return std::make_shared<BackwardWeightsEntry>(BackwardWeightsEntry{
               dnnl::convolution_backward_weights(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),

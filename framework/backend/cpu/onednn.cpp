@@ -38,13 +38,6 @@ memory::desc plain_desc(const memory::dims& dims, Tag tag) {
   return memory::desc(dims, memory::data_type::f32, tag);
 }
 
-memory::desc plain_desc(const Shape& shape) {
-  static constexpr Tag tags[] = {Tag::undef, Tag::a, Tag::ab, Tag::abc, Tag::abcd, Tag::abcde};
-  DPT_CHECK(!shape.empty() && shape.size() <= 5)
-      << "oneDNN kernels take 1-D to 5-D tensors, got " << shape_str(shape);
-  return plain_desc(dims_of(shape), tags[shape.size()]);
-}
-
 Layout layout_of(const Tensor& t) {
   if (t.is_channels_last()) return Layout::nhwc;
   DPT_CHECK(t.is_contiguous()) << "oneDNN kernels take NCHW-contiguous or channels-last tensors, got strides "
