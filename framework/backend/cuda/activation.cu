@@ -1,5 +1,5 @@
-// ReLU and add + ReLU kernels (see activation.h): flat loops over dense buffers, f32 or bf16.
-#include "backend/cuda/activation.h"
+// ReLU and add + ReLU kernels (see kernels.h): flat loops over dense buffers, f32 or bf16.
+#include "backend/cuda/kernels.h"
 
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"

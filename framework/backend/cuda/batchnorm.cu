@@ -1,9 +1,7 @@
-// cuDNN spatial batch norm, and the eval-mode backward kernel (see batchnorm.h). cuDNN's
+// cuDNN spatial batch norm, and the eval-mode backward kernel (see kernels.h). cuDNN's
 // calls take no ReLU, so on this path it runs as the separate relu kernels.
-#include "backend/cuda/batchnorm.h"
+#include "backend/cuda/kernels.h"
 
-#include "backend/cuda/activation.h"
-#include "backend/cuda/batchnorm_kernels.h"
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/launch.h"
 

@@ -1,7 +1,7 @@
-// Per-channel bias kernels (see channel.h). The sum is one block per channel, its threads
+// Per-channel bias kernels (see kernels.h). The sum is one block per channel, its threads
 // walking the channel's N*H*W values; convolutions with a bias are the small layers of
 // small networks (mnist_cnn), so this favours simplicity over occupancy.
-#include "backend/cuda/channel.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
 

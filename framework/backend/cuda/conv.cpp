@@ -1,8 +1,8 @@
-// cuDNN convolution (see conv.h). A Plan per (device, shapes, parameters, dtype, layout, math settings)
+// cuDNN convolution (see kernels.h). A Plan per (device, shapes, parameters, dtype, layout, math settings)
 // holds the descriptors and the three algorithms cuDNN's heuristics rank first among those
 // whose workspace fits kWorkspaceLimit; it is made on the shape's first use and kept, so
 // the steady state only queues cuDNN calls. Workspaces come from the caching allocator.
-#include "backend/cuda/conv.h"
+#include "backend/cuda/kernels.h"
 
 #include <array>
 #include <map>
@@ -10,15 +10,11 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/cuda/activation.h"
 #include "backend/cuda/allocator.h"
-#include "backend/cuda/cast.h"
-#include "backend/cuda/channel.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/device.h"
-#include "backend/cuda/elementwise.h"
 #include "backend/cuda/layout.h"
 #include "backend/cuda/math_settings.h"
 
@@ -149,7 +145,7 @@ void check_layout(const char* what, const Tensor& t, const ConvParams& p, DType 
                                 << ", expected " << dtype_name(dtype);
 }
 
-// cuDNN's bias calls take the f32 NCHW case; channel.h the others.
+// cuDNN's bias calls take the f32 NCHW case; channel.cu the others.
 bool cudnn_bias(const ConvParams& p, DType dtype) { return !p.nhwc && dtype == DType::f32; }
 
 }  // namespace

@@ -1,9 +1,9 @@
-// cuDNN pooling and the global-average kernels (see pool.h). Max pooling uses cuDNN's
+// cuDNN pooling and the global-average kernels (see kernels.h). Max pooling uses cuDNN's
 // deterministic mode, so a run's gradients do not depend on the order atomics land in.
 // bf16 and channels-last tensors go through the window kernels here instead (cuDNN's
 // legacy pooling is f32 NCHW in this backend); their backward gathers, per input element,
 // from the windows that contain it, so it needs no atomics either.
-#include "backend/cuda/pool.h"
+#include "backend/cuda/kernels.h"
 
 #include <type_traits>
 
