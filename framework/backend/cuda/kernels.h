@@ -86,14 +86,10 @@ void channel_sum(const Tensor& t, const Tensor& sum);
 // --- conv.cpp: cuDNN, f32 or bf16 (tensor cores, f32 accumulation); NCHW activations with
 // OIHW weights, or (ConvParams::nhwc) NHWC activations with OHWI weights. Algorithms are
 // chosen once per shape, dtype and layout (cuDNN's heuristics) and cached.
-// Requires: x [N, C, H, W], w [OC, C/groups, KH, KW] and out [N, OC, OH, OW]
-// (OH = (H + 2p - d(KH-1) - 1)/s + 1) of one dtype in p.nhwc's layout; bias f32 [OC] or
-// undefined. Ensures: out = conv(x, w) + bias, then max(0, .) when relu; every element written.
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p, bool relu,
-                    const Tensor& out);
-// Requires: as conv2d_forward, the gradients in the same dtype and layout (grad_bias f32);
-// grad_out already masked by a fused ReLU; x defined when grad_w or grad_bias is, w when
-// grad_x is. Ensures: each defined output overwritten; an undefined one is not computed.
+// Requires: x [N, C, H, W], w [OC, C/groups, KH, KW], grad_out [N, OC, OH, OW]
+// (OH = (H + 2p - d(KH-1) - 1)/s + 1) of one dtype in p.nhwc's layout, the gradients in the same dtype and
+// layout (grad_bias f32); grad_out already masked by a fused ReLU; x defined when grad_w or grad_bias is, w
+// when grad_x is. Ensures: each defined output overwritten; an undefined one is not computed.
 void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x, const Tensor& w,
                      const Tensor& grad_out, const ConvParams& p, const Tensor& grad_x, const Tensor& grad_w,
                      const Tensor& grad_bias);
@@ -106,34 +102,8 @@ ConvForward conv2d_forward_run(const Tensor& x, const Tensor& w, const Tensor& b
 // tensors contiguous f32. f32 NCHW runs on cuDNN (spatial batch norm for training and
 // inference forward; a plain kernel for the backward of eval mode, as cuDNN's assumes batch
 // statistics), with the ReLU as separate relu_forward / relu_backward passes; bf16 and NHWC
-// on the kernels of batchnorm_kernels.cu (bn_kernels below, same contracts), which fuse it.
-// Requires: N H W > 1. Ensures: out = weight (x - mean) / sqrt(var + eps) + bias with the
-// batch mean and biased variance; save_mean = mean and save_invstd = 1 / sqrt(var + eps)
-// for the backward; when running_mean/var are defined they become (1 - momentum) running +
-// momentum batch, with the unbiased batch variance (cuDNN's rule, also PyTorch's). With
-// relu, out = max(0, .) by relu_forward's rule (a NaN becomes 0).
-void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                 const Tensor& running_mean, const Tensor& running_var, float momentum,
-                                 float eps, bool relu, const Tensor& out, const Tensor& save_mean,
-                                 const Tensor& save_invstd);
-// Ensures: out = weight (x - mean) / sqrt(var + eps) + bias with the given statistics,
-// then max(0, .) with relu.
-void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                  const Tensor& mean, const Tensor& var, float eps, bool relu,
-                                  const Tensor& out);
-// The backwards take relu_out = the forward's out when it fused a ReLU (undefined when it
-// did not): grad_out then counts only where relu_out > 0; grad_out itself is left unchanged.
-// Requires: what the training forward used and saved. Ensures: grad_x, grad_weight and
-// grad_bias overwritten with the gradients.
-void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out,
-                                  const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
-                                  float eps, const Tensor& grad_x, const Tensor& grad_weight,
-                                  const Tensor& grad_bias);
-// The backward of the inference forward (mean and var constants): grad_x = weight
-// invstd grad_out, grad_weight = sum(grad_out xhat), grad_bias = sum(grad_out).
-void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out,
-                                   const Tensor& weight, const Tensor& mean, const Tensor& var, float eps,
-                                   const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias);
+// on the kernels of batchnorm_kernels.cu (bn_kernels below, with batchnorm.cu's contracts),
+// which fuse it.
 // The table's entries: training or inference by saved.params, the statistics (and a fused
 // ReLU's output, its mask) kept in `saved`.
 Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -184,14 +154,6 @@ void sync_bn_grad_input(const Tensor& grad_out, const Tensor& xhat, const Tensor
 
 // --- pool.cu: f32 NCHW pooling on cuDNN (max in its deterministic mode), the rest on own
 // kernels; one dtype and layout per call (global pooling's [N, C] side contiguous).
-// Requires: x [N, C, H, W], out [N, C, OH, OW], OH = (H + 2 padding - kernel) / stride + 1.
-// Ensures: out written entirely.
-void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out);
-// Requires: the forward's x and out (max pooling finds its argmax again from them),
-// grad_out like out, grad_x like x. Ensures: grad_x = dL/dx; on ties the gradient goes to
-// one of the maxima.
-void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& grad_out,
-                     const PoolParams& p, const Tensor& grad_x);
 // Requires: x [N, C, H, W] with H W >= 1, out [N, C]. Ensures: out = mean over H, W (sum in double).
 void global_avg_pool2d_forward(const Tensor& x, const Tensor& out);
 // Requires: grad_out [N, C], grad_x [N, C, H, W]. Ensures: grad_x = grad_out / (H W).
