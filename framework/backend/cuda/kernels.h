@@ -126,8 +126,8 @@ void backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& r
                         const Tensor& grad_weight, const Tensor& grad_bias);
 }  // namespace bn_kernels
 
-// --- sync_batchnorm.cu: the per-channel sums that go across ranks (ops/sync_batch_norm.cpp)
-// and the elementwise passes between them. Sums run in double in a fixed order (partial
+// --- sync_batchnorm.cu, the twin of cpu/sync_batchnorm.cpp: the per-channel sums that go
+// across ranks (ops/sync_batch_norm.cpp) and the elementwise passes between them. Sums run in double in a fixed order (partial
 // sums per block, then per channel in index order; no atomics) and are handed over as f32,
 // as the CPU's are. x, gradients, xhat and outputs contiguous NCHW f32; the rest contiguous f32.
 // stats [C + 1]: stats[ch] = sum over N, H, W of x[., ch, ., .]; stats[C] = N H W.
@@ -205,23 +205,19 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels);
 // label, rows).
 void eval_totals_add(const Tensor& totals, const Tensor& loss, const Tensor& logits, const Tensor& labels);
 
-// --- optim.cu: fused updates, one launch for many parameters (up to kMaxTensorsPerLaunch at
-// a time), with exactly the per-element rules of framework/optim's CPU loops. A non-null
+// --- optim.cu: fused updates, one launch for many parameters (up to kMaxTensors at a time),
+// with exactly the per-element rules of the CPU's loops (cpu/optim.cpp). A non-null
 // *_on_device pointer (CUDA graphs) is read as the kernel runs instead of the by-value
 // scalars, so a captured update follows the schedule.
-// PyTorch's SGD, as optim/sgd.cpp: g = grad + wd w; v = momentum v + g;
-// w -= lr (nesterov ? g + momentum v : v); without momentum w -= lr g.
+// PyTorch's SGD: g = grad + wd w; v = momentum v + g; w -= lr (nesterov ? g + momentum v : v);
+// without momentum w -= lr g.
 void sgd_update(const std::vector<SgdSlot>& slots, int device, float lr, float weight_decay, float momentum,
                 bool nesterov, const float* lr_on_device = nullptr);
-// AdamW, as optim/adamw.cpp: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-// w = w decay - lr (m / c1) / (sqrt(v / c2) + eps), with decay = 1 - lr wd and the bias
-// corrections c1 = 1 - b1^t, c2 = 1 - b2^t computed by the caller. scalars_on_device:
-// {lr, decay, c1, c2}.
+// AdamW: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w = w decay - lr (m / c1) / (sqrt(v / c2)
+// + eps), the caller computing decay = 1 - lr wd, c1 = 1 - b1^t, c2 = 1 - b2^t.
 void adamw_update(const std::vector<AdamWSlot>& slots, int device, float lr, float decay, float beta1,
                   float beta2, float eps, float c1, float c2, const float* scalars_on_device = nullptr);
-// Sets *flag (one f32 in device memory on `device`) to 1 when any element of the slots is
-// NaN or Inf, and leaves it as it was otherwise (the caller zeroes it first): the
-// non-finite gradient check of a graphed step, which must not read gradients back.
+// The non-finite gradient check of a graphed step, which must not read gradients back.
 void flag_nonfinite(const std::vector<FiniteSlot>& slots, int device, float* flag);
 // Requires: average and current contiguous f32 of one shape.
 // Ensures: average = decay average + (1 - decay) current (optim/ema.cpp's rule).
