@@ -4,7 +4,7 @@
 // 0.13 ms each. So nChw16c with reorders, from 8 channels up, for NCHW tensors.
 // Channels-last tensors are normalised in place as nhwc (oneDNN's jit nspc kernel), with
 // no reorder at all.
-#include <cstring>
+#include <bit>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/onednn.h"
@@ -32,11 +32,8 @@ Geometry geometry_of(const Shape& x, const BatchNormKernelParams& p, Layout layo
 
 std::string key_of(const char* op, const Shape& x, const BatchNormKernelParams& p, bool training,
                    Layout layout) {
-  float eps = p.eps;
-  int32_t eps_bits;
-  std::memcpy(&eps_bits, &eps, sizeof eps_bits);
-  return cache_key(op, {x[0], x[1], x[2], x[3], eps_bits, p.use_global_stats, p.relu, training,
-                        static_cast<int64_t>(layout)});
+  return cache_key(op, {x[0], x[1], x[2], x[3], std::bit_cast<int32_t>(p.eps), p.use_global_stats, p.relu,
+                        training, static_cast<int64_t>(layout)});
 }
 
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Geometry& g, float eps, prop_kind prop) {
