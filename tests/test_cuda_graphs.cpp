@@ -22,7 +22,7 @@ TEST(CudaGraph, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 
 #include "autograd/node.h"
 #include "backend/cuda/allocator.h"
-#include "backend/cuda/elementwise.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/graph.h"
 #include "backend/cuda/math_settings.h"
 #include "backend/cuda/upload.h"

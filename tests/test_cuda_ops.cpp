@@ -26,7 +26,7 @@ TEST(CudaOps, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include <cmath>
 #include <cstring>
 
-#include "backend/cuda/activation.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/layout.h"
 #include "backend/cuda/math_settings.h"
 #include "core/rng.h"

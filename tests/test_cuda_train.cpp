@@ -20,7 +20,7 @@ TEST(CudaTrain, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 #include <sstream>
 
 #include "backend/cuda/batch_upload.h"
-#include "backend/cuda/eval_totals.h"
+#include "backend/cuda/kernels.h"
 #include "inputs.h"
 #include "io/checkpoint.h"
 #include "io/loss_meter.h"

@@ -8,7 +8,7 @@
 // (kernel_check.h), and a gradient check (gradcheck.h) on inputs away from kinks.
 #include <gtest/gtest.h>
 
-#include "backend/cpu/conv.h"
+#include "backend/cpu/kernels.h"
 #include "core/threading.h"
 #include "gradcheck.h"
 #include "kernel_check.h"

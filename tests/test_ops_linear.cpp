@@ -3,7 +3,7 @@
 // differences, and the shape errors.
 #include <gtest/gtest.h>
 
-#include "backend/cpu/matmul.h"
+#include "backend/cpu/kernels.h"
 #include "gradcheck.h"
 #include "kernel_check.h"
 #include "ops/linear.h"

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <random>
 
-#include "backend/cpu/batchnorm.h"
+#include "backend/cpu/kernels.h"
 #include "gradcheck.h"
 #include "inputs.h"
 #include "kernel_check.h"

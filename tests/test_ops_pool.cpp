@@ -7,7 +7,7 @@
 #include <numeric>
 #include <random>
 
-#include "backend/cpu/pool.h"
+#include "backend/cpu/kernels.h"
 #include "gradcheck.h"
 #include "inputs.h"
 #include "kernel_check.h"

@@ -154,12 +154,12 @@ struct Kernels {
   void (*relu_backward)(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in);  // g where out > 0
   void (*dropout_forward)(const Tensor& x, float p, Rng& rng, const Tensor& mask, const Tensor& out);
 
-  // --- matrix products (backend/*/matmul.h): out = op(a) op(b) + bias, then ReLU
+  // --- matrix products (backend/*/kernels.h): out = op(a) op(b) + bias, then ReLU
   void (*matmul)(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias,
                  bool relu, const Tensor& out);
   void (*sum_rows)(const Tensor& t, const Tensor& out);
 
-  // --- convolution (backend/*/conv.h). x comes contiguous or channels-last; the forward
+  // --- convolution (backend/*/kernels.h). x comes contiguous or channels-last; the forward
   // chooses the layouts it runs in (the CPU keeps x's and makes the output channels-last
   // unless DPT_CHANNELS_LAST=0; CUDA's follow the input or params.nhwc).
   ConvForward (*conv2d_forward)(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p,
@@ -179,7 +179,7 @@ struct Kernels {
   void (*batch_norm_backward)(const BatchNormSaved& saved, const Tensor& grad_out, const Tensor& grad_x,
                               const Tensor& grad_weight, const Tensor& grad_bias);
 
-  // --- synchronised batch norm's passes (backend/cuda/sync_batchnorm.h has the contract):
+  // --- synchronised batch norm's passes (backend/cuda/kernels.h has the contract):
   // contiguous NCHW f32; the cross-rank sums happen between them, in ops/sync_batch_norm.cpp.
   void (*sync_bn_sum)(const Tensor& x, const Tensor& stats);
   void (*sync_bn_sum_sq_dev)(const Tensor& x, const Tensor& stats, const Tensor& sq);

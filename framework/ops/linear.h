@@ -1,5 +1,5 @@
 // Differentiable matrix products: the fully connected layer (bias and ReLU fused) and a
-// plain 2-D matmul. Both run on oneDNN's matmul (backend/cpu/matmul.h).
+// plain 2-D matmul. Both run on oneDNN's matmul (backend/cpu/matmul.cpp).
 #pragma once
 
 #include "core/tensor.h"

@@ -1,5 +1,5 @@
 // AdamW's update: one fused multi-tensor update per group and device (the device's kernel
-// table: plain loops on the CPU, backend/cuda/optim.h on CUDA).
+// table: plain loops on the CPU, backend/cuda/optim.cu on CUDA).
 #include "optim/adamw.h"
 
 #include <cmath>

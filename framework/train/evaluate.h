@@ -2,7 +2,7 @@
 // (data::eval_shard), and the totals (loss x samples, correct predictions, samples) are
 // summed over the ranks, so every test sample counts exactly once (or, on a mesh, once per
 // rank of a tensor-parallel group, which leaves the means as they are). On a CUDA device the
-// totals stay there until the end (backend/cuda/eval_totals.h) and are all-reduced there.
+// totals stay there until the end (backend/cuda/kernels.h) and are all-reduced there.
 #pragma once
 
 #include "nn/module.h"

@@ -4,10 +4,9 @@
 // 0.13 ms each. So nChw16c with reorders, from 8 channels up, for NCHW tensors.
 // Channels-last tensors are normalised in place as nhwc (oneDNN's jit nspc kernel), with
 // no reorder at all.
-#include "backend/cpu/batchnorm.h"
+#include <bit>
 
-#include <cstring>
-
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/onednn.h"
 
 namespace dpt::cpu {
@@ -31,12 +30,10 @@ Geometry geometry_of(const Shape& x, const BatchNormKernelParams& p, Layout layo
   return {layout_desc(dims, layout), plain_desc(dims, work), plain_desc({x[1]}, Tag::x), flags};
 }
 
-std::string key_of(const char* op, const Shape& x, const BatchNormKernelParams& p, bool training, Layout layout) {
-  float eps = p.eps;
-  int32_t eps_bits;
-  std::memcpy(&eps_bits, &eps, sizeof eps_bits);
-  return cache_key(op, {x[0], x[1], x[2], x[3], eps_bits, p.use_global_stats, p.relu, training,
-                        static_cast<int64_t>(layout)});
+std::string key_of(const char* op, const Shape& x, const BatchNormKernelParams& p, bool training,
+                   Layout layout) {
+  return cache_key(op, {x[0], x[1], x[2], x[3], std::bit_cast<int32_t>(p.eps), p.use_global_stats, p.relu,
+                        training, static_cast<int64_t>(layout)});
 }
 
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Geometry& g, float eps, prop_kind prop) {
@@ -71,6 +68,20 @@ std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormKerne
 
 memory channel_memory(const Tensor& t) {
   return memory(plain_desc({t.numel()}, Tag::x), Context::cpu().engine(), t.raw_data());
+}
+
+// running = (1 - momentum) running + momentum batch, the variance made unbiased first (PyTorch).
+void batch_norm_update_running(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
+                               const Tensor& var, float momentum, int64_t count) {
+  float* rm = running_mean.data<float>();
+  float* rv = running_var.data<float>();
+  const float* m = mean.data<float>();
+  const float* v = var.data<float>();
+  double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+  for (int64_t c = 0; c < mean.numel(); ++c) {
+    rm[c] = (1.0f - momentum) * rm[c] + momentum * m[c];
+    rv[c] = (1.0f - momentum) * rv[c] + momentum * static_cast<float>(v[c] * unbias);
+  }
 }
 
 }  // namespace
@@ -144,19 +155,6 @@ void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& 
   bridge_out(entry->diff_src, diff_src, grad_x.raw_data());
 }
 
-void batch_norm_update_running(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
-                               const Tensor& var, float momentum, int64_t count) {
-  float* rm = running_mean.data<float>();
-  float* rv = running_var.data<float>();
-  const float* m = mean.data<float>();
-  const float* v = var.data<float>();
-  double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-  for (int64_t c = 0; c < mean.numel(); ++c) {
-    rm[c] = (1.0f - momentum) * rm[c] + momentum * m[c];
-    rv[c] = (1.0f - momentum) * rv[c] + momentum * static_cast<float>(v[c] * unbias);
-  }
-}
-
 // oneDNN keeps the batch statistics it computed (mean, variance) and, with a fused ReLU and
 // a backward to follow, its mask in a workspace.
 Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -184,8 +182,8 @@ Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tenso
 void batch_norm_backward_run(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
                              const Tensor& grad_weight, const Tensor& grad_bias) {
   BatchNormKernelParams params{s.params.eps, !s.params.training, s.params.relu};
-  batch_norm_backward(s.x, grad_out, s.weight, s.bias, s.mean, s.stat, params, s.workspace, grad_x, grad_weight,
-                      grad_bias);
+  batch_norm_backward(s.x, grad_out, s.weight, s.bias, s.mean, s.stat, params, s.workspace, grad_x,
+                      grad_weight, grad_bias);
 }
 
 }  // namespace dpt::cpu

@@ -15,8 +15,7 @@
 //   1->32 fwd 0.45 ms, bwd 1.3 (weights only); 32->64 fwd 2.3, bwd 5.0 — against
 //   6.7, 2.8, 7.6 and 8.7 ms with nchw src/dst (gemm; worse still with the ReLU post-op).
 // So blocked-plus-reorders wins by 2-3x, and is what this file does.
-#include "backend/cpu/conv.h"
-
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/onednn.h"
 
 namespace dpt::cpu {
@@ -71,19 +70,17 @@ memory::desc work_desc(const Geometry& g, const memory::dims& dims) {
 
 std::string key_of(const char* op, const Shape& x, const Shape& w, const ConvParams& p, bool bias, bool relu,
                    const Geometry& g) {
-  return cache_key(op, {x[0], x[1], x[2], x[3], w[0], w[2], w[3], p.stride, p.padding, p.dilation, p.groups,
-                        bias ? 1 : 0, relu ? 1 : 0, static_cast<int64_t>(g.src_layout),
-                        static_cast<int64_t>(g.dst_layout)});
+  return cache_key(
+      op, {x[0], x[1], x[2], x[3], w[0], w[2], w[3], p.stride, p.padding, p.dilation, p.groups, bias ? 1 : 0,
+           relu ? 1 : 0, static_cast<int64_t>(g.src_layout), static_cast<int64_t>(g.dst_layout)});
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool bias, bool relu) {
   memory::desc src = work_desc(g, g.src), weights = any_desc(g.weights), dst = work_desc(g, g.dst);
-  auto desc =
-      bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src,
-                                             weights, g.plain_bias, dst, g.strides, g.dilates, g.pad_l,
-                                             g.pad_r)
-           : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src,
-                                             weights, dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+  // A zero bias descriptor is oneDNN's "no bias".
+  dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, src,
+                                       weights, bias ? g.plain_bias : memory::desc(), dst, g.strides,
+                                       g.dilates, g.pad_l, g.pad_r);
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops ops;
@@ -114,8 +111,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                     const Tensor& out) {
   bool has_bias = bias.defined();
   Geometry g = geometry_of(x.shape(), w.shape(), out.shape(), p, layout_of(x), layout_of(out));
-  auto entry =
-      Context::cpu().cached<ForwardEntry>(key_of("conv_fwd", x.shape(), w.shape(), p, has_bias, relu, g), [&] {
+  auto entry = Context::cpu().cached<ForwardEntry>(
+      key_of("conv_fwd", x.shape(), w.shape(), p, has_bias, relu, g), [&] {
         auto pd = forward_pd(g, has_bias, relu);
         return std::make_shared<ForwardEntry>(ForwardEntry{
             dnnl::convolution_forward(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
@@ -145,9 +142,9 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
     auto entry = Context::cpu().cached<BackwardDataEntry>(
         key_of("conv_bwd_data", x_shape, w_shape, p, false, false, g), [&] {
           auto hint = forward_pd(g, false, false);
-          auto desc = dnnl::convolution_backward_data::desc(algorithm::convolution_direct, work_desc(g, g.src),
-                                                            any_desc(g.weights), work_desc(g, g.dst), g.strides,
-                                                            g.dilates, g.pad_l, g.pad_r);
+          auto desc = dnnl::convolution_backward_data::desc(
+              algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights), work_desc(g, g.dst),
+              g.strides, g.dilates, g.pad_l, g.pad_r);
           dnnl::convolution_backward_data::primitive_desc pd(desc, engine, hint);
           return std::make_shared<BackwardDataEntry>(
               BackwardDataEntry{dnnl::convolution_backward_data(pd),
@@ -169,12 +166,10 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
     auto entry = Context::cpu().cached<BackwardWeightsEntry>(
         key_of("conv_bwd_weights", x_shape, w_shape, p, has_bias, false, g), [&] {
           auto hint = forward_pd(g, has_bias, false);
-          auto desc = has_bias ? dnnl::convolution_backward_weights::desc(
-                                     algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights),
-                                     g.plain_bias, work_desc(g, g.dst), g.strides, g.dilates, g.pad_l, g.pad_r)
-                               : dnnl::convolution_backward_weights::desc(
-                                     algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights),
-                                     work_desc(g, g.dst), g.strides, g.dilates, g.pad_l, g.pad_r);
+          dnnl::convolution_backward_weights::desc desc(
+              algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights),
+              has_bias ? g.plain_bias : memory::desc(), work_desc(g, g.dst), g.strides, g.dilates, g.pad_l,
+              g.pad_r);
           dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, hint);
           return std::make_shared<BackwardWeightsEntry>(BackwardWeightsEntry{
               dnnl::convolution_backward_weights(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
@@ -200,8 +195,8 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
 // x stays in its layout (NCHW or channels-last), weights are plain OIHW, and the output is
 // channels-last unless DPT_CHANNELS_LAST=0: a network converts once, at its first
 // convolution, and its activations stay NHWC from there.
-ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p,
-                               bool relu, const Shape& out_shape) {
+ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
+                               const ConvParams& p, bool relu, const Shape& out_shape) {
   ConvForward run{Tensor(), x_in, w_in.contiguous(), p};
   run.params.nhwc = onednn::channels_last_enabled();
   run.out = onednn::empty_in(out_shape, run.params.nhwc ? onednn::Layout::nhwc : onednn::Layout::nchw);

@@ -1,6 +1,10 @@
-#include "backend/cpu/elementwise.h"
-
+// The CPU's plain-loop elementwise kernels, parallel with OpenMP: broadcast arithmetic,
+// affine maps, ReLU (whose backward reads the forward output: out > 0 is the mask, so it
+// also serves add_relu), dropout, and whole-tensor sums.
+#include <algorithm>
 #include <vector>
+
+#include "backend/cpu/kernels.h"
 
 namespace dpt::cpu {
 namespace {
@@ -54,17 +58,54 @@ void map_binary(F f, const Tensor& a, const Tensor& b, const Tensor& out) {
 
 }  // namespace
 
-void add_inplace(float* dst, const float* src, int64_t n) {
+void add_inplace(const Tensor& dst, const Tensor& src) {
+  float* d = dst.data<float>();
+  const float* s = src.data<float>();
+  int64_t n = dst.numel();
 #pragma omp parallel for simd schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+}
+
+void relu_forward(const Tensor& x, const Tensor& out) {
+  const float* p = x.data<float>();
+  float* o = out.data<float>();
+  int64_t n = out.numel();
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) o[i] = p[i] > 0.0f ? p[i] : 0.0f;
+}
+
+// A NaN sum gives 0, as relu_forward does; out may alias a or b.
+void add_relu_forward(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* o = out.data<float>();
+  int64_t n = out.numel();
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    float s = pa[i] + pb[i];
+    o[i] = s > 0.0f ? s : 0.0f;
+  }
+}
+
+void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
+  const float* o = out.data<float>();
+  const float* g = grad_out.data<float>();
+  float* gi = grad_in.data<float>();
+  int64_t n = out.numel();
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) gi[i] = o[i] > 0.0f ? g[i] : 0.0f;
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (op) {
-    case BinaryOp::add: return map_binary([](float x, float y) { return x + y; }, a, b, out);
-    case BinaryOp::sub: return map_binary([](float x, float y) { return x - y; }, a, b, out);
-    case BinaryOp::mul: return map_binary([](float x, float y) { return x * y; }, a, b, out);
-    case BinaryOp::div: return map_binary([](float x, float y) { return x / y; }, a, b, out);
+    case BinaryOp::add:
+      return map_binary([](float x, float y) { return x + y; }, a, b, out);
+    case BinaryOp::sub:
+      return map_binary([](float x, float y) { return x - y; }, a, b, out);
+    case BinaryOp::mul:
+      return map_binary([](float x, float y) { return x * y; }, a, b, out);
+    case BinaryOp::div:
+      return map_binary([](float x, float y) { return x / y; }, a, b, out);
   }
 }
 
@@ -104,5 +145,42 @@ Tensor sum_to_shape(const Tensor& t, const Shape& shape) {
   for (size_t i = 0; i < acc.size(); ++i) o[i] = static_cast<float>(acc[i]);
   return out;
 }
+
+void dropout_forward(const Tensor& x, float p, Rng& rng, const Tensor& mask, const Tensor& out) {
+  Tensor in = x.contiguous();
+  float keep_scale = 1.0f / (1.0f - p);
+  float* m = mask.data<float>();
+  const float* xi = in.data<float>();
+  float* o = out.data<float>();
+  // Two 32-bit draws from each 64-bit number.
+  const uint64_t threshold = static_cast<uint64_t>(static_cast<double>(p) * 4294967296.0);
+  for (int64_t i = 0, n = x.numel(); i < n; i += 2) {
+    uint64_t bits = rng.next_u64();
+    m[i] = (bits & 0xffffffffu) < threshold ? 0.0f : keep_scale;
+    if (i + 1 < n) m[i + 1] = (bits >> 32) < threshold ? 0.0f : keep_scale;
+  }
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) o[i] = xi[i] * m[i];
+}
+
+// In double: a mean over a whole batch of activations loses digits in f32. An OpenMP
+// reduction clause would add the threads' partial sums in the order they finish.
+void sum_scaled(const Tensor& x, double scale, const Tensor& out) {
+  constexpr int64_t kChunk = 32768;
+  Tensor c = x.contiguous();
+  const float* p = c.data<float>();
+  const int64_t n = c.numel(), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t k = 0; k < chunks; ++k) {
+    double s = 0;
+    for (int64_t i = k * kChunk, end = std::min(n, i + kChunk); i < end; ++i) s += p[i];
+    partial[k] = s;
+  }
+  double s = 0;
+  for (double v : partial) s += v;
+  out.data<float>()[0] = static_cast<float>(s * scale);
+}
+
+void fill_scaled(const Tensor& out, const Tensor& scalar, float scale) { out.fill_(scalar.item() * scale); }
 
 }  // namespace dpt::cpu

@@ -1,21 +1,7 @@
-// The CPU's kernel table: the kernels of backend/cpu, and the few lines that bring the
-// table's tensors to the plain-loop kernels' raw pointers.
+// The CPU's kernel table: the kernels of backend/cpu (kernels.h).
 #include "backend/cpu/kernels.h"
 
 #include <cstring>
-
-#include "backend/cpu/activation.h"
-#include "backend/cpu/batchnorm.h"
-#include "backend/cpu/conv.h"
-#include "backend/cpu/dropout.h"
-#include "backend/cpu/elementwise.h"
-#include "backend/cpu/loss.h"
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/optim.h"
-#include "backend/cpu/pool.h"
-#include "backend/cpu/reduce.h"
-#include "backend/cpu/shortcut_pad.h"
-#include "backend/cpu/sync_batchnorm.h"
 
 namespace dpt::cpu {
 namespace {
@@ -37,22 +23,6 @@ void copy(const Tensor& src, const Tensor& dst) {
 
 std::unique_ptr<Upload> upload_make(size_t, int) { return std::make_unique<HostUpload>(); }
 
-void add_inplace_tensor(const Tensor& dst, const Tensor& src) {
-  add_inplace(dst.data<float>(), src.data<float>(), dst.numel());
-}
-
-void relu_forward_tensor(const Tensor& x, const Tensor& out) {
-  relu_forward(x.data<float>(), out.data<float>(), out.numel());
-}
-
-void add_relu_forward_tensor(const Tensor& a, const Tensor& b, const Tensor& out) {
-  add_relu_forward(a.data<float>(), b.data<float>(), out.data<float>(), out.numel());
-}
-
-void relu_backward_tensor(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
-  relu_backward(out.data<float>(), grad_out.data<float>(), grad_in.data<float>(), out.numel());
-}
-
 const Kernels kTable = {
     .name = "CPU",
     .bf16 = false,
@@ -63,13 +33,13 @@ const Kernels kTable = {
     .step_graph_make = nullptr,
     .binary = binary,
     .affine = affine,
-    .add_inplace = add_inplace_tensor,
+    .add_inplace = add_inplace,
     .sum_to_shape = sum_to_shape,
     .sum_scaled = sum_scaled,
     .fill_scaled = fill_scaled,
-    .relu_forward = relu_forward_tensor,
-    .add_relu_forward = add_relu_forward_tensor,
-    .relu_backward = relu_backward_tensor,
+    .relu_forward = relu_forward,
+    .add_relu_forward = add_relu_forward,
+    .relu_backward = relu_backward,
     .dropout_forward = dropout_forward,
     .matmul = matmul,
     .sum_rows = sum_rows,

@@ -1,55 +1,40 @@
-#include "backend/cpu/loss.h"
-
+// Row-wise softmax losses on [rows, cols] logits, accumulated in double.
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/kernels.h"
+
 namespace dpt::cpu {
 
-void log_softmax_forward(const float* x, float* out, int64_t rows, int64_t cols) {
+void log_softmax_forward(const Tensor& x, const Tensor& out) {
+  int64_t rows = x.size(0), cols = x.size(1);
+  const float* px = x.data<float>();
+  float* po = out.data<float>();
 #pragma omp parallel for schedule(static) if (rows * cols > 32768)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
+    const float* xr = px + r * cols;
     float max = *std::max_element(xr, xr + cols);
     double s = 0;
     for (int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(xr[c] - max));
     float log_z = max + static_cast<float>(std::log(s));
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = xr[c] - log_z;
+    for (int64_t c = 0; c < cols; ++c) po[r * cols + c] = xr[c] - log_z;
   }
 }
 
-void log_softmax_backward(const float* out, const float* grad_out, float* grad_in, int64_t rows, int64_t cols) {
+// grad_in = grad_out - softmax * rowsum(grad_out), softmax = exp(out).
+void log_softmax_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
+  int64_t rows = out.size(0), cols = out.size(1);
+  const float* po = out.data<float>();
+  const float* pg = grad_out.data<float>();
+  float* pi = grad_in.data<float>();
 #pragma omp parallel for schedule(static) if (rows * cols > 32768)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* g = grad_out + r * cols;
+    const float* g = pg + r * cols;
     double s = 0;
     for (int64_t c = 0; c < cols; ++c) s += g[c];
     for (int64_t c = 0; c < cols; ++c)
-      grad_in[r * cols + c] = g[c] - std::exp(out[r * cols + c]) * static_cast<float>(s);
+      pi[r * cols + c] = g[c] - std::exp(po[r * cols + c]) * static_cast<float>(s);
   }
-}
-
-double cross_entropy_forward(const float* logits, const int64_t* labels, float* log_probs, int64_t rows,
-                             int64_t cols, float smoothing) {
-  log_softmax_forward(logits, log_probs, rows, cols);
-  double total = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* lp = log_probs + r * cols;
-    double row_sum = 0;
-    if (smoothing > 0)
-      for (int64_t c = 0; c < cols; ++c) row_sum += lp[c];
-    total += -(1.0 - smoothing) * lp[labels[r]] - smoothing / static_cast<double>(cols) * row_sum;
-  }
-  return total / static_cast<double>(rows);
-}
-
-void cross_entropy_backward(const float* log_probs, const int64_t* labels, float* grad, int64_t rows,
-                            int64_t cols, float smoothing, float scale) {
-  float uniform = smoothing / static_cast<float>(cols);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      float target = uniform + (c == labels[r] ? 1.0f - smoothing : 0.0f);
-      grad[r * cols + c] = scale * (std::exp(log_probs[r * cols + c]) - target);
-    }
 }
 
 int64_t first_bad_label(const Tensor& labels, int64_t classes, int64_t* label) {
@@ -60,14 +45,6 @@ int64_t first_bad_label(const Tensor& labels, int64_t classes, int64_t* label) {
       return i;
     }
   return -1;
-}
-
-void log_softmax_forward(const Tensor& x, const Tensor& out) {
-  log_softmax_forward(x.data<float>(), out.data<float>(), x.size(0), x.size(1));
-}
-
-void log_softmax_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
-  log_softmax_backward(out.data<float>(), grad_out.data<float>(), grad_in.data<float>(), out.size(0), out.size(1));
 }
 
 void nll_forward(const Tensor& log_probs, const Tensor& labels, const Tensor& loss) {
@@ -88,18 +65,36 @@ void nll_backward(const Tensor& labels, const Tensor& grad_loss, const Tensor& g
   for (int64_t r = 0; r < rows; ++r) gp[r * cols + lab[r]] = v;
 }
 
-void cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smoothing, const Tensor& log_probs,
-                           const Tensor& loss) {
-  double mean = cross_entropy_forward(logits.data<float>(), labels.data<int64_t>(), log_probs.data<float>(),
-                                      logits.size(0), logits.size(1), smoothing);
-  loss.data<float>()[0] = static_cast<float>(mean);
+// Mean over rows of -(1-s) log p[label] - (s/C) sum_c log p[c], in double.
+void cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smoothing,
+                           const Tensor& log_probs, const Tensor& loss) {
+  log_softmax_forward(logits, log_probs);
+  int64_t rows = logits.size(0), cols = logits.size(1);
+  const int64_t* l = labels.data<int64_t>();
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* lp = log_probs.data<float>() + r * cols;
+    double row_sum = 0;
+    if (smoothing > 0)
+      for (int64_t c = 0; c < cols; ++c) row_sum += lp[c];
+    total += -(1.0 - smoothing) * lp[l[r]] - smoothing / static_cast<double>(cols) * row_sum;
+  }
+  loss.data<float>()[0] = static_cast<float>(total / static_cast<double>(rows));
 }
 
+// grad = grad_loss / rows * (softmax - ((1-s) onehot(label) + s/C)).
 void cross_entropy_backward(const Tensor& log_probs, const Tensor& labels, float smoothing,
                             const Tensor& grad_loss, const Tensor& grad) {
-  int64_t rows = log_probs.size(0);
-  cross_entropy_backward(log_probs.data<float>(), labels.data<int64_t>(), grad.data<float>(), rows,
-                         log_probs.size(1), smoothing, grad_loss.item() / static_cast<float>(rows));
+  int64_t rows = log_probs.size(0), cols = log_probs.size(1);
+  float scale = grad_loss.item() / static_cast<float>(rows), uniform = smoothing / static_cast<float>(cols);
+  const float* lp = log_probs.data<float>();
+  const int64_t* l = labels.data<int64_t>();
+  float* g = grad.data<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float target = uniform + (c == l[r] ? 1.0f - smoothing : 0.0f);
+      g[r * cols + c] = scale * (std::exp(lp[r * cols + c]) - target);
+    }
 }
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {

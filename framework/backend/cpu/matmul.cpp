@@ -3,10 +3,9 @@
 // bwd-data 0.21, bwd-weights 0.21; inner_product with blocked weights (brgemm) 0.21,
 // 0.22, 0.24 plus a weight reorder each way; matmul (brg) 0.22, 0.21, 0.21 with no
 // reorder. 128->10: all variants 2-5 us. So matmul, which also needs no weight layout.
-#include "backend/cpu/matmul.h"
-
 #include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/onednn.h"
 
 namespace dpt::cpu {
@@ -38,8 +37,7 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
           ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
           attr.set_post_ops(ops);
         }
-        auto desc = has_bias ? dnnl::matmul::desc(a_desc, b_desc, bias_desc, c_desc)
-                             : dnnl::matmul::desc(a_desc, b_desc, c_desc);
+        dnnl::matmul::desc desc(a_desc, b_desc, has_bias ? bias_desc : memory::desc(), c_desc);
         return std::make_shared<dnnl::matmul>(
             dnnl::matmul::primitive_desc(desc, attr, Context::cpu().engine()));
       });

@@ -38,13 +38,6 @@ memory::desc plain_desc(const memory::dims& dims, Tag tag) {
   return memory::desc(dims, memory::data_type::f32, tag);
 }
 
-memory::desc plain_desc(const Shape& shape) {
-  static constexpr Tag tags[] = {Tag::undef, Tag::a, Tag::ab, Tag::abc, Tag::abcd, Tag::abcde};
-  DPT_CHECK(!shape.empty() && shape.size() <= 5)
-      << "oneDNN kernels take 1-D to 5-D tensors, got " << shape_str(shape);
-  return plain_desc(dims_of(shape), tags[shape.size()]);
-}
-
 Layout layout_of(const Tensor& t) {
   if (t.is_channels_last()) return Layout::nhwc;
   DPT_CHECK(t.is_contiguous()) << "oneDNN kernels take NCHW-contiguous or channels-last tensors, got strides "
@@ -76,40 +69,23 @@ bool channels_last_enabled() { return channels_last_flag().load(std::memory_orde
 
 void set_channels_last_enabled(bool enabled) { channels_last_flag().store(enabled); }
 
-namespace {
-
-// One growable 64-byte aligned buffer.
-class ScratchBuffer {
- public:
-  ScratchBuffer() = default;
-  ScratchBuffer(const ScratchBuffer&) = delete;
-  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
-  ~ScratchBuffer() { std::free(data_); }
-
-  void* get(size_t bytes) {
-    if (bytes > bytes_) {
-      std::free(data_);
-      bytes_ = (bytes + 4095) / 4096 * 4096;
-      data_ = std::aligned_alloc(64, bytes_);
-      if (!data_) {
-        bytes_ = 0;
-        throw Error("out of host memory allocating a " + std::to_string(bytes) +
-                    "-byte oneDNN layout buffer");
-      }
-    }
-    return data_;
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-}  // namespace
-
 void* scratch(Scratch slot, size_t bytes) {
-  thread_local std::array<ScratchBuffer, static_cast<size_t>(Scratch::count)> buffers;
-  return buffers[static_cast<size_t>(slot)].get(bytes);
+  struct Buffer {  // one growable 64-byte aligned buffer
+    std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+    size_t bytes = 0;
+  };
+  thread_local std::array<Buffer, static_cast<size_t>(Scratch::count)> buffers;
+  Buffer& b = buffers[static_cast<size_t>(slot)];
+  if (bytes > b.bytes) {
+    b.data.reset();
+    b.bytes = (bytes + 4095) / 4096 * 4096;
+    b.data.reset(std::aligned_alloc(64, b.bytes));
+    if (!b.data) {
+      b.bytes = 0;
+      throw Error("out of host memory allocating a " + std::to_string(bytes) + "-byte oneDNN layout buffer");
+    }
+  }
+  return b.data.get();
 }
 
 Bridge bridge_make(const memory::desc& plain, const memory::desc& chosen, Direction direction) {

@@ -67,8 +67,7 @@ class Context {
 std::string cache_key(const char* op, std::initializer_list<int64_t> values);
 
 memory::dims dims_of(const Shape& shape);
-// Plain row-major descriptor of f32 data with this shape (nchw, oihw, nc, x, ...).
-memory::desc plain_desc(const Shape& shape);
+// Descriptor of f32 data with these dims in the plain layout `tag` (nchw, oihw, x, ...).
 memory::desc plain_desc(const memory::dims& dims, Tag tag);
 
 // The two activation layouts the kernels take as they are: row-major NCHW and
@@ -121,6 +120,5 @@ void bridge_out(const Bridge& b, const memory& written, void* data);
 
 // Runs a primitive on this thread's stream and waits for it.
 void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args);
-
 
 }  // namespace dpt::cpu::onednn

@@ -1,7 +1,7 @@
-#include "backend/cpu/optim.h"
-
 #include <cmath>
 #include <cstring>
+
+#include "backend/cpu/kernels.h"
 
 namespace dpt::cpu {
 

@@ -4,8 +4,7 @@
 // but its reorders are 3-4x slower. So nChw16c with reorders, for 16 channels or more;
 // below that the padding to 16 would cost more than it saves and nchw is used. That is
 // for NCHW tensors; channels-last ones are pooled as nhwc directly, with no reorder.
-#include "backend/cpu/pool.h"
-
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/onednn.h"
 
 namespace dpt::cpu {
@@ -45,8 +44,6 @@ std::string key_of(const char* op, PoolKind kind, const Shape& x, const PoolPara
                         static_cast<int64_t>(layout)});
 }
 
-Layout layout_from(bool channels_last) { return channels_last ? Layout::nhwc : Layout::nchw; }
-
 dnnl::pooling_forward::primitive_desc forward_pd(const Geometry& g, prop_kind prop) {
   return dnnl::pooling_forward::primitive_desc(
       dnnl::pooling_forward::desc(prop, g.alg, g.work_src, g.work_dst, g.strides, g.kernel, g.pad_l, g.pad_r),
@@ -81,7 +78,8 @@ std::shared_ptr<ForwardEntry> forward_entry(PoolKind kind, const Shape& x, const
 
 size_t pool2d_workspace_bytes(PoolKind kind, const Shape& x_shape, const Shape& out_shape,
                               const PoolParams& p, bool channels_last) {
-  return forward_entry(kind, x_shape, out_shape, p, true, layout_from(channels_last))->workspace.get_size();
+  return forward_entry(kind, x_shape, out_shape, p, true, channels_last ? Layout::nhwc : Layout::nchw)
+      ->workspace.get_size();
 }
 
 void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
@@ -129,50 +127,29 @@ void pool2d_backward(PoolKind kind, const Shape& x_shape, const Tensor& grad_out
   bridge_out(entry->diff_src, diff_src, grad_x.raw_data());
 }
 
-namespace {
-
-// Channels-last: each image is [HW, C]; the mean runs down its columns.
-void global_avg_pool2d_forward_nhwc(const Tensor& x, const Tensor& out) {
+// NCHW: one sum per (n, c) plane. Channels-last: each image is [HW, C], the mean runs down
+// its columns.
+void global_avg_pool2d_forward(const Tensor& x, const Tensor& out) {
   const float* p = x.data<float>();
   float* o = out.data<float>();
   int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
-  float inv = 1.0f / static_cast<float>(hw);
+  if (layout_of(x) == Layout::nhwc) {
+    float inv = 1.0f / static_cast<float>(hw);
 #pragma omp parallel for schedule(static) if (n * c * hw > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float* image = p + i * hw * c;
-    float* row = o + i * c;
-    for (int64_t k = 0; k < c; ++k) row[k] = 0.0f;
-    for (int64_t j = 0; j < hw; ++j)
+    for (int64_t i = 0; i < n; ++i) {
+      const float* image = p + i * hw * c;
+      float* row = o + i * c;
+      for (int64_t k = 0; k < c; ++k) row[k] = 0.0f;
+      for (int64_t j = 0; j < hw; ++j)
 #pragma omp simd
-      for (int64_t k = 0; k < c; ++k) row[k] += image[j * c + k];
-    for (int64_t k = 0; k < c; ++k) row[k] *= inv;
+        for (int64_t k = 0; k < c; ++k) row[k] += image[j * c + k];
+      for (int64_t k = 0; k < c; ++k) row[k] *= inv;
+    }
+    return;
   }
-}
-
-void global_avg_pool2d_backward_nhwc(const Tensor& grad_out, const Tensor& grad_x) {
-  const float* g = grad_out.data<float>();
-  float* o = grad_x.data<float>();
-  int64_t n = grad_x.size(0), c = grad_x.size(1), hw = grad_x.size(2) * grad_x.size(3);
-  float inv = 1.0f / static_cast<float>(hw);
-#pragma omp parallel for schedule(static) if (n * c * hw > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    float* image = o + i * hw * c;
-    for (int64_t j = 0; j < hw; ++j)
-#pragma omp simd
-      for (int64_t k = 0; k < c; ++k) image[j * c + k] = g[i * c + k] * inv;
-  }
-}
-
-}  // namespace
-
-void global_avg_pool2d_forward(const Tensor& x, const Tensor& out) {
-  if (layout_of(x) == Layout::nhwc) return global_avg_pool2d_forward_nhwc(x, out);
-  const float* p = x.data<float>();
-  float* o = out.data<float>();
-  int64_t planes = x.size(0) * x.size(1), hw = x.size(2) * x.size(3);
   double inv = 1.0 / static_cast<double>(hw);
-#pragma omp parallel for schedule(static) if (planes * hw > 65536)
-  for (int64_t i = 0; i < planes; ++i) {
+#pragma omp parallel for schedule(static) if (n * c * hw > 65536)
+  for (int64_t i = 0; i < n * c; ++i) {
     const float* plane = p + i * hw;
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
@@ -182,13 +159,22 @@ void global_avg_pool2d_forward(const Tensor& x, const Tensor& out) {
 }
 
 void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
-  if (layout_of(grad_x) == Layout::nhwc) return global_avg_pool2d_backward_nhwc(grad_out, grad_x);
   const float* g = grad_out.data<float>();
   float* o = grad_x.data<float>();
-  int64_t planes = grad_x.size(0) * grad_x.size(1), hw = grad_x.size(2) * grad_x.size(3);
+  int64_t n = grad_x.size(0), c = grad_x.size(1), hw = grad_x.size(2) * grad_x.size(3);
   float inv = 1.0f / static_cast<float>(hw);
-#pragma omp parallel for schedule(static) if (planes * hw > 65536)
-  for (int64_t i = 0; i < planes; ++i) {
+  if (layout_of(grad_x) == Layout::nhwc) {
+#pragma omp parallel for schedule(static) if (n * c * hw > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      float* image = o + i * hw * c;
+      for (int64_t j = 0; j < hw; ++j)
+#pragma omp simd
+        for (int64_t k = 0; k < c; ++k) image[j * c + k] = g[i * c + k] * inv;
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (n * c * hw > 65536)
+  for (int64_t i = 0; i < n * c; ++i) {
     float v = g[i] * inv;
     float* plane = o + i * hw;
     for (int64_t j = 0; j < hw; ++j) plane[j] = v;
@@ -199,7 +185,8 @@ void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
 void pool2d_forward_run(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
                         bool keep_for_backward, PoolSaved& saved) {
   if (keep_for_backward) {
-    size_t bytes = pool2d_workspace_bytes(kind, x.shape(), out.shape(), p, onednn::layout_of(x) == onednn::Layout::nhwc);
+    size_t bytes =
+        pool2d_workspace_bytes(kind, x.shape(), out.shape(), p, onednn::layout_of(x) == onednn::Layout::nhwc);
     if (bytes > 0) saved.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
   }
   pool2d_forward(kind, x, p, out, saved.workspace);

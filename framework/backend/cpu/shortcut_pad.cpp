@@ -1,6 +1,6 @@
-#include "backend/cpu/shortcut_pad.h"
-
 #include <cstring>
+
+#include "backend/cpu/kernels.h"
 
 namespace dpt::cpu {
 namespace {

@@ -1,6 +1,6 @@
-#include "backend/cpu/sync_batchnorm.h"
-
 #include <cmath>
+
+#include "backend/cpu/kernels.h"
 
 namespace dpt::cpu {
 namespace {

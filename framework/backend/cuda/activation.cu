@@ -1,6 +1,5 @@
-// ReLU and add + ReLU kernels (see activation.h): flat loops over dense buffers, f32 or bf16.
-#include "backend/cuda/activation.h"
-
+// ReLU and add + ReLU kernels (see kernels.h): flat loops over dense buffers, f32 or bf16.
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
 
@@ -40,41 +39,32 @@ void check_alike(const char* what, const Tensor& a, const Tensor& b) {
 void relu_forward(const Tensor& x, const Tensor& out) {
   check_alike("relu", x, out);
   int64_t n = out.numel();
-  if (n == 0) return;
-  KernelScope scope(out.device().index);
-  dispatch_float(out.dtype(), "relu", [&](auto tag) {
+  launch_typed(out.device().index, out.dtype(), "relu", n, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    relu_forward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out), n);
+    relu_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(elements<T>(x), elements<T>(out), n);
   });
-  DPT_CUDA_LAUNCH_CHECK();
 }
 
 void add_relu_forward(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_alike("add_relu", a, out);
   check_alike("add_relu", b, out);
   int64_t n = out.numel();
-  if (n == 0) return;
-  KernelScope scope(out.device().index);
-  dispatch_float(out.dtype(), "add_relu", [&](auto tag) {
+  launch_typed(out.device().index, out.dtype(), "add_relu", n, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    add_relu_forward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(a), elements<T>(b),
-                                                                        elements<T>(out), n);
+    add_relu_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(elements<T>(a), elements<T>(b),
+                                                                elements<T>(out), n);
   });
-  DPT_CUDA_LAUNCH_CHECK();
 }
 
 void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
   check_alike("relu backward", out, grad_out);
   check_alike("relu backward", out, grad_in);
   int64_t n = out.numel();
-  if (n == 0) return;
-  KernelScope scope(out.device().index);
-  dispatch_float(out.dtype(), "relu backward", [&](auto tag) {
+  launch_typed(out.device().index, out.dtype(), "relu backward", n, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    relu_backward_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(out), elements<T>(grad_out),
-                                                                     elements<T>(grad_in), n);
+    relu_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(elements<T>(out), elements<T>(grad_out),
+                                                             elements<T>(grad_in), n);
   });
-  DPT_CUDA_LAUNCH_CHECK();
 }
 
 Tensor relu_backward(const Tensor& out, const Tensor& grad_out) {

@@ -102,25 +102,12 @@ class Allocator {
     release_pinned_cached();
   }
 
-  uint64_t pool_create(int device) {
+  // f(the BlockCache of `device`), under the lock: the graph pools' calls.
+  template <class F>
+  auto with_blocks(int device, F f) {
     cuda_check_device(device);
     std::lock_guard<std::mutex> lock(mutex_);
-    return devices_[device].blocks.pool_create();
-  }
-  void capture_begin(int device, uint64_t pool) {
-    cuda_check_device(device);
-    std::lock_guard<std::mutex> lock(mutex_);
-    devices_[device].blocks.capture_begin(pool);
-  }
-  void capture_end(int device) {
-    cuda_check_device(device);
-    std::lock_guard<std::mutex> lock(mutex_);
-    devices_[device].blocks.capture_end();
-  }
-  void pool_release(int device, uint64_t pool) {
-    cuda_check_device(device);
-    std::lock_guard<std::mutex> lock(mutex_);
-    devices_[device].blocks.pool_release(pool);
+    return f(devices_[device].blocks);
   }
 
   void* pinned_allocate(size_t bytes) {
@@ -171,17 +158,16 @@ class Allocator {
     CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     cudaError_t status = cudaMalloc(&ptr, bytes);
     CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    if (status == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    CUDA_CHECK(status);
-    return ptr;
+    return null_on_oom(status, ptr);
   }
 
   static void* host_alloc_or_null(size_t bytes) {
     void* ptr = nullptr;
-    cudaError_t status = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
+    return null_on_oom(cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable), ptr);
+  }
+
+  // ptr when the allocation succeeded, nullptr on out-of-memory; any other failure throws.
+  static void* null_on_oom(cudaError_t status, void* ptr) {
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       return nullptr;
@@ -267,10 +253,18 @@ void* device_alloc(size_t bytes, int device) {
 void device_free(void* ptr, int device) { allocator().deallocate(ptr, device); }
 AllocatorStats allocator_stats(int device) { return allocator().stats(device); }
 void allocator_empty_cache() { allocator().empty_cache(); }
-uint64_t allocator_pool_create(int device) { return allocator().pool_create(device); }
-void allocator_capture_begin(int device, uint64_t pool) { allocator().capture_begin(device, pool); }
-void allocator_capture_end(int device) { allocator().capture_end(device); }
-void allocator_pool_release(int device, uint64_t pool) { allocator().pool_release(device, pool); }
+uint64_t allocator_pool_create(int device) {
+  return allocator().with_blocks(device, [](BlockCache& b) { return b.pool_create(); });
+}
+void allocator_capture_begin(int device, uint64_t pool) {
+  allocator().with_blocks(device, [&](BlockCache& b) { b.capture_begin(pool); });
+}
+void allocator_capture_end(int device) {
+  allocator().with_blocks(device, [](BlockCache& b) { b.capture_end(); });
+}
+void allocator_pool_release(int device, uint64_t pool) {
+  allocator().with_blocks(device, [&](BlockCache& b) { b.pool_release(pool); });
+}
 void* pinned_alloc(size_t bytes) { return allocator().pinned_allocate(bytes); }
 void pinned_free(void* ptr) { allocator().pinned_deallocate(ptr); }
 

@@ -9,16 +9,17 @@
 #include <vector>
 
 #include "backend/cuda/stream.h"
+#include "backend/kernels.h"
 #include "core/tensor.h"
 
 namespace dpt::cuda {
 
-class BatchUploader {
+class BatchUploader final : public dpt::BatchUploader {
  public:
   // Requires a valid device.
   explicit BatchUploader(int device);
   // Waits for its copies, then frees its staging memory.
-  ~BatchUploader();
+  ~BatchUploader() override;
   BatchUploader(const BatchUploader&) = delete;
   BatchUploader& operator=(const BatchUploader&) = delete;
 
@@ -27,13 +28,13 @@ class BatchUploader {
   // change). The device tensors come from the caching allocator; the copy stream first
   // waits for the work queued on the compute stream so far, which may still be using
   // those blocks.
-  void start(const std::vector<Tensor>& host);
-  bool pending() const { return pending_; }
+  void start(const std::vector<Tensor>& host) override;
+  bool pending() const override { return pending_; }
   // Requires pending(). Returns the device tensors of the upload (contiguous, shapes and
   // dtypes of `host`); work queued on the compute stream after this call sees them copied.
-  std::vector<Tensor> take();
+  std::vector<Tensor> take() override;
   // Forgets a pending upload (an epoch ended before its batch was needed).
-  void drop();
+  void drop() override;
 
  private:
   struct Staging {

@@ -1,10 +1,7 @@
-// cuDNN spatial batch norm, and the eval-mode backward kernel (see batchnorm.h). cuDNN's
+// cuDNN spatial batch norm, and the eval-mode backward kernel (see kernels.h). cuDNN's
 // calls take no ReLU, so on this path it runs as the separate relu kernels.
-#include "backend/cuda/batchnorm.h"
-
-#include "backend/cuda/activation.h"
-#include "backend/cuda/batchnorm_kernels.h"
 #include "backend/cuda/cudnn_desc.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 
 namespace dpt::cuda {
@@ -59,8 +56,10 @@ Tensor relu_masked(const Tensor& grad_out, const Tensor& relu_out) {
   return relu_out.defined() ? relu_backward(relu_out, grad_out) : grad_out;
 }
 
-}  // namespace
-
+// Requires: N H W > 1. Ensures: out = weight (x - mean) / sqrt(var + eps) + bias with the
+// batch mean and biased variance; save_mean = mean, save_invstd = 1 / sqrt(var + eps); defined
+// running_mean/var become (1 - momentum) running + momentum batch, with the unbiased batch
+// variance (cuDNN's rule, also PyTorch's). With relu, out = max(0, .) as relu_forward does.
 void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                  const Tensor& running_mean, const Tensor& running_var, float momentum,
                                  float eps, bool relu, const Tensor& out, const Tensor& save_mean,
@@ -83,6 +82,7 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Te
   if (relu) relu_forward(out, out);
 }
 
+// out = weight (x - mean) / sqrt(var + eps) + bias with the given statistics, then ReLU.
 void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   const Tensor& mean, const Tensor& var, float eps, bool relu,
                                   const Tensor& out) {
@@ -99,6 +99,8 @@ void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const T
   if (relu) relu_forward(out, out);
 }
 
+// The backwards take relu_out = the forward's out when it fused a ReLU (undefined when it
+// did not): grad_out then counts only where relu_out > 0; grad_out itself is left unchanged.
 void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out,
                                   const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
                                   float eps, const Tensor& grad_x, const Tensor& grad_weight,
@@ -120,6 +122,8 @@ void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const
       save_invstd.data<float>()));
 }
 
+// The backward of the inference forward (mean and var constants): grad_x = weight invstd
+// grad_out, grad_weight = sum(grad_out xhat), grad_bias = sum(grad_out).
 void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out,
                                    const Tensor& weight, const Tensor& mean, const Tensor& var, float eps,
                                    const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
@@ -138,17 +142,20 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
   DPT_CUDA_LAUNCH_CHECK();
 }
 
+}  // namespace
+
 // Training keeps cuDNN's saved batch mean and 1/sqrt(var + eps); the backward of a fused
 // ReLU reads the output, whose > 0 is the mask.
 Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              const Tensor& running_mean, const Tensor& running_var, bool, BatchNormSaved& s) {
+                              const Tensor& running_mean, const Tensor& running_var, bool,
+                              BatchNormSaved& s) {
   const BatchNormParams& p = s.params;
   Tensor out = Tensor::empty_like(x);
   if (p.training) {
     s.mean = Tensor::empty({x.size(1)}, DType::f32, x.device());
     s.stat = Tensor::empty({x.size(1)}, DType::f32, x.device());
-    batch_norm_forward_training(x, weight, bias, running_mean, running_var, p.momentum, p.eps, p.relu, out, s.mean,
-                                s.stat);
+    batch_norm_forward_training(x, weight, bias, running_mean, running_var, p.momentum, p.eps, p.relu, out,
+                                s.mean, s.stat);
   } else {
     batch_norm_forward_inference(x, weight, bias, s.mean, s.stat, p.eps, p.relu, out);
   }
@@ -159,8 +166,8 @@ Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tenso
 void batch_norm_backward_run(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
                              const Tensor& grad_weight, const Tensor& grad_bias) {
   if (s.params.training)
-    batch_norm_backward_training(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x, grad_weight,
-                                 grad_bias);
+    batch_norm_backward_training(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x,
+                                 grad_weight, grad_bias);
   else
     batch_norm_backward_inference(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x,
                                   grad_weight, grad_bias);

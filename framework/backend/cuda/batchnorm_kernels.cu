@@ -1,4 +1,4 @@
-// Batch-norm kernels (see batchnorm_kernels.h). Per-channel sums go in two stages: blocks
+// Batch-norm kernels (see kernels.h). Per-channel sums go in two stages: blocks
 // sum chunks of a channel's N*H*W values into double partials (enough blocks to fill the
 // GPU even with 16 channels), then one thread per channel adds its chunks in a fixed order,
 // so results do not depend on scheduling, and turns them into per-channel coefficients
@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "backend/cuda/allocator.h"
-#include "backend/cuda/batchnorm_kernels.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
 
@@ -191,7 +191,7 @@ __global__ void normalize_kernel(const T* x, T* out, const float* scale, const f
   }
 }
 
-// Eval reads no x: its grad_x is weight invstd g alone (batchnorm.h), so a NaN or inf x,
+// Eval reads no x: its grad_x is weight invstd g alone (kernels.h), so a NaN or inf x,
 // whose output a fused ReLU turned into 0, gets 0 as on the CPU and the cuDNN path, not
 // (x - mean) * 0 = NaN.
 template <class T, bool nhwc>

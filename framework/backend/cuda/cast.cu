@@ -1,6 +1,6 @@
-// cast_copy (see cast.h): a flat loop where source and destination share one dense layout,
+// cast_copy (see kernels.h): a flat loop where source and destination share one dense layout,
 // else a walk in row-major order of the shape that addresses both through their strides.
-#include "backend/cuda/cast.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/strided.h"
 

@@ -1,7 +1,7 @@
-// Per-channel bias kernels (see channel.h). The sum is one block per channel, its threads
+// Per-channel bias kernels (see kernels.h). The sum is one block per channel, its threads
 // walking the channel's N*H*W values; convolutions with a bias are the small layers of
 // small networks (mnist_cnn), so this favours simplicity over occupancy.
-#include "backend/cuda/channel.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
 
@@ -40,14 +40,11 @@ void channel_bias_add(const Tensor& out, const Tensor& bias, bool relu) {
   check_bias(out, bias);
   bool nhwc = layout_nhwc(out, "conv2d bias");
   int64_t n = out.numel(), c = out.size(1), hw = out.size(2) * out.size(3);
-  if (n == 0) return;
-  KernelScope scope(out.device().index);
-  dispatch_float(out.dtype(), "conv2d bias", [&](auto tag) {
+  launch_typed(out.device().index, out.dtype(), "conv2d bias", n, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    bias_add_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(out), bias.data<float>(), n, c,
-                                                                hw, nhwc, relu);
+    bias_add_kernel<<<grid_for(n), kBlock, 0, stream>>>(elements<T>(out), bias.data<float>(), n, c, hw, nhwc,
+                                                        relu);
   });
-  DPT_CUDA_LAUNCH_CHECK();
 }
 
 void channel_sum(const Tensor& t, const Tensor& sum) {

@@ -1,24 +1,19 @@
-// cuDNN convolution (see conv.h). A Plan per (device, shapes, parameters, dtype, layout, math settings)
+// cuDNN convolution (see kernels.h). A Plan per (device, shapes, parameters, dtype, layout, math settings)
 // holds the descriptors and the three algorithms cuDNN's heuristics rank first among those
 // whose workspace fits kWorkspaceLimit; it is made on the shape's first use and kept, so
 // the steady state only queues cuDNN calls. Workspaces come from the caching allocator.
-#include "backend/cuda/conv.h"
-
 #include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
-#include "backend/cuda/activation.h"
 #include "backend/cuda/allocator.h"
-#include "backend/cuda/cast.h"
-#include "backend/cuda/channel.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/device.h"
-#include "backend/cuda/elementwise.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/layout.h"
 #include "backend/cuda/math_settings.h"
 
@@ -149,11 +144,11 @@ void check_layout(const char* what, const Tensor& t, const ConvParams& p, DType 
                                 << ", expected " << dtype_name(dtype);
 }
 
-// cuDNN's bias calls take the f32 NCHW case; channel.h the others.
+// cuDNN's bias calls take the f32 NCHW case; channel.cu the others.
 bool cudnn_bias(const ConvParams& p, DType dtype) { return !p.nhwc && dtype == DType::f32; }
 
-}  // namespace
-
+// Requires: x, w and out of one dtype in p.nhwc's layout; bias f32 [OC] or undefined.
+// Ensures: out = conv(x, w) + bias, then max(0, .) when relu; every element written.
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p, bool relu,
                     const Tensor& out) {
   DType dtype = x.dtype();
@@ -177,6 +172,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                                out.data<float>()));
   if (relu) relu_forward(out, out);
 }
+
+}  // namespace
 
 void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x, const Tensor& w,
                      const Tensor& grad_out, const ConvParams& p, const Tensor& grad_x, const Tensor& grad_w,
@@ -228,8 +225,8 @@ Tensor in_layout(const Tensor& t, bool nhwc) {
 
 // cuDNN runs NCHW with OIHW weights, or NHWC with OHWI weights: NHWC when asked for or
 // when the input already is; f32, or bf16 on tensor cores.
-ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p,
-                               bool relu, const Shape& out_shape) {
+ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
+                               const ConvParams& p, bool relu, const Shape& out_shape) {
   ConvForward run;
   run.params = p;
   run.params.nhwc = p.nhwc || (x_in.is_channels_last() && !x_in.is_contiguous());

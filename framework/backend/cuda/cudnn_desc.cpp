@@ -1,5 +1,4 @@
-// cuDNN descriptors (see cudnn_desc.h). Destructors ignore the status: they cannot throw,
-// and destroying a descriptor only fails for a null one.
+// cuDNN descriptors (see cudnn_desc.h).
 #include "backend/cuda/cudnn_desc.h"
 
 #include <climits>
@@ -31,20 +30,18 @@ TensorDescriptor::TensorDescriptor(const Shape& s, const char* op, DType dtype, 
   int n = cudnn_int(s[0], op), c = cudnn_int(s[1], op), h = cudnn_int(s[2], op), w = cudnn_int(s[3], op);
   cudnnDataType_t type = cudnn_type(dtype, op);  // before the create: a throw after it leaks the descriptor
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc_, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, type, n, c, h, w));
+  CUDNN_CHECK(
+      cudnnSetTensor4dDescriptor(desc_, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, type, n, c, h, w));
 }
-
-TensorDescriptor::~TensorDescriptor() { (void)cudnnDestroyTensorDescriptor(desc_); }
 
 FilterDescriptor::FilterDescriptor(const Shape& s, const char* op, DType dtype, bool nhwc) {
   DPT_CHECK(s.size() == 4) << op << " on cuda: expected a 4-D weight, got " << shape_str(s);
   int k = cudnn_int(s[0], op), c = cudnn_int(s[1], op), h = cudnn_int(s[2], op), w = cudnn_int(s[3], op);
   cudnnDataType_t type = cudnn_type(dtype, op);
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&desc_));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc_, type, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, k, c, h, w));
+  CUDNN_CHECK(
+      cudnnSetFilter4dDescriptor(desc_, type, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, k, c, h, w));
 }
-
-FilterDescriptor::~FilterDescriptor() { (void)cudnnDestroyFilterDescriptor(desc_); }
 
 ConvolutionDescriptor::ConvolutionDescriptor(int64_t padding, int64_t stride, int64_t dilation,
                                              int64_t groups, bool tf32, bool bf16) {
@@ -59,8 +56,6 @@ ConvolutionDescriptor::ConvolutionDescriptor(int64_t padding, int64_t stride, in
   CUDNN_CHECK(cudnnSetConvolutionMathType(desc_, math));
 }
 
-ConvolutionDescriptor::~ConvolutionDescriptor() { (void)cudnnDestroyConvolutionDescriptor(desc_); }
-
 PoolingDescriptor::PoolingDescriptor(cudnnPoolingMode_t mode, int64_t kernel, int64_t stride,
                                      int64_t padding) {
   const char* op = "pool2d";
@@ -68,7 +63,5 @@ PoolingDescriptor::PoolingDescriptor(cudnnPoolingMode_t mode, int64_t kernel, in
   CUDNN_CHECK(cudnnCreatePoolingDescriptor(&desc_));
   CUDNN_CHECK(cudnnSetPooling2dDescriptor(desc_, mode, CUDNN_NOT_PROPAGATE_NAN, k, k, p, p, s, s));
 }
-
-PoolingDescriptor::~PoolingDescriptor() { (void)cudnnDestroyPoolingDescriptor(desc_); }
 
 }  // namespace dpt::cuda

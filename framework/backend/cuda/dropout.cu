@@ -1,7 +1,7 @@
-// The dropout kernel (see dropout.h): splitmix64 of (seed, pair index) gives 64 bits,
+// The dropout kernel (see kernels.h): splitmix64 of (seed, pair index) gives 64 bits,
 // the low half for the even element of the pair and the high half for the odd one, as
 // the CPU uses each 64-bit draw for two elements.
-#include "backend/cuda/dropout.h"
+#include "backend/cuda/kernels.h"
 
 #include "backend/cuda/launch.h"
 

@@ -1,9 +1,8 @@
-// Elementwise kernels (see elementwise.h). Three shapes of binary op, fastest first: both
+// Elementwise kernels (see kernels.h). Three shapes of binary op, fastest first: both
 // inputs read in the same order as the output (one flat loop), a scalar second operand,
 // and the general broadcast, which turns each output index into two input offsets. Each
 // is instantiated for f32 and bf16 (computing in f32 either way).
-#include "backend/cuda/elementwise.h"
-
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/strided.h"
 
@@ -27,15 +26,16 @@ __global__ void binary_flat(const T* a, const T* b, T* out, int64_t n) {
 template <BinaryOp op, class T>
 __global__ void binary_scalar(const T* a, const T* b, T* out, int64_t n) {
   const float s = to_float(b[0]);
-  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = from_float<T>(apply<op>(to_float(a[i]), s));
+  for (int64_t i = thread_index(); i < n; i += thread_count())
+    out[i] = from_float<T>(apply<op>(to_float(a[i]), s));
 }
 
 // out contiguous; a and b read through their broadcast strides (0 where the size is 1).
 template <BinaryOp op, class T>
 __global__ void binary_broadcast(const T* a, const T* b, T* out, int64_t n, Dims dims, Dims b_dims) {
   for (int64_t i = thread_index(); i < n; i += thread_count())
-    out[i] = from_float<T>(
-        apply<op>(to_float(a[offset_of(i, dims, dims.stride)]), to_float(b[offset_of(i, dims, b_dims.stride)])));
+    out[i] = from_float<T>(apply<op>(to_float(a[offset_of(i, dims, dims.stride)]),
+                                     to_float(b[offset_of(i, dims, b_dims.stride)])));
 }
 
 // dims.stride holds a's broadcast strides, b_dims.stride b's (b_dims.size is unused).
@@ -76,12 +76,14 @@ void binary_launch(const Tensor& a, const Tensor& b, const Tensor& out) {
 
 template <class T>
 __global__ void affine_kernel(const T* a, T* out, int64_t n, float scale, float shift) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) out[i] = from_float<T>(to_float(a[i]) * scale + shift);
+  for (int64_t i = thread_index(); i < n; i += thread_count())
+    out[i] = from_float<T>(to_float(a[i]) * scale + shift);
 }
 
 template <class T>
 __global__ void add_inplace_kernel(T* dst, const T* src, int64_t n) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i]));
+  for (int64_t i = thread_index(); i < n; i += thread_count())
+    dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i]));
 }
 
 // One block per output element: its threads sum the `reduced` input elements that
@@ -132,7 +134,8 @@ void affine(const Tensor& a, float scale, float shift, const Tensor& out) {
   KernelScope scope(out.device().index);
   dispatch_float(out.dtype(), "affine", [&](auto tag) {
     using T = decltype(tag);
-    affine_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(src), elements<T>(out), n, scale, shift);
+    affine_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(src), elements<T>(out), n, scale,
+                                                              shift);
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
@@ -142,13 +145,10 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
       << "add_inplace on cuda: needs two dense tensors of one layout, got " << shape_str(dst.shape())
       << " and " << shape_str(src.shape());
   int64_t n = dst.numel();
-  if (n == 0) return;
-  KernelScope scope(dst.device().index);
-  dispatch_float(dst.dtype(), "add_inplace", [&](auto tag) {
+  launch_typed(dst.device().index, dst.dtype(), "add_inplace", n, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    add_inplace_kernel<<<grid_for(n), kBlock, 0, scope.stream()>>>(elements<T>(dst), elements<T>(src), n);
+    add_inplace_kernel<<<grid_for(n), kBlock, 0, stream>>>(elements<T>(dst), elements<T>(src), n);
   });
-  DPT_CUDA_LAUNCH_CHECK();
 }
 
 Tensor sum_to_shape(const Tensor& t, const Shape& shape) {

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "backend/kernels.h"
+
 namespace dpt::cuda {
 
 // True while a graph capture is in progress on `device`'s compute stream. Code that would
@@ -60,11 +62,12 @@ class Graph {
 // A step run eagerly for its first `warmup` calls (>= 1: libraries and DDP settle there),
 // captured on the next one — which then runs through its first replay — and replayed on
 // every call after. The caller uploads the step's inputs and scalars before each run().
-class GraphedStep {
+class GraphedStep final : public StepGraph {
  public:
   GraphedStep(int device, int warmup, std::function<void()> step);
-  void run();
-  bool graphed() const { return graph_.captured(); }
+  void run() override;
+  bool graphed() const override { return graph_.captured(); }
+  size_t node_count() const override { return graph_.node_count(); }
   int64_t calls() const { return calls_; }
   const Graph& graph() const { return graph_; }
 

@@ -1,74 +1,29 @@
 // CUDA's kernel table, registered at load time (registering only stores a pointer: a
-// machine without a GPU loads libdpt fine): the kernels of backend/cuda, and the wrappers
-// that give its uploads, graphs and batch staging the table's interfaces.
+// machine without a GPU loads libdpt fine): the kernels of backend/cuda, its uploads,
+// graphs and batch staging.
 #include "backend/kernels.h"
 
-#include "backend/cuda/activation.h"
 #include "backend/cuda/batch_upload.h"
-#include "backend/cuda/batchnorm.h"
-#include "backend/cuda/cast.h"
-#include "backend/cuda/conv.h"
-#include "backend/cuda/dropout.h"
-#include "backend/cuda/elementwise.h"
-#include "backend/cuda/eval_totals.h"
 #include "backend/cuda/graph.h"
-#include "backend/cuda/loss.h"
-#include "backend/cuda/matmul.h"
-#include "backend/cuda/optim.h"
-#include "backend/cuda/pool.h"
-#include "backend/cuda/reduce.h"
-#include "backend/cuda/shortcut_pad.h"
-#include "backend/cuda/sync_batchnorm.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/upload.h"
 
 namespace dpt::cuda {
 namespace {
 
-class StagedUpload final : public dpt::Upload {
- public:
-  StagedUpload(size_t capacity, int device) : upload_(capacity, device) {}
-  void copy(void* dst, const void* src, size_t bytes) override { upload_.copy(dst, src, bytes); }
-
- private:
-  cuda::Upload upload_;
-};
-
-class CapturedStep final : public StepGraph {
- public:
-  CapturedStep(int device, int warmup, std::function<void()> step) : step_(device, warmup, std::move(step)) {}
-  void run() override { step_.run(); }
-  bool graphed() const override { return step_.graphed(); }
-  size_t node_count() const override { return step_.graph().node_count(); }
-
- private:
-  GraphedStep step_;
-};
-
-class StagedBatches final : public dpt::BatchUploader {
- public:
-  explicit StagedBatches(int device) : uploader_(device) {}
-  void start(const std::vector<Tensor>& host) override { uploader_.start(host); }
-  bool pending() const override { return uploader_.pending(); }
-  std::vector<Tensor> take() override { return uploader_.take(); }
-  void drop() override { uploader_.drop(); }
-
- private:
-  cuda::BatchUploader uploader_;
-};
-
 std::unique_ptr<dpt::Upload> upload_make(size_t capacity, int device) {
-  return std::make_unique<StagedUpload>(capacity, device);
+  return std::make_unique<Upload>(capacity, device);
 }
 
 std::unique_ptr<dpt::BatchUploader> batch_uploader_make(int device) {
-  return std::make_unique<StagedBatches>(device);
+  return std::make_unique<BatchUploader>(device);
 }
 
 std::unique_ptr<StepGraph> step_graph_make(int device, int warmup, std::function<void()> step) {
-  return std::make_unique<CapturedStep>(device, warmup, std::move(step));
+  return std::make_unique<GraphedStep>(device, warmup, std::move(step));
 }
 
-// The seed is one draw from the caller's generator (see dropout.h).
+// The seed is one draw from the caller's generator (see kernels.h).
 void dropout_from(const Tensor& x, float p, Rng& rng, const Tensor& mask, const Tensor& out) {
   dropout_forward(x, p, rng.next_u64(), mask, out);
 }

@@ -43,9 +43,8 @@ constexpr DType dtype_of_element() {
 // The element pointer of a tensor of kernel type T (float or bf16); Error if the dtype differs.
 template <class T>
 T* elements(const Tensor& t) {
-  DPT_CHECK(t.dtype() == dtype_of_element<T>())
-      << "cuda kernel for " << dtype_name(dtype_of_element<T>()) << " given a " << dtype_name(t.dtype())
-      << " tensor";
+  DPT_CHECK(t.dtype() == dtype_of_element<T>()) << "cuda kernel for " << dtype_name(dtype_of_element<T>())
+                                                << " given a " << dtype_name(t.dtype()) << " tensor";
   return static_cast<T*>(t.raw_data());
 }
 
@@ -55,6 +54,14 @@ void dispatch_float(DType dtype, const char* op, F&& f) {
   if (dtype == DType::f32) return f(float{});
   if (dtype == DType::bf16) return f(bf16{});
   DPT_FAIL() << op << " on cuda: expected f32 or bf16, got " << dtype_name(dtype);
+}
+
+// Calls f(std::true_type{}) or f(std::false_type{}): a runtime flag (a layout, a kind) made
+// a template argument.
+template <class F>
+void dispatch_bool(bool flag, F&& f) {
+  if (flag) return f(std::true_type{});
+  f(std::false_type{});
 }
 
 constexpr int kBlock = 256;  // threads per block, a multiple of the warp size
@@ -81,6 +88,16 @@ class KernelScope {
 // After every <<<...>>>: a bad configuration or a sticky error from an earlier kernel
 // surfaces here, at its launch, as a dpt::Error.
 #define DPT_CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+// The launch most entries make: nothing when n == 0; else launch(T{}, stream) in a
+// KernelScope of `device`, T the kernel type of `dtype` (dispatch_float), then the check.
+template <class F>
+void launch_typed(int device, DType dtype, const char* op, int64_t n, F&& launch) {
+  if (n == 0) return;
+  KernelScope scope(device);
+  dispatch_float(dtype, op, [&](auto tag) { launch(tag, scope.stream()); });
+  DPT_CUDA_LAUNCH_CHECK();
+}
 
 __device__ inline int64_t thread_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

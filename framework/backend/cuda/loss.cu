@@ -1,7 +1,7 @@
-// Loss kernels (see loss.h). One warp per row: a row's classes are read by the warp's
+// Loss kernels (see kernels.h). One warp per row: a row's classes are read by the warp's
 // 32 lanes together and combined with shuffles, which suits the usual 10 to 1000 classes.
 // The formulas, and the places where they round to f32, are those of the CPU kernels.
-#include "backend/cuda/loss.h"
+#include "backend/cuda/kernels.h"
 
 #include <cmath>
 #include <cstdint>

@@ -1,9 +1,9 @@
-// cuBLAS GEMM for row-major tensors (see matmul.h). cuBLAS is column-major, and a
+// cuBLAS GEMM for row-major tensors (see kernels.h). cuBLAS is column-major, and a
 // row-major [M, N] matrix is its column-major transpose, so out = op(a) op(b) is computed
 // as out^T = op(b)^T op(a)^T: the operands swap places and keep their transpose flags.
 // bf16 operands run on tensor cores with f32 accumulation (CUBLAS_COMPUTE_32F); bias,
 // ReLU and column sums then read and write bf16 through f32.
-#include "backend/cuda/matmul.h"
+#include "backend/cuda/kernels.h"
 
 #include <climits>
 

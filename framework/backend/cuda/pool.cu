@@ -1,13 +1,12 @@
-// cuDNN pooling and the global-average kernels (see pool.h). Max pooling uses cuDNN's
+// cuDNN pooling and the global-average kernels (see kernels.h). Max pooling uses cuDNN's
 // deterministic mode, so a run's gradients do not depend on the order atomics land in.
 // bf16 and channels-last tensors go through the window kernels here instead (cuDNN's
 // legacy pooling is f32 NCHW in this backend); their backward gathers, per input element,
 // from the windows that contain it, so it needs no atomics either.
-#include "backend/cuda/pool.h"
-
 #include <type_traits>
 
 #include "backend/cuda/cudnn_desc.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
 #include "backend/cuda/strided.h"
@@ -42,7 +41,8 @@ __global__ void global_avg_forward_nhwc_kernel(const T* x, T* out, int64_t plane
 }
 
 template <class T, bool nhwc>
-__global__ void global_avg_backward_kernel(const T* grad_out, T* grad_x, int64_t total, int64_t c, int64_t hw) {
+__global__ void global_avg_backward_kernel(const T* grad_out, T* grad_x, int64_t total, int64_t c,
+                                           int64_t hw) {
   const float inv = 1.0f / static_cast<float>(hw);
   for (int64_t i = thread_index(); i < total; i += thread_count()) {
     int64_t plane = nhwc ? (i / (hw * c)) * c + i % c : i / hw;
@@ -109,7 +109,8 @@ __global__ void pool_backward_kernel(const T* x, const T* grad_out, T* grad_x, i
     int64_t y_low = e.y + p.padding - p.kernel + 1, x_low = e.x + p.padding - p.kernel + 1;
     int64_t oy0 = y_low <= 0 ? 0 : (y_low + p.stride - 1) / p.stride;
     int64_t ox0 = x_low <= 0 ? 0 : (x_low + p.stride - 1) / p.stride;
-    int64_t oy1 = min(p.oh - 1, (e.y + p.padding) / p.stride), ox1 = min(p.ow - 1, (e.x + p.padding) / p.stride);
+    int64_t oy1 = min(p.oh - 1, (e.y + p.padding) / p.stride),
+            ox1 = min(p.ow - 1, (e.x + p.padding) / p.stride);
     float g = 0.0f;
     for (int64_t oy = oy0; oy <= oy1; ++oy)
       for (int64_t ox = ox0; ox <= ox1; ++ox) {
@@ -131,20 +132,13 @@ Window window_of(const Tensor& x, const Tensor& out, const PoolParams& p) {
   return {x.size(1), x.size(2), x.size(3), out.size(2), out.size(3), p.kernel, p.stride, p.padding};
 }
 
-// Calls f(T{}, std::bool_constant<nhwc>{}, std::bool_constant<max>{}).
+// Launches over `total` elements: f(T{}, stream, std::bool_constant<nhwc>{}, std::bool_constant<max>{}).
 template <class F>
-void dispatch_pool(PoolKind kind, const Tensor& x, bool nhwc, F&& f) {
-  dispatch_float(x.dtype(), "pool2d", [&](auto tag) {
-    auto with_layout = [&](auto layout) {
-      if (kind == PoolKind::max)
-        f(tag, layout, std::true_type{});
-      else
-        f(tag, layout, std::false_type{});
-    };
-    if (nhwc)
-      with_layout(std::true_type{});
-    else
-      with_layout(std::false_type{});
+void launch_pool(PoolKind kind, const Tensor& x, bool nhwc, int64_t total, F&& f) {
+  launch_typed(x.device().index, x.dtype(), "pool2d", total, [&](auto tag, cudaStream_t stream) {
+    dispatch_bool(nhwc, [&](auto layout) {
+      dispatch_bool(kind == PoolKind::max, [&](auto is_max) { f(tag, stream, layout, is_max); });
+    });
   });
 }
 
@@ -165,22 +159,18 @@ void check_contiguous(std::initializer_list<const Tensor*> tensors) {
         << "pool2d on cuda: needs contiguous NCHW tensors, got " << shape_str(t->shape());
 }
 
-}  // namespace
-
+// Requires: x [N, C, H, W], out [N, C, OH, OW], OH = (H + 2 padding - kernel) / stride + 1.
 void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out) {
   if (!pool_uses_cudnn(x)) {
     bool nhwc = layout_nhwc(x, "pool2d");
     check_alike({&out}, x, nhwc);
     int64_t total = out.numel();
-    if (total == 0) return;
-    KernelScope scope(x.device().index);
     Window w = window_of(x, out, p);
-    dispatch_pool(kind, x, nhwc, [&](auto tag, auto layout, auto is_max) {
+    launch_pool(kind, x, nhwc, total, [&](auto tag, cudaStream_t stream, auto layout, auto is_max) {
       using T = decltype(tag);
       pool_forward_kernel<T, decltype(layout)::value, decltype(is_max)::value>
-          <<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out), total, w);
+          <<<grid_for(total), kBlock, 0, stream>>>(elements<T>(x), elements<T>(out), total, w);
     });
-    DPT_CUDA_LAUNCH_CHECK();
     return;
   }
   check_contiguous({&x, &out});
@@ -194,22 +184,21 @@ void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const T
                                   &zero, yd.get(), out.data<float>()));
 }
 
+// Requires: the forward's x and out (max pooling finds its argmax again from them), grad_out
+// like out, grad_x like x. On ties the gradient goes to one of the maxima.
 void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& grad_out,
                      const PoolParams& p, const Tensor& grad_x) {
   if (!pool_uses_cudnn(x)) {
     bool nhwc = layout_nhwc(x, "pool2d");
     check_alike({&out, &grad_out, &grad_x}, x, nhwc);
     int64_t total = grad_x.numel();
-    if (total == 0) return;
-    KernelScope scope(x.device().index);
     Window w = window_of(x, out, p);
-    dispatch_pool(kind, x, nhwc, [&](auto tag, auto layout, auto is_max) {
+    launch_pool(kind, x, nhwc, total, [&](auto tag, cudaStream_t stream, auto layout, auto is_max) {
       using T = decltype(tag);
       pool_backward_kernel<T, decltype(layout)::value, decltype(is_max)::value>
-          <<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(grad_out), elements<T>(grad_x),
-                                                           total, w);
+          <<<grid_for(total), kBlock, 0, stream>>>(elements<T>(x), elements<T>(grad_out), elements<T>(grad_x),
+                                                   total, w);
     });
-    DPT_CUDA_LAUNCH_CHECK();
     return;
   }
   check_contiguous({&x, &out, &grad_out, &grad_x});
@@ -224,6 +213,8 @@ void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& out, const Te
                                    x.data<float>(), &zero, xd.get(), grad_x.data<float>()));
 }
 
+}  // namespace
+
 void global_avg_pool2d_forward(const Tensor& x, const Tensor& out) {
   bool nhwc = layout_nhwc(x, "global_avg_pool2d");
   DPT_CHECK(out.is_contiguous() && out.dtype() == x.dtype())
@@ -234,8 +225,8 @@ void global_avg_pool2d_forward(const Tensor& x, const Tensor& out) {
   dispatch_float(x.dtype(), "global_avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     if (nhwc)
-      global_avg_forward_nhwc_kernel<<<grid_for(planes), kBlock, 0, scope.stream()>>>(elements<T>(x),
-                                                                                       elements<T>(out), planes, c, hw);
+      global_avg_forward_nhwc_kernel<<<grid_for(planes), kBlock, 0, scope.stream()>>>(
+          elements<T>(x), elements<T>(out), planes, c, hw);
     else
       global_avg_forward_kernel<<<grid_for(planes, kPlanesPerBlock), kBlock, 0, scope.stream()>>>(
           elements<T>(x), elements<T>(out), planes, hw);
@@ -248,18 +239,14 @@ void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
   DPT_CHECK(grad_out.is_contiguous() && grad_out.dtype() == grad_x.dtype())
       << "global_avg_pool2d on cuda: the output gradient must be contiguous, of the input's dtype";
   int64_t total = grad_x.numel(), c = grad_x.size(1), hw = grad_x.size(2) * grad_x.size(3);
-  if (total == 0) return;
-  KernelScope scope(grad_x.device().index);
-  dispatch_float(grad_x.dtype(), "global_avg_pool2d", [&](auto tag) {
-    using T = decltype(tag);
-    if (nhwc)
-      global_avg_backward_kernel<T, true><<<grid_for(total), kBlock, 0, scope.stream()>>>(
-          elements<T>(grad_out), elements<T>(grad_x), total, c, hw);
-    else
-      global_avg_backward_kernel<T, false><<<grid_for(total), kBlock, 0, scope.stream()>>>(
-          elements<T>(grad_out), elements<T>(grad_x), total, c, hw);
-  });
-  DPT_CUDA_LAUNCH_CHECK();
+  launch_typed(
+      grad_x.device().index, grad_x.dtype(), "global_avg_pool2d", total, [&](auto tag, cudaStream_t stream) {
+        using T = decltype(tag);
+        dispatch_bool(nhwc, [&](auto layout) {
+          global_avg_backward_kernel<T, decltype(layout)::value><<<grid_for(total), kBlock, 0, stream>>>(
+              elements<T>(grad_out), elements<T>(grad_x), total, c, hw);
+        });
+      });
 }
 
 // cuDNN's pooling backward rereads the input and the output.

@@ -1,10 +1,9 @@
 // Two-pass sum: each block leaves its partial sum (double) in a scratch buffer, then one
 // block adds the partials in index order. No atomics, so the result does not depend on
 // which blocks finish first.
-#include "backend/cuda/reduce.h"
+#include "backend/cuda/kernels.h"
 
 #include "backend/cuda/allocator.h"
-#include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
 
 namespace dpt::cuda {

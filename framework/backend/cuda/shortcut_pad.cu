@@ -1,11 +1,10 @@
-// shortcut_pad kernels (see shortcut_pad.h): one thread per element written, so every
+// shortcut_pad kernels (see kernels.h): one thread per element written, so every
 // output element is set, zeros included, with no separate memset. f32 or bf16, NCHW or
 // NHWC: each thread decodes its element's (n, c, y, x) in the layout and reads the one
 // element it copies.
-#include "backend/cuda/shortcut_pad.h"
-
 #include <type_traits>
 
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
 #include "backend/cuda/strided.h"
@@ -46,7 +45,8 @@ bool check(const Tensor& full, const Tensor& sub) {
       << "shortcut_pad on cuda: needs 4-D tensors of one dtype";
   // The layout of whichever tensor tells (one may be both, e.g. a 1x1 map).
   bool nhwc = layout_nhwc(full, "shortcut_pad") || layout_nhwc(sub, "shortcut_pad");
-  DPT_CHECK(has_layout(full, nhwc) && has_layout(sub, nhwc)) << "shortcut_pad on cuda: needs tensors of one layout";
+  DPT_CHECK(has_layout(full, nhwc) && has_layout(sub, nhwc))
+      << "shortcut_pad on cuda: needs tensors of one layout";
   return nhwc;
 }
 
@@ -59,37 +59,28 @@ Sizes sizes_of(const Tensor& x, const Tensor& out, int64_t stride) {
 void shortcut_pad_forward(const Tensor& x, int64_t stride, const Tensor& out) {
   bool nhwc = check(x, out);
   int64_t total = out.numel();
-  if (total == 0) return;
-  KernelScope scope(out.device().index);
   Sizes s = sizes_of(x, out, stride);
-  dispatch_float(x.dtype(), "shortcut_pad", [&](auto tag) {
+  launch_typed(out.device().index, x.dtype(), "shortcut_pad", total, [&](auto tag, cudaStream_t stream) {
     using T = decltype(tag);
-    if (nhwc)
-      subsample_kernel<T, true><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out),
-                                                                                total, s);
-    else
-      subsample_kernel<T, false><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(x), elements<T>(out),
-                                                                                 total, s);
+    dispatch_bool(nhwc, [&](auto layout) {
+      subsample_kernel<T, decltype(layout)::value>
+          <<<grid_for(total), kBlock, 0, stream>>>(elements<T>(x), elements<T>(out), total, s);
+    });
   });
-  DPT_CUDA_LAUNCH_CHECK();
 }
 
 void shortcut_pad_backward(const Tensor& grad_out, int64_t stride, const Tensor& grad_x) {
   bool nhwc = check(grad_x, grad_out);
   int64_t total = grad_x.numel();
-  if (total == 0) return;
-  KernelScope scope(grad_x.device().index);
   Sizes s = sizes_of(grad_x, grad_out, stride);
-  dispatch_float(grad_x.dtype(), "shortcut_pad", [&](auto tag) {
-    using T = decltype(tag);
-    if (nhwc)
-      scatter_kernel<T, true><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(grad_out),
-                                                                              elements<T>(grad_x), total, s);
-    else
-      scatter_kernel<T, false><<<grid_for(total), kBlock, 0, scope.stream()>>>(elements<T>(grad_out),
-                                                                               elements<T>(grad_x), total, s);
-  });
-  DPT_CUDA_LAUNCH_CHECK();
+  launch_typed(
+      grad_x.device().index, grad_x.dtype(), "shortcut_pad", total, [&](auto tag, cudaStream_t stream) {
+        using T = decltype(tag);
+        dispatch_bool(nhwc, [&](auto layout) {
+          scatter_kernel<T, decltype(layout)::value>
+              <<<grid_for(total), kBlock, 0, stream>>>(elements<T>(grad_out), elements<T>(grad_x), total, s);
+        });
+      });
 }
 
 }  // namespace dpt::cuda

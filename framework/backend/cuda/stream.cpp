@@ -1,8 +1,6 @@
 // Stream and Event: create, destroy, and the few operations the backends order work with.
 #include "backend/cuda/stream.h"
 
-#include <utility>
-
 #include "backend/cuda/check.h"
 #include "backend/cuda/device.h"
 
@@ -17,18 +15,6 @@ Stream::~Stream() {
   if (stream_) (void)cudaStreamDestroy(stream_);  // no throw from a destructor
 }
 
-Stream::Stream(Stream&& other) noexcept
-    : stream_(std::exchange(other.stream_, nullptr)), device_(other.device_) {}
-
-Stream& Stream::operator=(Stream&& other) noexcept {
-  if (this != &other) {
-    if (stream_) (void)cudaStreamDestroy(stream_);
-    stream_ = std::exchange(other.stream_, nullptr);
-    device_ = other.device_;
-  }
-  return *this;
-}
-
 void Stream::synchronize() const { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void Stream::wait(const Event& event) const { CUDA_CHECK(cudaStreamWaitEvent(stream_, event.get(), 0)); }
@@ -39,16 +25,6 @@ Event::Event(bool timing) {
 
 Event::~Event() {
   if (event_) (void)cudaEventDestroy(event_);
-}
-
-Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
-
-Event& Event::operator=(Event&& other) noexcept {
-  if (this != &other) {
-    if (event_) (void)cudaEventDestroy(event_);
-    event_ = std::exchange(other.event_, nullptr);
-  }
-  return *this;
 }
 
 void Event::record(const Stream& stream) { record(stream.get()); }

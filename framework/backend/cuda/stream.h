@@ -14,8 +14,6 @@ class Stream {
   // Creates a non-blocking stream on `device` (it does not synchronise with stream 0).
   explicit Stream(int device);
   ~Stream();
-  Stream(Stream&& other) noexcept;
-  Stream& operator=(Stream&& other) noexcept;
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
@@ -37,8 +35,6 @@ class Event {
   // false makes a lighter event that can order streams but not be timed.
   explicit Event(bool timing = false);
   ~Event();
-  Event(Event&& other) noexcept;
-  Event& operator=(Event&& other) noexcept;
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 

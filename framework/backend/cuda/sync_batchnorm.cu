@@ -1,11 +1,11 @@
-// Kernels of synchronised batch norm (see sync_batchnorm.h). A channel's N H W values lie
+// Kernels of synchronised batch norm (see kernels.h). A channel's N H W values lie
 // in N runs of H W; the sums use a 2-D grid, blockIdx.y the channel and blockIdx.x one of
 // `parts` blocks striding over that channel's values, so a layer with few channels still
 // fills the GPU. Each block leaves a double partial; one block per channel then adds its
 // partials in index order.
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/launch.h"
-#include "backend/cuda/sync_batchnorm.h"
+#include "backend/cuda/kernels.h"
 
 namespace dpt::cuda {
 namespace {

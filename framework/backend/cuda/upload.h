@@ -7,21 +7,22 @@
 #include <cstddef>
 
 #include "backend/cuda/stream.h"
+#include "backend/kernels.h"
 
 namespace dpt::cuda {
 
-class Upload {
+class Upload final : public dpt::Upload {
  public:
   // Staging for up to `capacity` bytes for copies to `device`. Requires a CUDA device.
   Upload(size_t capacity, int device);
-  ~Upload();
+  ~Upload() override;
   Upload(const Upload&) = delete;
   Upload& operator=(const Upload&) = delete;
 
   // Requires: bytes <= capacity, dst device memory on device(), no capture in progress
   // there (an upload changes what a graph reads; it is not part of the graph). Copies
   // `bytes` from host `src` (any host memory; free to reuse on return) to `dst`.
-  void copy(void* dst, const void* src, size_t bytes);
+  void copy(void* dst, const void* src, size_t bytes) override;
   int device() const { return device_; }
 
  private:
