@@ -1,8 +1,7 @@
-// The few f32 values of one step that a captured CUDA graph must not freeze: the learning
-// rate, AdamW's bias corrections and decays, EMA's decay. The host computes them as an
-// eager step would and uploads them before each replay; the update kernels read them from
-// the device's memory as they run (optimizer.h: step_prepare / step_apply). On the CPU
-// the same values live in host memory, so the split step runs, and is tested, there too.
+// The few f32 values of a step that a captured CUDA graph must not freeze (learning rate,
+// AdamW's bias corrections, EMA's decay): uploaded before each replay, read by the kernels
+// on the device (optimizer.h: step_prepare / step_apply). On the CPU they live in host
+// memory, so the split step runs, and is tested, there too.
 #pragma once
 
 #include <cstddef>

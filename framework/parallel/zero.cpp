@@ -128,8 +128,7 @@ bool ZeroOptimizer::gather_during_forward() {
 
 void ZeroOptimizer::gather_wait(size_t b) {
   if (!gathers_[b]) return;
-  const WorkPtr work = std::move(gathers_[b]);
-  gathers_[b].reset();
+  const WorkPtr work = std::move(gathers_[b]);  // leaves the slot empty
   work->wait();
   // The other ranks' elements changed too: copies made from the parameters (bf16) are stale.
   buckets_[b].params.storage()->bump_version();

@@ -1,18 +1,13 @@
 #include "train/evaluate.h"
 
 #include "autograd/node.h"
-#include "datasets/sampler.h"
-#include "comm/dist.h"
-#include "ops/loss.h"
-
 #include "backend/kernels.h"
+#include "comm/dist.h"
+#include "datasets/sampler.h"
+#include "ops/loss.h"
 
 namespace dpt::train {
 namespace {
-
-void sum_over_ranks(Tensor& values) {
-  if (dist::info().world_size > 1) dist::world()->all_reduce(values, dist::ReduceOp::sum)->wait();
-}
 
 // The totals kept on the model's device (loss summed over samples, correct predictions,
 // samples), all-reduced there and read back once: an evaluation pass waits for a GPU only
@@ -30,7 +25,7 @@ std::vector<float> eval_totals(nn::Module& model, BatchSource& source) {
     Tensor logits = model(batch.images);
     k.eval_totals_add(totals, cross_entropy(logits, batch.labels), logits, batch.labels);
   }
-  sum_over_ranks(totals);
+  if (dist::info().world_size > 1) dist::world()->all_reduce(totals, dist::ReduceOp::sum)->wait();
   return totals.to_vector();
 }
 
