@@ -77,11 +77,11 @@ struct TensorLayout {
   }
 };
 
-// t itself when laid out like `ref`, else a copy of t in ref's layout (contiguous when ref
-// is not dense): an incoming gradient in the layout the forward's kernels were given.
+// t itself when of ref's dtype and layout, else a copy of t in them (contiguous when ref is
+// not dense): an incoming gradient as the forward's kernels, or its input, had it.
 inline Tensor layout_like_on_device(const Tensor& t, const TensorLayout& ref) {
-  if (ref.matches(t)) return t;
-  Tensor out = ref.empty(t.dtype());
+  if (t.dtype() == ref.dtype && ref.matches(t)) return t;
+  Tensor out = ref.empty(ref.dtype);
   kernels_for(t.device()).copy(t, out);
   return out;
 }

@@ -34,6 +34,12 @@ Device check_logits_labels(const char* op, const Tensor& logits, const Tensor& l
   return device;
 }
 
+// bf16 logits (a mixed-precision network's last layer) are cast to f32 first, recorded, so
+// the softmax and the loss are f32 and the gradient flows back as bf16.
+Tensor f32_logits(const Tensor& logits) {
+  return logits.defined() && logits.dtype() == DType::bf16 ? cast(logits, DType::f32) : logits;
+}
+
 }  // namespace
 
 Tensor log_softmax(const Tensor& x) {
@@ -66,16 +72,6 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& labels_in) {
   });
   return out;
 }
-
-namespace {
-
-// bf16 logits (a mixed-precision network's last layer) are cast to f32 first, recorded, so
-// the softmax and the loss are f32 and the gradient flows back as bf16.
-Tensor f32_logits(const Tensor& logits) {
-  return logits.defined() && logits.dtype() == DType::bf16 ? cast(logits, DType::f32) : logits;
-}
-
-}  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, float label_smoothing) {
   Tensor logits = f32_logits(logits_in);

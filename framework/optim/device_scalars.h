@@ -16,13 +16,19 @@ namespace dpt::optim {
 class DeviceScalars {
  public:
   // `count` values on `device`.
-  DeviceScalars(size_t count, Device device);
+  DeviceScalars(size_t count, Device device)
+      : host_(count, 0.0f),
+        values_(Tensor::zeros({static_cast<int64_t>(count)}, DType::f32, device)),
+        upload_(kernels_for(device).upload_make(count * sizeof(float), device.index)) {}
 
   void set(size_t i, float value) { host_.at(i) = value; }
   // Queues the copy of every value to the device, ahead of the work queued after it.
-  void upload();
+  void upload() { upload_->copy(values_.raw_data(), host_.data(), host_.size() * sizeof(float)); }
   // Where value i lives on the device; stable for this object's life.
-  const float* device_ptr(size_t i) const;
+  const float* device_ptr(size_t i) const {
+    DPT_CHECK(i < host_.size()) << "device scalar " << i << " of " << host_.size();
+    return values_.data<float>() + i;
+  }
   Device device() const { return values_.device(); }
 
  private:

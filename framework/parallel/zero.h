@@ -65,8 +65,8 @@ class ZeroOptimizer final : public optim::Optimizer {
     Chunk mine;     // this rank's elements of it
   };
 
-  // Each segment's state tensors (state_kinds() order), from the rule.
-  std::vector<std::vector<Tensor>> segment_state() const;
+  // The rule's state tensors, checked: segment s's kind k at s * state_kinds().size() + k.
+  std::vector<StateTensor> segment_state() const;
   // Waits for bucket b's all-gather if one is pending.
   void gather_wait(size_t b);
 
