@@ -42,31 +42,28 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// a + b, or a - b with sign -1: b's gradient is the incoming one times the sign.
-Tensor add_signed(const char* name, const char* backward_name, BinaryOp op, float sign, const Tensor& a,
-                  const Tensor& b) {
-  Tensor out = binary_forward(op, a, b);
-  autograd::record(name, out, {a, b},
-                   [backward_name, sign, sa = a.shape(), sb = b.shape(), device = out.device(),
-                    dtype = out.dtype()](const Tensor& g) {
-                     check_grad(backward_name, g, device, dtype);
-                     Tensor gb = g;
-                     if (sign != 1.0f) {
-                       gb = Tensor::empty(g.shape(), dtype, device);
-                       affine_on(g, sign, 0.0f, gb);
-                     }
-                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(gb, sb)};
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::add, a, b);
+  autograd::record("add", out, {a, b},
+                   [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
+                     check_grad("add backward", g, device, dtype);
+                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
                    });
   return out;
 }
 
-}  // namespace
-
-Tensor add(const Tensor& a, const Tensor& b) {
-  return add_signed("add", "add backward", BinaryOp::add, 1, a, b);
-}
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return add_signed("sub", "sub backward", BinaryOp::sub, -1, a, b);
+  Tensor out = binary_forward(BinaryOp::sub, a, b);
+  autograd::record("sub", out, {a, b},
+                   [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
+                     check_grad("sub backward", g, device, dtype);
+                     Tensor neg = Tensor::empty(g.shape(), dtype, device);
+                     affine_on(g, -1.0f, 0.0f, neg);
+                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(neg, sb)};
+                   });
+  return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
