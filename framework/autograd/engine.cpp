@@ -17,22 +17,6 @@ thread_local bool t_in_backward = false;
 thread_local std::vector<std::function<void(bool failed)>> t_final_callbacks;
 thread_local NodeObserver* t_node_observer = nullptr;
 
-}  // namespace
-
-bool grad_enabled() { return t_grad_enabled; }
-
-NoGrad::NoGrad() : previous_(t_grad_enabled) { t_grad_enabled = false; }
-NoGrad::~NoGrad() { t_grad_enabled = previous_; }
-
-bool needs_recording(const std::vector<Tensor>& inputs) {
-  if (!t_grad_enabled) return false;
-  for (const Tensor& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
-  return false;
-}
-
-namespace {
-
 std::shared_ptr<Node> accumulator_for(const Tensor& leaf) {
   TensorImpl* impl = leaf.impl();
   if (impl->grad_accumulator) return impl->grad_accumulator;
@@ -55,69 +39,6 @@ std::shared_ptr<Node> edge_for(const Tensor& input) {
   if (input.grad_fn()) return input.grad_fn();
   return accumulator_for(input);
 }
-
-}  // namespace
-
-void record(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward) {
-  if (!needs_recording(inputs)) return;
-  auto node = std::make_shared<Node>();
-  node->name = name;
-  node->sequence_nr = ++t_next_sequence_nr;
-  node->next.reserve(inputs.size());
-  for (const Tensor& t : inputs) node->next.push_back(edge_for(t));
-  node->backward = std::move(backward);
-  output.impl()->requires_grad = true;
-  output.impl()->grad_fn = std::move(node);
-}
-
-void add_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook) {
-  DPT_CHECK(leaf.requires_grad() && !leaf.grad_fn()) << "post-accumulate hooks go on leaves that require grad";
-  leaf.impl()->post_accumulate_hooks.push_back(std::move(hook));
-}
-
-NodeObserver* set_node_observer(NodeObserver* observer) {
-  NodeObserver* previous = t_node_observer;
-  t_node_observer = observer;
-  return previous;
-}
-
-void queue_callback(std::function<void(bool failed)> callback) {
-  DPT_CHECK(t_in_backward) << "queue_callback: no backward pass is running on this thread";
-  t_final_callbacks.push_back(std::move(callback));
-}
-
-namespace {
-
-void run_graph(const Tensor& root, const Tensor& grad_output);
-
-}  // namespace
-
-void backward(const Tensor& root, const Tensor& grad_output) {
-  DPT_CHECK(!t_in_backward) << "backward(): called from inside a backward pass";
-  t_in_backward = true;
-  t_final_callbacks.clear();
-  std::exception_ptr error;
-  try {
-    run_graph(root, grad_output);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  t_in_backward = false;
-  // Swapped out first: a callback may start another backward pass. After an error every
-  // callback still runs (DDP must finish the all-reduces it started), told that it failed.
-  std::vector<std::function<void(bool)>> callbacks;
-  callbacks.swap(t_final_callbacks);
-  for (auto& callback : callbacks) {
-    try {
-      callback(error != nullptr);
-    } catch (...) {
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
-namespace {
 
 void run_graph(const Tensor& root, const Tensor& grad_output) {
   DPT_CHECK(root.requires_grad()) << "backward(): the tensor does not require grad (no parameter led to it)";
@@ -187,6 +108,72 @@ void run_graph(const Tensor& root, const Tensor& grad_output) {
 }
 
 }  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+
+NoGrad::NoGrad() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGrad::~NoGrad() { t_grad_enabled = previous_; }
+
+bool needs_recording(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (!needs_recording(inputs)) return;
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->sequence_nr = ++t_next_sequence_nr;
+  node->next.reserve(inputs.size());
+  for (const Tensor& t : inputs) node->next.push_back(edge_for(t));
+  node->backward = std::move(backward);
+  output.impl()->requires_grad = true;
+  output.impl()->grad_fn = std::move(node);
+}
+
+void add_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook) {
+  DPT_CHECK(leaf.requires_grad() && !leaf.grad_fn())
+      << "post-accumulate hooks go on leaves that require grad";
+  leaf.impl()->post_accumulate_hooks.push_back(std::move(hook));
+}
+
+NodeObserver* set_node_observer(NodeObserver* observer) {
+  NodeObserver* previous = t_node_observer;
+  t_node_observer = observer;
+  return previous;
+}
+
+void queue_callback(std::function<void(bool failed)> callback) {
+  DPT_CHECK(t_in_backward) << "queue_callback: no backward pass is running on this thread";
+  t_final_callbacks.push_back(std::move(callback));
+}
+
+void backward(const Tensor& root, const Tensor& grad_output) {
+  DPT_CHECK(!t_in_backward) << "backward(): called from inside a backward pass";
+  t_in_backward = true;
+  t_final_callbacks.clear();
+  std::exception_ptr error;
+  try {
+    run_graph(root, grad_output);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  t_in_backward = false;
+  // Swapped out first: a callback may start another backward pass. After an error every
+  // callback still runs (DDP must finish the all-reduces it started), told that it failed.
+  std::vector<std::function<void(bool)>> callbacks;
+  callbacks.swap(t_final_callbacks);
+  for (auto& callback : callbacks) {
+    try {
+      callback(error != nullptr);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
 
 }  // namespace dpt::autograd
 

@@ -130,14 +130,14 @@ struct DistributedConfig {
   dist::Hierarchical hierarchical;
 };
 
-// How the ranks are laid out (train/parallel.h): dp x tp x pp = the world size.
+// How the ranks are laid out (train/parallel_plan.h): dp x tp x pp = the world size.
 struct ParallelConfig {
   int64_t dp;  // 0: the world size / (tp x pp)
   int64_t tp;
   int64_t pp;
 };
 
-// How a pipeline (parallel.pp > 1) runs a step (train/pipeline_step.h).
+// How a pipeline (parallel.pp > 1) runs a step (train/parallel_plan.cpp).
 struct PipelineConfig {
   int64_t micro_batches;
   dist::PipelineSchedule schedule;

@@ -213,7 +213,7 @@ void RunControl::move_to(int64_t epoch, int64_t step_in_epoch) {
 
 void RunControl::save(float lr) {
   // A checkpoint holds rank 0's model, and a tensor-parallel rank holds a slice of it
-  // (train/parallel.h refuses every_epochs and --resume there; this covers a signal).
+  // (train/parallel_plan.h refuses every_epochs and --resume there; this covers a signal).
   if (config_.parallel.tp > 1) {
     std::printf("no checkpoint: a tensor-parallel run (parallel.tp %lld) writes none\n",
                 static_cast<long long>(config_.parallel.tp));

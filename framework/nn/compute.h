@@ -1,15 +1,8 @@
-// How a model's layers compute on CUDA (the `precision` and `channels_last` config keys):
-// convolutions and matmuls in bf16 on tensor cores, activations NHWC. Parameters stay f32
-// (the master weights the optimizer updates, with f32 gradients); Conv2d and Linear cast
-// their input and use a bf16 copy of their weight, which the WeightCache below makes once
-// and remakes only after the weight has been written (an optimizer step, a checkpoint
-// load), not on every use. Batch norm, ReLU, pooling and the residual add follow their
-// input's dtype and layout; the loss casts bf16 logits to f32.
-//
-// bf16 needs no loss scaling, unlike f16: it keeps f32's 8-bit exponent, so gradients as
-// small as ~1e-38 stay representable (f16 flushes below ~6e-8, which is why f16 training
-// multiplies the loss first); what bf16 gives up is mantissa (8 bits), and the f32 master
-// weights and f32 gradient accumulation hold that precision where it matters.
+// How a model's layers compute on CUDA (the `precision` and `channels_last` keys):
+// convolutions and matmuls in bf16, activations NHWC. Parameters stay f32; Conv2d and
+// Linear cast their input and use a bf16 copy of their weight (the WeightCache), remade
+// only after the weight was written. Other layers follow their input's dtype and layout.
+// bf16 needs no loss scaling, unlike f16: it keeps f32's 8-bit exponent.
 #pragma once
 
 #include <cstdint>

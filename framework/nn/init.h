@@ -2,18 +2,31 @@
 // on contiguous f32 CPU tensors. fan_in = in_channels/groups * kernel area.
 #pragma once
 
+#include <cmath>
+
 #include "core/rng.h"
 #include "core/tensor.h"
 
 namespace dpt::nn {
 
 // N(0, sqrt(2 / fan)) — the ReLU gain.
-void kaiming_normal(const Tensor& t, int64_t fan, Rng& rng);
+inline void kaiming_normal(const Tensor& t, int64_t fan, Rng& rng) {
+  rng.fill_normal(t, 0.0f, static_cast<float>(std::sqrt(2.0 / fan)));
+}
 // U(-b, b), b = sqrt(6 / fan).
-void kaiming_uniform(const Tensor& t, int64_t fan, Rng& rng);
+inline void kaiming_uniform(const Tensor& t, int64_t fan, Rng& rng) {
+  const float bound = static_cast<float>(std::sqrt(6.0 / fan));
+  rng.fill_uniform(t, -bound, bound);
+}
 // U(-b, b), b = sqrt(6 / (fan_in + fan_out)).
-void xavier_uniform(const Tensor& t, int64_t fan_in, int64_t fan_out, Rng& rng);
+inline void xavier_uniform(const Tensor& t, int64_t fan_in, int64_t fan_out, Rng& rng) {
+  const float bound = static_cast<float>(std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)));
+  rng.fill_uniform(t, -bound, bound);
+}
 // U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear and Conv biases.
-void fan_in_uniform(const Tensor& t, int64_t fan_in, Rng& rng);
+inline void fan_in_uniform(const Tensor& t, int64_t fan_in, Rng& rng) {
+  const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)));
+  rng.fill_uniform(t, -bound, bound);
+}
 
 }  // namespace dpt::nn

@@ -20,11 +20,6 @@ void init_weight(const Tensor& w, Init init, int64_t fan_in, int64_t fan_out, Rn
   }
 }
 
-std::string pool_str(const char* name, int64_t k, int64_t s, int64_t p) {
-  return std::string(name) + "(kernel " + std::to_string(k) + ", stride " + std::to_string(s) + ", padding " +
-         std::to_string(p) + ")";
-}
-
 }  // namespace
 
 Linear::Linear(int64_t in, int64_t out, Rng& rng, bool bias, Init init) {
@@ -37,7 +32,7 @@ Linear::Linear(int64_t in, int64_t out, Rng& rng, bool bias, Init init) {
   }
 }
 
-Linear::Linear(Tensor weight, Tensor bias) {
+Linear::Linear(Tensor weight, Tensor bias, LinearOptions) {
   DPT_CHECK(weight.dim() == 2 && (!bias.defined() || bias.shape() == Shape{weight.size(0)}))
       << "Linear: expected weight [out, in] and bias [out], got " << shape_str(weight.shape())
       << (bias.defined() ? " and " + shape_str(bias.shape()) : "");
@@ -53,9 +48,6 @@ Tensor Linear::run(const Tensor& x, bool relu) {
   if (c.dtype == DType::f32) return linear(x, weight_, bias_, relu);
   return linear(cast(x, c.dtype), weight_cache_.get(weight_, c), bias_, relu);
 }
-
-Tensor Linear::forward(const Tensor& x) { return run(x, false); }
-Tensor Linear::forward_relu(const Tensor& x) { return run(x, true); }
 
 std::string Linear::describe() const {
   return "Linear(" + std::to_string(weight_.size(1)) + ", " + std::to_string(weight_.size(0)) + ")";
@@ -95,9 +87,6 @@ Tensor Conv2d::run(const Tensor& x, bool relu) {
   return conv2d(input, weight_cache_.get(weight_, c), bias_, options, relu);
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return run(x, false); }
-Tensor Conv2d::forward_relu(const Tensor& x) { return run(x, true); }
-
 std::string Conv2d::describe() const {
   return "Conv2d(" + std::to_string(weight_.size(1) * options_.groups) + ", " + std::to_string(weight_.size(0)) +
          ", kernel " + std::to_string(weight_.size(2)) + ", stride " + std::to_string(options_.stride) +
@@ -112,7 +101,7 @@ BatchNorm2d::BatchNorm2d(int64_t channels, BatchNormOptions options) : options_(
   running_var_ = register_buffer("running_var", Tensor::full({channels}, 1.0f));
 }
 
-Tensor BatchNorm2d::forward_impl(const Tensor& x, bool relu) {
+Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
   before_forward();
   if (is_training() && sum_across_ranks_) {
     Tensor y = sync_batch_norm2d(x, weight_, bias_, running_mean_, running_var_, options_, sum_across_ranks_);
@@ -121,22 +110,23 @@ Tensor BatchNorm2d::forward_impl(const Tensor& x, bool relu) {
   return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, is_training(), options_, relu);
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) { return forward_impl(x, false); }
-Tensor BatchNorm2d::forward_relu(const Tensor& x) { return forward_impl(x, true); }
-
 std::string BatchNorm2d::describe() const { return "BatchNorm2d(" + std::to_string(weight_.size(0)) + ")"; }
 
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
 
-MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding)
-    : kernel_(kernel), stride_(stride < 0 ? kernel : stride), padding_(padding) {}
-Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_, stride_, padding_); }
-std::string MaxPool2d::describe() const { return pool_str("MaxPool2d", kernel_, stride_, padding_); }
+template <bool Max>
+Tensor Pool2d<Max>::forward(const Tensor& x) {
+  return (Max ? max_pool2d : avg_pool2d)(x, kernel_, stride_, padding_);
+}
 
-AvgPool2d::AvgPool2d(int64_t kernel, int64_t stride, int64_t padding)
-    : kernel_(kernel), stride_(stride < 0 ? kernel : stride), padding_(padding) {}
-Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_, stride_, padding_); }
-std::string AvgPool2d::describe() const { return pool_str("AvgPool2d", kernel_, stride_, padding_); }
+template <bool Max>
+std::string Pool2d<Max>::describe() const {
+  return std::string(Max ? "MaxPool2d" : "AvgPool2d") + "(kernel " + std::to_string(kernel_) + ", stride " +
+         std::to_string(stride_) + ", padding " + std::to_string(padding_) + ")";
+}
+
+template class Pool2d<true>;
+template class Pool2d<false>;
 
 Tensor GlobalAvgPool2d::forward(const Tensor& x) { return global_avg_pool2d(x); }
 

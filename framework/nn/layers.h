@@ -19,19 +19,22 @@ class ReluFusable {
 
 enum class Init { kaiming_normal, kaiming_uniform, xavier_uniform, torch_default };
 
+struct LinearOptions {};  // none: Linear and Conv2d are both made from (weight, bias, options)
+
 class Linear : public Module, public ReluFusable {
  public:
   // Weight [out, in]; init torch_default is U(+-1/sqrt(in)) as PyTorch does.
   Linear(int64_t in, int64_t out, Rng& rng, bool bias = true, Init init = Init::torch_default);
   // With the given parameters: weight [out, in] and bias [out] or undefined (no bias), f32
   // CPU tensors it takes as they are (one rank's part of a wider layer, say).
-  Linear(Tensor weight, Tensor bias);
-  Tensor forward(const Tensor& x) override;
-  Tensor forward_relu(const Tensor& x) override;
+  Linear(Tensor weight, Tensor bias, LinearOptions = {});
+  Tensor forward(const Tensor& x) override { return run(x, false); }
+  Tensor forward_relu(const Tensor& x) override { return run(x, true); }
   std::string describe() const override;
   bool calls_before_forward() const override { return true; }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
+  LinearOptions options() const { return {}; }
 
  private:
   Tensor run(const Tensor& x, bool relu);
@@ -47,8 +50,8 @@ class Conv2d : public Module, public ReluFusable {
   // With the given parameters: weight [out, in / groups, k, k] and bias [out] or undefined
   // (no bias), f32 CPU tensors it takes as they are.
   Conv2d(Tensor weight, Tensor bias, Conv2dOptions options);
-  Tensor forward(const Tensor& x) override;
-  Tensor forward_relu(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override { return run(x, false); }
+  Tensor forward_relu(const Tensor& x) override { return run(x, true); }
   std::string describe() const override;
   bool calls_before_forward() const override { return true; }
   const Tensor& weight() const { return weight_; }
@@ -66,8 +69,8 @@ class Conv2d : public Module, public ReluFusable {
 class BatchNorm2d : public Module, public ReluFusable {
  public:
   explicit BatchNorm2d(int64_t channels, BatchNormOptions options = {});
-  Tensor forward(const Tensor& x) override;
-  Tensor forward_relu(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override { return run(x, false); }
+  Tensor forward_relu(const Tensor& x) override { return run(x, true); }
   std::string describe() const override;
   bool calls_before_forward() const override { return true; }
   // With a sum across ranks set, training uses synchronised batch statistics (DDP's
@@ -75,7 +78,7 @@ class BatchNorm2d : public Module, public ReluFusable {
   void set_sum_across_ranks(SumAcrossRanks sum) { sum_across_ranks_ = std::move(sum); }
 
  private:
-  Tensor forward_impl(const Tensor& x, bool relu);
+  Tensor run(const Tensor& x, bool relu);
 
   Tensor weight_, bias_, running_mean_, running_var_;
   BatchNormOptions options_;
@@ -88,25 +91,20 @@ class ReLU : public Module {
   std::string describe() const override { return "ReLU"; }
 };
 
-class MaxPool2d : public Module {
+// Max (Max = true) or average pooling over square windows (ops/pool.h).
+template <bool Max>
+class Pool2d : public Module {
  public:
-  MaxPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0);  // stride -1: = kernel
+  Pool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0)  // stride -1: = kernel
+      : kernel_(kernel), stride_(stride < 0 ? kernel : stride), padding_(padding) {}
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
 
  private:
   int64_t kernel_, stride_, padding_;
 };
-
-class AvgPool2d : public Module {
- public:
-  AvgPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0);
-  Tensor forward(const Tensor& x) override;
-  std::string describe() const override;
-
- private:
-  int64_t kernel_, stride_, padding_;
-};
+using MaxPool2d = Pool2d<true>;
+using AvgPool2d = Pool2d<false>;
 
 class GlobalAvgPool2d : public Module {
  public:

@@ -71,16 +71,15 @@ void Module::load_state_dict(const NamedTensors& state) {
 
 void Module::to(Device device) {
   autograd::NoGrad no_grad;
-  auto move = [&](const Tensor& t) {
-    if (t.device() == device) return;
+  for (auto& [name, t] : state_dict()) {
+    if (t.device() == device) continue;
     Tensor moved = t.detach().to(device);
     TensorImpl* impl = t.impl();  // the same TensorImpl, now viewing the new storage
     impl->storage = moved.storage();
     impl->offset = moved.offset();
     impl->strides = moved.strides();
     if (impl->grad.defined()) impl->grad = impl->grad.to(device);
-  };
-  for (auto& [name, t] : state_dict()) move(t);
+  }
 }
 
 std::vector<Module*> Module::modules() {

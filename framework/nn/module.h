@@ -34,10 +34,8 @@ class Module {
   // Copies values in; every name must exist with the same shape, else an Error naming it.
   void load_state_dict(const NamedTensors& state);
 
-  // Moves every parameter and buffer (and any gradient) to `device`, in place: each tensor
-  // keeps its identity, so handles held elsewhere (an optimizer's, DDP's) see the move.
-  // Contiguous on the device afterwards. Build the optimizer after the move, or its
-  // state buffers stay where they were made.
+  // Moves every parameter and buffer (and gradient) to `device` in place, each tensor
+  // keeping its identity (handles held elsewhere see the move). Build the optimizer after.
   void to(Device device);
 
   // This module and every descendant, depth first in registration order.
@@ -55,10 +53,8 @@ class Module {
   // This module's own parameters, not its children's.
   const NamedTensors& own_parameters() const { return parameters_; }
 
-  // A hook that a layer runs before its forward reads its own parameters: ZeRO-1
-  // (parallel/zero.h) sets it to wait for the all-gather that brings them, so that the
-  // gather overlaps the forward of the layers before. calls_before_forward(): whether this
-  // module runs it (Linear, Conv2d, BatchNorm2d and their tensor-parallel forms do).
+  // A hook a layer runs before its forward reads its own parameters (ZeRO-1 waits there
+  // for their all-gather); calls_before_forward(): whether this module runs it.
   void set_before_forward(std::function<void()> hook) { before_forward_ = std::move(hook); }
   virtual bool calls_before_forward() const { return false; }
 

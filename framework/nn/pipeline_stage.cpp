@@ -5,6 +5,15 @@
 #include "core/error.h"
 
 namespace dpt::nn {
+namespace {
+
+std::string unit_names(const std::vector<StageUnit>& units) {
+  std::string names;
+  for (const StageUnit& unit : units) names += (names.empty() ? "" : ", ") + unit.name;
+  return names;
+}
+
+}  // namespace
 
 PipelineStage::PipelineStage(std::vector<StageUnit> units, int index, int count)
     : units_(std::move(units)), index_(index), count_(count) {
@@ -20,19 +29,15 @@ Tensor PipelineStage::forward(const Tensor& x) {
 }
 
 std::string PipelineStage::describe() const {
-  std::string names;
-  for (const StageUnit& unit : units_) names += (names.empty() ? "" : ", ") + unit.name;
-  return "PipelineStage(" + std::to_string(index_) + " of " + std::to_string(count_) + ": " + names + ")";
+  return "PipelineStage(" + std::to_string(index_) + " of " + std::to_string(count_) + ": " +
+         unit_names(units_) + ")";
 }
 
 std::vector<StageUnit> stage_units(Module& model) {
   auto* splittable = dynamic_cast<Splittable*>(&model);
-  if (!splittable) {
-    std::string what = model.describe();
-    what = what.substr(0, what.find('\n'));
-    throw Error("pipeline: cannot cut " + what +
-                " into stages: it does not list its units (a Sequential does, and so do the ResNets)");
-  }
+  DPT_CHECK(splittable)
+      << "pipeline: cannot cut " << model.describe().substr(0, model.describe().find('\n'))
+      << " into stages: it does not list its units (a Sequential does, and so do the ResNets)";
   return splittable->stage_units();
 }
 
@@ -41,13 +46,9 @@ std::shared_ptr<PipelineStage> split_stage(Module& model, int count, int index) 
       << "pipeline: stage " << index << " of " << count << " does not exist (0 <= stage < stages)";
   std::vector<StageUnit> units = stage_units(model);
   const int n = static_cast<int>(units.size());
-  if (n < count) {
-    std::string names;
-    for (const StageUnit& unit : units) names += (names.empty() ? "" : ", ") + unit.name;
-    throw Error("pipeline: cannot cut the model into " + std::to_string(count) + " stages: it has " +
-                std::to_string(n) + " unit" + (n == 1 ? "" : "s") + " (" + names + "), so at most " +
-                std::to_string(n) + " stage" + (n == 1 ? "" : "s"));
-  }
+  DPT_CHECK(n >= count) << "pipeline: cannot cut the model into " << count << " stages: it has " << n
+                        << " unit" << (n == 1 ? "" : "s") << " (" << unit_names(units) << "), so at most "
+                        << n << " stage" << (n == 1 ? "" : "s");
   // Stage s holds units [begin, end): n / count each, one more for the first n % count.
   auto begin_of = [&](int s) { return s * (n / count) + std::min(s, n % count); };
   std::vector<StageUnit> mine(units.begin() + begin_of(index), units.begin() + begin_of(index + 1));

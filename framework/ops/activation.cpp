@@ -14,7 +14,7 @@ namespace {
 Tensor relu_gradient(const char* what, const Tensor& out, const Tensor& g) {
   check_grad(what, g, out.device(), out.dtype());
   Tensor gi = Tensor::empty_like(out);
-  kernels_for(out.device()).relu_backward(out, layout_like_on_device(g, out), gi);
+  kernels_for(out.device()).relu_backward(out, layout_like_on_device(g, TensorLayout(out)), gi);
   return gi;
 }
 
@@ -37,14 +37,12 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
   op_device_mixed("add_relu", {&a, &b});
   DPT_CHECK(a.shape() == b.shape()) << "add_relu: expected inputs of one shape (it does not broadcast), got "
                                     << shape_str(a.shape()) << " and " << shape_str(b.shape());
-  // One flat pass over the raw buffers needs one dense layout for both, as a BasicBlock has
-  // (channels-last on the CPU, NCHW or NHWC on CUDA); anything else takes the two ops.
+  // One flat pass needs one dense layout for both; anything else takes the two ops.
   if (!(a.strides() == b.strides() && a.is_dense())) return relu(add(a, b));
   Tensor out = Tensor::empty_like(a);
   kernels_for(out.device()).add_relu_forward(a, b, out);
-  // Both inputs get the one masked gradient, as relu(add(a, b)) gives them (add passes its
-  // gradient through to both): no backward writes into its incoming gradient, and the
-  // engine sums two gradients reaching one node into a new tensor (autograd/accumulate.h).
+  // Both inputs get the one masked gradient, as relu(add(a, b)) gives them (no backward
+  // writes into its incoming gradient).
   autograd::record("add_relu", out, {a, b}, [out = out.detach()](const Tensor& g) {
     Tensor gi = relu_gradient("add_relu backward", out, g);
     return std::vector<Tensor>{gi, gi};

@@ -20,21 +20,10 @@ void check_dtype(DType dtype, Device device) {
       << "cast: bf16 tensors live on CUDA devices only (the " << kernels_for(device).name << " kernels are f32)";
 }
 
-// dst = src converted: dtype and layout at once.
-void convert(const Tensor& src, const Tensor& dst) { kernels_for(dst.device()).copy(src, dst); }
-
-// The gradient g brought to `like`'s dtype and layout (g itself when it already is).
-Tensor gradient_as(const Tensor& g, const TensorLayout& like) {
-  if (g.dtype() == like.dtype && like.matches(g)) return g;
-  Tensor out = like.empty(like.dtype);
-  convert(g, out);
-  return out;
-}
-
 void record_cast(const Tensor& x, const Tensor& out) {
   autograd::record("cast", out, {x}, [like = TensorLayout(x), out_dtype = out.dtype()](const Tensor& g) {
     check_grad("cast backward", g, like.device, out_dtype);
-    return std::vector<Tensor>{gradient_as(g, like)};
+    return std::vector<Tensor>{layout_like_on_device(g, like)};
   });
 }
 
@@ -57,7 +46,7 @@ Tensor cast(const Tensor& x, DType dtype, MemoryFormat format) {
     out = Tensor::empty_strided(x.shape(), x.strides(), dtype, x.device());
   else
     out = Tensor::empty(x.shape(), dtype, x.device());
-  convert(x, out);
+  kernels_for(out.device()).copy(x, out);  // dtype and layout at once
   record_cast(x, out);
   return out;
 }
@@ -68,7 +57,7 @@ void cast_into(const Tensor& src, const Tensor& dst) {
       << "cast_into: needs a dense destination of the source's shape on its device";
   check_dtype(src.dtype(), src.device());
   check_dtype(dst.dtype(), dst.device());
-  convert(src, dst);
+  kernels_for(dst.device()).copy(src, dst);
 }
 
 Tensor cast_reuse(const Tensor& x, const Tensor& converted) {

@@ -1,7 +1,5 @@
 // Differentiable dtype and layout conversion: how bf16 and channels-last enter a network
-// (nn/compute.h casts a layer's input and weights) and how their gradients leave it — the
-// backward casts the gradient back to the input's dtype and layout, so an f32 parameter
-// receives an f32 gradient.
+// (nn/compute.h); the backward casts the gradient back to the input's dtype and layout.
 #pragma once
 
 #include "core/tensor.h"
@@ -18,10 +16,8 @@ enum class MemoryFormat {
 // `dtype` (bf16: rounded to nearest even) and `format`; x itself when both already hold.
 Tensor cast(const Tensor& x, DType dtype, MemoryFormat format = MemoryFormat::preserve);
 
-// Requires: `converted` holds cast(x, ...)'s values (of x's shape), made earlier and kept,
-// e.g. bf16 weights cached until the optimizer next changes x. Ensures: a view of
-// `converted` recorded on the tape as that cast (its gradient flows to x, in x's dtype and
-// layout); no kernel runs in the forward.
+// Requires: `converted` holds cast(x, ...)'s values, made earlier (cached bf16 weights).
+// Ensures: a view of it recorded as that cast; no kernel runs in the forward.
 Tensor cast_reuse(const Tensor& x, const Tensor& converted);
 
 // Requires: src and dst of one shape on one device, dst dense; as cast's dtypes. Ensures:

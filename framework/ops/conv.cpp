@@ -1,8 +1,6 @@
-// conv2d: checks at the door, the kernels of the inputs' device (oneDNN's on the CPU,
-// cuDNN's on CUDA; the backend chooses the layouts they run in, see backend/kernels.h), and
-// a backward that masks by the fused ReLU first, skips the passes no input needs and
-// returns each gradient in its input's layout. x and w may be bf16 on CUDA (mixed
-// precision, nn/compute.h).
+// conv2d: checks at the door, the device's kernels (oneDNN, cuDNN; they choose their
+// layouts), and a backward that masks by the fused ReLU, skips the passes no input needs
+// and returns each gradient in its input's layout.
 #include "ops/conv.h"
 
 #include "autograd/node.h"

@@ -11,54 +11,36 @@
 
 namespace dpt {
 
-// Requires: every tensor defined, f32 and on one device, whose kernel table this build has.
-// Ensures: returns that device (kernels_for(device) is the op's dispatch point); else
-// throws an Error naming the op, and the devices or the dtype found.
-inline Device op_device(const char* op, std::initializer_list<const Tensor*> tensors) {
-  Device device;
-  bool first = true;
+// Requires: every tensor defined, of one dtype and on one device, whose kernel table this
+// build has; the dtype f32, or with `mixed` (the ops that also take bf16 activations: mixed
+// precision, nn/compute.h) bf16 on a device whose kernels take it (CUDA). Ensures: returns
+// that device (kernels_for(device) is the op's dispatch point); else throws an Error naming
+// the op, and the devices or the dtypes found.
+inline Device op_device(const char* op, std::initializer_list<const Tensor*> tensors, bool mixed = false) {
+  const Tensor& first = **tensors.begin();
   for (const Tensor* t : tensors) {
     DPT_CHECK(t->defined()) << op << ": undefined input";
-    DPT_CHECK(t->dtype() == DType::f32) << op << ": expected f32, got " << dtype_name(t->dtype());
-    Device d = t->device();
-    DPT_CHECK(first || d == device) << op << ": inputs on different devices (" << device.str() << " and "
-                                    << d.str() << "); move them to one device first";
-    device = d;
-    first = false;
+    DPT_CHECK(t->dtype() == first.dtype())
+        << op << ": inputs of different dtypes (" << dtype_name(first.dtype()) << " and "
+        << dtype_name(t->dtype()) << "); cast them to one first";
+    DPT_CHECK(t->device() == first.device())
+        << op << ": inputs on different devices (" << first.device().str() << " and " << t->device().str()
+        << "); move them to one device first";
   }
-  kernels_for(device);  // throws for a device this build has no kernels for
-  return device;
+  const Kernels& k = kernels_for(first.device());  // throws for a device this build has no kernels for
+  const bool bf16 = mixed && first.dtype() == DType::bf16;
+  DPT_CHECK(bf16 || first.dtype() == DType::f32) << op << ": expected f32, got " << dtype_name(first.dtype());
+  DPT_CHECK(!bf16 || k.bf16) << op << ": bf16 tensors run on CUDA devices only (the " << k.name
+                             << " kernels are f32)";
+  return first.device();
 }
 
-// As op_device, for the ops that also take bf16 activations (mixed precision, nn/compute.h):
-// the tensors are all f32, or all bf16 on a CUDA device. Returns that device.
 inline Device op_device_mixed(const char* op, std::initializer_list<const Tensor*> tensors) {
-  DType dtype = DType::f32;
-  bool first = true;
-  for (const Tensor* t : tensors) {
-    DPT_CHECK(t->defined()) << op << ": undefined input";
-    DPT_CHECK(first || t->dtype() == dtype) << op << ": inputs of different dtypes (" << dtype_name(dtype) << " and "
-                                            << dtype_name(t->dtype()) << "); cast them to one first";
-    dtype = t->dtype();
-    first = false;
-  }
-  if (dtype != DType::bf16) return op_device(op, tensors);
-  Device device;
-  first = true;
-  for (const Tensor* t : tensors) {
-    DPT_CHECK(first || t->device() == device) << op << ": inputs on different devices (" << device.str() << " and "
-                                              << t->device().str() << "); move them to one device first";
-    device = t->device();
-    first = false;
-  }
-  const Kernels& k = kernels_for(device);
-  DPT_CHECK(k.bf16) << op << ": bf16 tensors run on CUDA devices only (the " << k.name << " kernels are f32)";
-  return device;
+  return op_device(op, tensors, true);
 }
 
-// For backward functions: the incoming gradient must be of the forward output's dtype (f32
-// unless the op ran in bf16) on the device the forward ran on (a CUDA kernel handed a host
-// pointer would fault and take the CUDA context with it).
+// For backward functions: the incoming gradient must be of the forward output's dtype on
+// the forward's device (a CUDA kernel handed a host pointer would take the context down).
 inline void check_grad(const char* op, const Tensor& grad, Device device, DType dtype = DType::f32) {
   DPT_CHECK(grad.defined() && grad.dtype() == dtype && grad.device() == device)
       << op << ": expected an " << dtype_name(dtype) << " gradient on " << device.str() << ", got "
@@ -74,8 +56,7 @@ inline Tensor contiguous_on_device(const Tensor& t) {
   return out;
 }
 
-// A tensor's shape, strides, dtype and device: what a backward function keeps, instead of
-// the tensor itself, to hand back a gradient laid out as the forward's input was.
+// What a backward keeps of a tensor, instead of the tensor, to lay a gradient out like it.
 struct TensorLayout {
   Shape shape, strides;
   DType dtype = DType::f32;
@@ -96,18 +77,13 @@ struct TensorLayout {
   }
 };
 
-// t itself when laid out like `ref` (same strides, or both contiguous), else a copy of t
-// (t's dtype) with ref's strides when ref is dense, contiguous otherwise: how a backward
-// brings an incoming gradient to the layout its kernels were given in the forward.
+// t itself when of ref's dtype and layout, else a copy of t in them (contiguous when ref is
+// not dense): an incoming gradient as the forward's kernels, or its input, had it.
 inline Tensor layout_like_on_device(const Tensor& t, const TensorLayout& ref) {
-  if (ref.matches(t)) return t;
-  Tensor out = ref.empty(t.dtype());
+  if (t.dtype() == ref.dtype && ref.matches(t)) return t;
+  Tensor out = ref.empty(ref.dtype);
   kernels_for(t.device()).copy(t, out);
   return out;
-}
-
-inline Tensor layout_like_on_device(const Tensor& t, const Tensor& ref) {
-  return layout_like_on_device(t, TensorLayout(ref));
 }
 
 // A tensor as the kernels take it: a 4-D one itself when contiguous or channels-last, any

@@ -1,6 +1,5 @@
-// Losses: checks at the door, then the kernels of the logits' device. The loss is a
-// one-element tensor on that device and the backward reads its gradient there, so on CUDA
-// a training step waits for the GPU only where the label check reads back its verdict.
+// Losses: checks at the door, then the logits' device's kernels. The loss stays on the
+// device, so on CUDA a step waits only for the label check's verdict.
 #include "ops/loss.h"
 
 #include <algorithm>
@@ -24,9 +23,8 @@ Device check_logits_labels(const char* op, const Tensor& logits, const Tensor& l
   DPT_CHECK(labels.device() == device)
       << op << ": labels are on " << labels.device().str() << " but logits on " << device.str();
   DPT_CHECK(logits.size(0) > 0) << op << ": empty batch";
-  // Inside a CUDA graph capture the check would read back from the device, which a
-  // capture forbids: there the labels come from a static buffer whose every batch the
-  // host checked before uploading it (optim/graphed_train_step.cpp).
+  // A capture forbids the read-back: there the host checked the labels before uploading
+  // them (optim/graphed_train_step.cpp).
   const Kernels& k = kernels_for(device);
   if (k.capturing(device.index)) return device;
   int64_t label = 0;
@@ -36,8 +34,11 @@ Device check_logits_labels(const char* op, const Tensor& logits, const Tensor& l
   return device;
 }
 
-// A one-element loss tensor on `device`.
-Tensor empty_loss(Device device) { return Tensor::empty({}, DType::f32, device); }
+// bf16 logits (a mixed-precision network's last layer) are cast to f32 first, recorded, so
+// the softmax and the loss are f32 and the gradient flows back as bf16.
+Tensor f32_logits(const Tensor& logits) {
+  return logits.defined() && logits.dtype() == DType::bf16 ? cast(logits, DType::f32) : logits;
+}
 
 }  // namespace
 
@@ -61,7 +62,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& labels_in) {
   Tensor labels = contiguous_on_device(labels_in);
   Device device = check_logits_labels("nll_loss", log_probs, labels);
   Tensor lp = contiguous_on_device(log_probs);
-  Tensor out = empty_loss(device);
+  Tensor out = Tensor::empty({}, DType::f32, device);  // the one-element loss
   kernels_for(device).nll_forward(lp, labels, out);
   autograd::record("nll_loss", out, {log_probs}, [labels, shape = lp.shape()](const Tensor& g) {
     check_grad("nll_loss backward", g, labels.device());
@@ -72,16 +73,6 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& labels_in) {
   return out;
 }
 
-namespace {
-
-// bf16 logits (a mixed-precision network's last layer) are cast to f32 first, recorded, so
-// the softmax and the loss are f32 and the gradient flows back as bf16.
-Tensor f32_logits(const Tensor& logits) {
-  return logits.defined() && logits.dtype() == DType::bf16 ? cast(logits, DType::f32) : logits;
-}
-
-}  // namespace
-
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, float label_smoothing) {
   Tensor logits = f32_logits(logits_in);
   Tensor labels = contiguous_on_device(labels_in);
@@ -91,7 +82,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, float lab
   Tensor in = contiguous_on_device(logits);
   int64_t rows = in.size(0), cols = in.size(1);
   Tensor log_probs = Tensor::empty(in.shape(), DType::f32, device);
-  Tensor out = empty_loss(device);
+  Tensor out = Tensor::empty({}, DType::f32, device);  // the one-element loss
   kernels_for(device).cross_entropy_forward(in, labels, label_smoothing, log_probs, out);
   autograd::record("cross_entropy", out, {logits},
                    [log_probs, labels, rows, cols, label_smoothing, device](const Tensor& g) {

@@ -7,12 +7,8 @@
 
 namespace dpt {
 
-// Counts the MACs of the conv2d and linear forwards this thread runs while it is alive:
-//   MacCounter counter; model(x); int64_t macs = counter.total();
-// conv2d: output elements x (in_channels / groups) x KH x KW; linear: N x in x out. Bias,
-// fused ReLU, BN, pooling and elementwise ops are not counted. Counters nest (an inner
-// counter's MACs also reach the outer ones) and must be destroyed in reverse order of
-// construction on the thread that made them, as scoped objects are.
+// Counts the MACs of the conv2d and linear forwards this thread runs while it is alive
+// (MacCounter c; model(x); c.total()); nothing else is counted. Counters nest, scoped.
 class MacCounter {
  public:
   MacCounter();

@@ -1,6 +1,5 @@
-// batch_norm2d: checks, then the kernels of the input's device (oneDNN's on the CPU,
-// cuDNN's on CUDA), which also update the running statistics, and a backward that hands
-// the kernels back what their forward kept (statistics, ReLU mask).
+// batch_norm2d: checks, then the device's kernels (which also update the running
+// statistics), and a backward that hands them back what their forward kept.
 #include "ops/norm.h"
 
 #include "autograd/node.h"
@@ -65,7 +64,7 @@ Tensor batch_norm2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
                    [&k, saved, need_x, need_w, need_b](const Tensor& grad_out) {
                      const Tensor& x = saved.x;
                      check_grad("batch_norm2d backward", grad_out, x.device(), x.dtype());
-                     Tensor g = layout_like_on_device(grad_out, x);
+                     Tensor g = layout_like_on_device(grad_out, TensorLayout(x));
                      // The kernels compute all three at once; the unwanted ones are dropped.
                      Tensor grad_x = Tensor::empty_like(x);
                      Tensor grad_w = Tensor::empty(saved.weight.shape(), DType::f32, x.device());

@@ -10,16 +10,12 @@
 
 namespace dpt {
 
-// f. Requires: x holds the same values on every rank of the group (a replicated
-// activation) and every rank calls it in the same order. Ensures: x's values (sharing its
-// storage); the backward sums the incoming gradient across ranks, since each rank's branch
-// of the parallel region contributes one part of dL/dx.
+// f. Requires: x the same on every rank, every rank calling in the same order. Ensures:
+// x's values (sharing storage); the backward sums the gradient across ranks.
 Tensor copy_to_parallel_region(const Tensor& x, const SumAcrossRanks& sum);
 
-// g. Requires: x of the same shape and dtype on every rank (one partial sum per rank), and
-// every rank calling it in the same order. Ensures: a new contiguous tensor, the sum of
-// every rank's x, identical on every rank; the backward passes the gradient through as it
-// is, since the loss after g is computed identically on every rank.
+// g. Requires: x of one shape and dtype on every rank, called in the same order. Ensures:
+// a new contiguous tensor, the sum of every rank's x; the backward passes the gradient on.
 Tensor reduce_from_parallel_region(const Tensor& x, const SumAcrossRanks& sum);
 
 }  // namespace dpt

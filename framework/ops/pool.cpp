@@ -1,6 +1,4 @@
-// Pooling ops: checks, then the kernels of the input's device; the backend keeps what its
-// backward reads (oneDNN's argmax workspace on the CPU, only when a backward can follow;
-// the input and output on CUDA, which cuDNN's backward rereads).
+// Pooling ops: checks, then the device's kernels, which keep what their backward reads.
 #include "ops/pool.h"
 
 #include "autograd/node.h"

@@ -9,10 +9,8 @@
 
 namespace dpt {
 
-// Sums a contiguous tensor (f32; bf16 where the group carries it, as NCCL does) over all
-// ranks, in place: on the CPU before returning; on CUDA (the tensor is on the op's device)
-// before any work queued on the device's compute stream after the call (a process group's
-// wait() on an NCCL collective does that).
+// Sums a contiguous tensor over all ranks in place: on the CPU before returning; on CUDA
+// before any work queued on the compute stream after the call.
 using SumAcrossRanks = std::function<void(const Tensor&)>;
 
 }  // namespace dpt

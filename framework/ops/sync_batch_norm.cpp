@@ -1,9 +1,6 @@
-// sync_batch_norm2d: batch norm whose statistics are those of the whole global batch. The
-// rule is stated once: per-channel sums on this rank (the device's kernels), summed across
-// ranks, then the next pass; two such rounds in the forward (the count and sums, then the
-// squared deviations around the global mean: no cancellation) and one in the backward.
-// Nothing waits for a CUDA device, except a read-back of the global count when this rank
-// alone has at most one value per channel.
+// sync_batch_norm2d: per-channel sums on this rank, summed across ranks, then the next
+// pass: two rounds in the forward (count and sums, then squared deviations around the
+// global mean: no cancellation) and one in the backward.
 #include "ops/sync_batch_norm.h"
 
 #include "autograd/node.h"

@@ -9,14 +9,11 @@
 
 namespace dpt {
 
-// Training-mode batch_norm2d whose mean and (biased) variance are those of the
-// concatenation of every rank's x; running stats get the unbiased global variance. Its
-// backward sums the two per-channel gradient reductions across ranks as well, so with
-// DDP averaging the parameter gradients, N ranks at batch B/N match one rank at batch B.
-// Requires: the same C on every rank, and every rank calling it in the same order. Runs
-// on the CPU or on CUDA (x, weight, bias and the running stats on one device); on CUDA x
-// may also be bf16 and/or channels-last (mixed precision), and the output then is too,
-// with the statistics still computed in f32.
+// Training-mode batch_norm2d whose mean and (biased) variance are those of every rank's x
+// together; running stats get the unbiased global variance; the backward sums its
+// per-channel reductions across ranks too, so with DDP N ranks at batch B/N match one rank
+// at batch B. Requires the same C on every rank, called in the same order. x may be bf16
+// and/or channels-last on CUDA (so is the output); the statistics are f32.
 Tensor sync_batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                          const Tensor& running_var, const BatchNormOptions& options, const SumAcrossRanks& sum);
 

@@ -18,9 +18,7 @@ class Ema {
   // warm-up the decay used is min(decay, (1 + updates) / (10 + updates)), so early
   // averages do not hold on to the random initialisation.
   void update(const nn::Module& model);
-  // CUDA graphs: update() in two halves, as Optimizer::step_prepare / step_apply. The host
-  // half counts the update and uploads its decay; the device half only queues kernels,
-  // which read the decay on the device. Requires the model on a CUDA device.
+  // CUDA graphs: update() in two halves, as Optimizer::step_prepare / step_apply.
   void update_prepare();
   void update_apply(const nn::Module& model);
   const nn::NamedTensors& shadow() const { return shadow_; }

@@ -51,11 +51,8 @@ GraphedStepResult GraphedTrainStep::run(const Tensor& images, const Tensor& labe
   DPT_CHECK(labels.dtype() == DType::i64 && labels.shape() == labels_.shape())
       << "cuda_graphs: expected i64 labels " << shape_str(labels_.shape()) << ", got "
       << dtype_name(labels.dtype()) << " " << shape_str(labels.shape());
-  // The label check the loss does eagerly, here before the replay: inside the graph it
-  // cannot read back (ops/loss.cpp skips it there). A batch already on the step's device
-  // (the Trainer's BatchSource) is checked there, with the eager loss's small read-back,
-  // and copied into the static buffers on the device, queued; a host batch is checked on
-  // the host and uploaded.
+  // The loss's label check, here before the replay (inside the graph it cannot read back):
+  // on the batch's device, then copied or uploaded into the static buffers.
   Tensor checked = labels.device() == device_ ? contiguous_on_device(labels) : labels.contiguous();
   int64_t label = 0;
   const int64_t row = kernels_for(checked.device()).first_bad_label(checked, options_.classes, &label);
@@ -74,9 +71,8 @@ GraphedStepResult GraphedTrainStep::run(const Tensor& images, const Tensor& labe
   optimizer_.step_prepare(lr);
   if (ema_) ema_->update_prepare();
   step_->run();
-  // A replay updates the parameters without the host code that marks them written (that ran
-  // once, at the capture): mark them here, so that copies made from them for eager use
-  // (nn/compute.h's bf16 / channels-last weight cache, in evaluation) are remade.
+  // A replay skips the host code that marks the parameters written: mark them here, so
+  // that cached copies (nn/compute.h) are remade.
   for (const Tensor& p : params_) p.storage()->bump_version();
   float host[2] = {0.0f, 0.0f};
   copy_bytes(host, Device::cpu(), result_.raw_data(), result_.device(), sizeof host);  // waits for the step

@@ -1,9 +1,7 @@
-// One training step — forward, cross-entropy, backward (DDP's bucket all-reduces on NCCL
-// included), optimizer update and EMA — run eagerly for a few warm-up steps, then captured
-// as a CUDA graph and replayed (config key cuda_graphs; docs/gpu.md, "CUDA graphs"). Before each step the
-// batch is copied into static device buffers and the step's values (learning rate, AdamW's
-// bias corrections, EMA's decay) are uploaded; after it the loss and the non-finite
-// gradient check are read back from one small device buffer.
+// One training step (forward, cross-entropy, backward with DDP's all-reduces, update, EMA)
+// run eagerly for a few warm-up steps, then captured as a CUDA graph and replayed
+// (cuda_graphs; docs/gpu.md). The batch goes into static buffers and the step's values are
+// uploaded before each replay; the loss and the non-finite verdict are read back after.
 #pragma once
 
 #include <memory>
@@ -42,11 +40,9 @@ class GraphedTrainStep {
   GraphedTrainStep(const GraphedTrainStep&) = delete;
   GraphedTrainStep& operator=(const GraphedTrainStep&) = delete;
 
-  // Copies the batch (on the CPU or the step's device) into the static buffers, uploads
-  // the step's values for learning rate `lr`, runs the step and waits for its loss and
-  // verdict. The update is applied whatever the verdict (a graph cannot branch on it), so
-  // the caller stops on a non-finite step. Requires: images of images_shape, labels [N]
-  // i64 in [0, classes) (dpt::Error otherwise: a graph replays one shape).
+  // Runs the step on the batch (host or device) at `lr` and waits for its loss and verdict.
+  // The update is applied whatever the verdict (a graph cannot branch): the caller stops on
+  // a non-finite step. Requires images of images_shape, labels [N] i64 in [0, classes).
   GraphedStepResult run(const Tensor& images, const Tensor& labels, float lr);
   bool graphed() const;
   // Nodes one replay launches (0 before the capture).

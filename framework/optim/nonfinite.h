@@ -1,10 +1,7 @@
-// Numerical faults: whether a step's update may be applied. After DDP's all-reduce every
-// rank holds the same averaged gradients, so "are they all finite?" has the same answer on
-// every rank without any communication (a NaN or Inf on one rank reaches every rank's
-// sum). A sharded optimizer's ranks each hold the average of their own shard only, so
-// their answers are combined (Optimizer::all_ranks). The loss differs by rank, so it only
-// counts where there is one rank; a non-finite loss makes its gradients non-finite anyway
-// (the softmax of an Inf logit is NaN).
+// Whether a step's update may be applied. After DDP's all-reduce every rank holds the same
+// gradients, so "all finite?" has one answer without communication (a sharded optimizer's
+// shards are combined: Optimizer::all_ranks). The loss, which differs by rank, counts only
+// on one rank; a non-finite loss makes its gradients non-finite anyway.
 #pragma once
 
 #include <vector>

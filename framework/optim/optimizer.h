@@ -28,26 +28,20 @@ class Optimizer {
   virtual ~Optimizer();
   // Applies one update with learning rate `lr`. Parameters without a gradient are skipped.
   virtual void step(float lr) = 0;
-  // CUDA graphs: step(lr) in two halves, so that the device half can be captured once and
-  // replayed. step_prepare(lr), the host half, computes the step's values (learning rate,
-  // AdamW's step count, bias corrections and decays) as step(lr) does and uploads them to
-  // device memory; step_apply() only queues the update kernels, which read those values
-  // there as they run. Together they update exactly as step(lr) does. Requires every
-  // parameter on one CUDA device (dpt::Error otherwise).
+  // CUDA graphs: step(lr) in two halves, together updating exactly as it does.
+  // step_prepare(lr), the host half, computes the step's values and uploads them;
+  // step_apply() only queues the kernels, which read them on the device (capturable).
+  // Requires every parameter on one device.
   virtual void step_prepare(float lr) = 0;
   virtual void step_apply() = 0;
   // Sets every gradient to zero in place (a gradient may be a view DDP owns).
   void zero_grad();
-  // Waits until every parameter holds the last step()'s value. Only a sharded optimizer
-  // that gathers during forward (dist::ZeroOptimizer::gather_during_forward) returns from
-  // step() before that; call it before reading parameters outside the model's forward (an
-  // EMA update, saving the model).
+  // Waits until every parameter holds the last step()'s value (a sharded optimizer may
+  // return from step() before): call it before reading parameters outside a forward.
   virtual void parameters_ready() {}
 
-  // Per-parameter state: `kind` names it ("momentum", "exp_avg", "exp_avg_sq"), `param` is
-  // the parameter it belongs to, `value` the optimizer's own tensor, in group order. A
-  // sharded optimizer (parallel/zero.h) lists its shard: `param` is then a 1-D view of
-  // the elements of a parameter that this rank updates, and `value` is as long.
+  // Per-parameter state in group order: `kind` ("momentum", "exp_avg", ...), the parameter
+  // and the optimizer's own tensor. A sharded optimizer lists its shard (1-D views).
   struct StateTensor {
     std::string kind;
     Tensor param;
@@ -62,28 +56,21 @@ class Optimizer {
   virtual int64_t step_count() const { return 0; }
   virtual void set_step_count(int64_t) {}
 
-  // Checkpoints hold the state whole, one tensor of its parameter's shape per kind and
-  // parameter, in group order, whether the optimizer is sharded or not.
-  // state_for_save: an unsharded optimizer's own tensors. A sharded one gathers them:
-  // collective over its group (every rank calls it), whole on the group's rank 0 and
-  // empty elsewhere.
+  // Checkpoints hold the state whole (one tensor of its parameter's shape per kind and
+  // parameter), sharded or not. state_for_save: a sharded optimizer gathers it, collective,
+  // whole on its group's rank 0 and empty elsewhere. state_for_load: tensors of that form to
+  // read a checkpoint into, then state_loaded() (a sharded one keeps its part).
   virtual std::vector<StateTensor> state_for_save() { return state_tensors(); }
-  // state_for_load: tensors of that form to read a checkpoint into (an unsharded
-  // optimizer's own), then state_loaded() (a sharded one keeps its part of them).
   virtual std::vector<StateTensor> state_for_load() { return state_tensors(); }
   virtual void state_loaded() {}
 
-  // The gradients step() reads: every parameter's .grad (a sharded optimizer's: this
-  // rank's shard of them), for the non-finite check (optim/nonfinite.h).
+  // The gradients step() reads (a sharded optimizer's shard), for optim/nonfinite.h.
   virtual std::vector<Tensor> step_gradients() const;
-  // Whether `ok` holds on every rank that shares the update: `ok` itself, or for a sharded
-  // optimizer, whose ranks each check their own shard, the agreement of its group
-  // (collective: every rank calls it).
+  // Whether `ok` holds on every rank sharing the update (collective when sharded).
   virtual bool all_ranks(bool ok) const { return ok; }
 
  protected:
-  // The device values of step_prepare: `count` of them, made on the first call, on the
-  // first parameter's device.
+  // step_prepare's `count` values, made on the first call on the first parameter's device.
   DeviceScalars& device_scalars(size_t count);
   // Those values for step_apply; dpt::Error when step_prepare has not made them.
   const DeviceScalars& prepared_scalars(const char* owner) const;

@@ -1,9 +1,7 @@
-// DDP's buffers (batch-norm running statistics) kept equal on every rank without a blocking
-// collective in the step: after each training forward, the buffers are packed into one
-// flat buffer (one per dtype; batch norm's are all f32) and broadcast from rank 0 while
-// backward runs; at the end of backward (or before the next forward) each rank copies
-// rank 0's values in. One round trip a step, off the critical path (a blocking broadcast
-// of each tensor before the forward would put one per tensor on it).
+// DDP's buffers (batch-norm running statistics) kept equal on every rank off the critical
+// path: after each training forward they are packed into one flat buffer per dtype and
+// broadcast from rank 0 while backward runs; at its end (or before the next forward) each
+// rank copies rank 0's values in.
 #pragma once
 
 #include <vector>
@@ -15,17 +13,13 @@ namespace dpt::dist {
 
 class BufferBroadcast {
  public:
-  // Collective over `group` (it allocates the flat buffers there), with every rank's
-  // buffers in the same order, shapes and dtypes (DDP's parameter check covers the model).
+  // Collective over `group`; every rank's buffers in the same order, shapes and dtypes.
   BufferBroadcast(const nn::NamedTensors& buffers, GroupPtr group);
 
-  // After a training forward on every rank, in the same order as the group's other
-  // collectives: packs this rank's buffers and starts the broadcast of rank 0's. Finishes
-  // one still pending first.
+  // After a training forward, in the group's collective order: finishes a pending
+  // broadcast, packs the buffers and starts the broadcast of rank 0's.
   void start();
-  // Waits for the started broadcast and copies rank 0's values into this rank's buffers,
-  // so that every rank holds rank 0's; nothing when none is pending. Rethrows the
-  // broadcast's error.
+  // Waits for a started broadcast (rethrowing its error) and copies rank 0's values in.
   void finish();
 
  private:

@@ -1,5 +1,6 @@
 #include "parallel/ddp.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "autograd/node.h"
@@ -10,36 +11,23 @@
 namespace dpt::dist {
 namespace {
 
-std::vector<std::string> signature_lines(const nn::NamedTensors& params) {
-  std::vector<std::string> lines;
-  for (const auto& [name, t] : params) lines.push_back("'" + name + "' " + shape_str(t.shape()));
-  return lines;
-}
-
-// Every rank's lines, gathered as characters padded to the longest text.
-std::vector<std::vector<std::string>> gather_lines(const std::vector<std::string>& lines, ProcessGroup& group) {
+// Every rank's parameter lines ("'name' [shape]"), gathered as characters padded to the
+// longest text.
+std::vector<std::vector<std::string>> gather_signatures(const nn::NamedTensors& params, ProcessGroup& group) {
   std::string text;
-  for (const auto& line : lines) text += line + "\n";
+  for (const auto& [name, t] : params) text += "'" + name + "' " + shape_str(t.shape()) + "\n";
   Tensor length = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1});
   group.all_reduce(length, ReduceOp::max)->wait();
   int64_t width = length.data<int64_t>()[0];
-  std::vector<int64_t> mine(width, 0);
-  for (size_t i = 0; i < text.size(); ++i) mine[i] = static_cast<unsigned char>(text[i]);
+  std::vector<int64_t> mine(text.begin(), text.end());
+  mine.resize(width, 0);
   Tensor all = Tensor::empty({width * group.size()}, DType::i64);
   group.all_gather(all, Tensor::from_vector(mine, {width}))->wait();
   std::vector<std::vector<std::string>> out(group.size());
   const int64_t* p = all.data<int64_t>();
   for (int r = 0; r < group.size(); ++r) {
-    std::string line;
-    for (int64_t i = 0; i < width; ++i) {
-      char c = static_cast<char>(p[r * width + i]);
-      if (c == '\n') {
-        out[r].push_back(line);
-        line.clear();
-      } else if (c != 0) {
-        line += c;
-      }
-    }
+    std::istringstream in(std::string(p + r * width, std::find(p + r * width, p + (r + 1) * width, 0)));
+    for (std::string line; std::getline(in, line);) out[r].push_back(line);
   }
   return out;
 }
@@ -47,7 +35,7 @@ std::vector<std::vector<std::string>> gather_lines(const std::vector<std::string
 }  // namespace
 
 void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group) {
-  auto all = gather_lines(signature_lines(params), group);
+  auto all = gather_signatures(params, group);
   for (int r = 1; r < group.size(); ++r) {
     const auto &a = all[0], &b = all[r];
     for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {

@@ -1,8 +1,6 @@
 // DistributedDataParallel: one model replica per rank, kept identical. Construction
 // checks that every rank built the same parameters and broadcasts rank 0's values; each
-// backward all-reduces (averages) the gradients in buckets that overlap the backward
-// pass, so after loss.backward() every rank holds the same averaged .grad. One synchronised
-// backward per forward: a second one throws Error (its gradients would stay local).
+// backward averages the gradients in buckets that overlap it (reducer.h).
 #pragma once
 
 #include <memory>
@@ -29,9 +27,8 @@ class DistributedDataParallel : public nn::Module {
   const GroupPtr& group() const { return group_; }
   const DdpOptions& options() const { return options_; }
 
-  // While alive, backward passes accumulate gradients locally with no communication (for
-  // gradient accumulation over micro-batches); the next synchronised backward
-  // all-reduces the sum.
+  // While alive, backward passes accumulate gradients locally; the next synchronised
+  // backward all-reduces the sum.
   class NoSync {
    public:
     explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp) { ddp_.sync_ = false; }
@@ -41,10 +38,8 @@ class DistributedDataParallel : public nn::Module {
     DistributedDataParallel& ddp_;
   };
   NoSync no_sync() { return NoSync(*this); }
-  // Makes the next backward pass synchronised whatever no_sync said at its forward: for
-  // schedules that run several forwards before their backwards (a pipeline's micro-batches,
-  // all forwarded under no_sync), where the backward that must all-reduce the sum is the
-  // last to run, not the last forward's. Call right before that backward.
+  // Makes the next backward synchronised whatever no_sync said at its forward (a pipeline's
+  // last backward, whose forward was not the last). Call right before that backward.
   void sync_next_backward() { reducer_->prepare_for_backward(true); }
 
  private:

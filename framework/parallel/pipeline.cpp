@@ -31,9 +31,9 @@ Tensor micro_rows(const Tensor& t, int m, int micro_batches) {
 }  // namespace
 
 struct Pipeline::MicroBatch {
-  Tensor input;   // the stage's input: the batch's rows on the first stage, else a received leaf
-  Tensor output;  // the stage's output (all but the last stage)
-  Tensor loss;    // the last stage's loss, scaled by 1 / M
+  Tensor input;   // the batch's rows on the first stage, else a received leaf
+  Tensor output;  // all but the last stage
+  Tensor loss;    // the last stage's, scaled by 1 / M
   double loss_value = 0;
 };
 
@@ -100,13 +100,12 @@ PipelineStepStats Pipeline::train_step(const Tensor& input, const Tensor& target
   bits = shared.data<int64_t>()[0];
   std::memcpy(&loss, &bits, sizeof loss);
 
-  PipelineStepStats stats;
-  stats.loss = loss;
-  stats.step_ms = ms_since(start);
-  stats.compute_ms = compute_ms_;
-  stats.idle_ms = stats.step_ms - stats.compute_ms;
-  stats.max_in_flight = most;
-  return stats;
+  const double step_ms = ms_since(start);
+  return {.loss = loss,
+          .step_ms = step_ms,
+          .compute_ms = compute_ms_,
+          .idle_ms = step_ms - compute_ms_,
+          .max_in_flight = most};
 }
 
 void Pipeline::run_forward(MicroBatch& mb, const Tensor& input, const Tensor& target) {

@@ -1,17 +1,12 @@
 // Pipeline parallelism: a model cut into S stages (nn/pipeline_stage.h), one per rank of a
-// pipeline group; each training step splits the batch into M micro-batches, which flow
-// through the stages by point-to-point messages: activations forward (stage s to s + 1),
-// their gradients backward (s + 1 to s). Gradients accumulate over the micro-batches and
-// the caller makes one optimizer step, so the step is the one a single process makes when
-// it runs the same micro-batches one after another with gradient accumulation (batch norm
-// normalises each micro-batch, as in GPipe, Huang et al. 2019, arXiv 1811.06965).
-// With a DistributedDataParallel stage (DDP over the data-parallel axis of a dp x pp mesh),
-// every micro-batch runs under no_sync and only the step's last backward all-reduces.
-// A stage's sends wait until its next action starts and go out together with that action's
-// first receive (batch_send_recv: one NCCL group on GPUs). In 1F1B, stage s sends activation
-// m + 1 and receives gradient m while stage s + 1 sends gradient m and receives activation
-// m + 1; queued one by one on each side's NCCL stream, two sends larger than NCCL's buffers
-// would wait on each other for ever.
+// pipeline group; a step splits the batch into M micro-batches whose activations flow
+// forward (stage s to s + 1) and gradients backward. Gradients accumulate over the
+// micro-batches, so the step is a single process's with gradient accumulation (batch norm
+// per micro-batch, as in GPipe, arXiv 1811.06965). A DDP stage runs every micro-batch under
+// no_sync and all-reduces in the step's last backward.
+// A stage's sends go out together with its next action's first receive (batch_send_recv:
+// one NCCL group): in 1F1B neighbours send to each other at once, and two sends larger
+// than NCCL's buffers queued one by one would wait on each other for ever.
 #pragma once
 
 #include <deque>
@@ -32,8 +27,7 @@ struct PipelineOptions {
   PipelineSchedule schedule = PipelineSchedule::gpipe;
 };
 
-// What one step did on this rank. Times are host wall-clock milliseconds (on CUDA the
-// kernels run asynchronously: compute_ms then counts their launches).
+// What one step did on this rank, in host wall-clock ms (on CUDA compute_ms counts launches).
 struct PipelineStepStats {
   double loss = 0;        // the batch's mean loss (mean of the micro-batches'), on every stage
   double step_ms = 0;     // train_step, from entry to return
@@ -47,17 +41,14 @@ class Pipeline {
   // Loss of one micro-batch: a scalar from the last stage's output and the targets' rows.
   using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
 
-  // stage: this rank's nn::PipelineStage, or a DistributedDataParallel over one. group: the
-  // pipeline group; its rank r runs stage r, its size is the stage count. Throws Error when
-  // the stage's index or count disagrees with the group, or micro_batches < 1.
+  // stage: this rank's nn::PipelineStage, or a DDP over one; group rank r runs stage r.
+  // Throws Error when the stage disagrees with the group, or micro_batches < 1.
   Pipeline(nn::ModulePtr stage, GroupPtr group, LossFn loss, PipelineOptions options);
 
-  // One training step's forwards and backwards: accumulates into the stage's .grad (zero
-  // them before, step the optimizer after). Collective over the group (and, for a DDP
-  // stage, over its data-parallel group). Every stage passes the same batch: `input` [N, ...]
-  // (read on the first stage) and `target` [N, ...] (read on the last); every stage checks
-  // that micro_batches divides N and throws Error before any message when it does not.
-  // Activations travel as contiguous tensors, each after a small header with its shape.
+  // One step's forwards and backwards, accumulating into the stage's .grad. Collective over
+  // the group (and a DDP stage's). Every stage passes the same batch: `input` [N, ...] (read
+  // on the first stage) and `target` (read on the last); throws Error before any message
+  // when micro_batches does not divide N.
   PipelineStepStats train_step(const Tensor& input, const Tensor& target);
 
   const nn::PipelineStage& stage() const { return *stage_; }

@@ -46,52 +46,44 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   buckets_.clear();
   bucket_info_.clear();
   bucket_of_.assign(params_.size(), 0);
-  constexpr double mb = 1024.0 * 1024.0;
-  Bucket current;
-  int64_t bytes = 0;
+  BucketInfo info;
+  // Lays the parameters collected in `info` out as views of a new bucket.
   auto close = [&] {
-    if (current.params.empty()) return;
-    buckets_.push_back(std::move(current));
-    current = Bucket();
-    bytes = 0;
-  };
-  for (size_t index : order) {
-    current.params.push_back(index);
-    bytes += params_[index].second.numel() * 4;
-    double cap =
-        (buckets_.empty() ? std::min(kFirstBucketMb, options_.bucket_cap_mb) : options_.bucket_cap_mb) * mb;
-    if (options_.bucket_cap_mb == 0 || static_cast<double>(bytes) >= cap) close();
-  }
-  close();
-
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    Bucket& bucket = buckets_[b];
-    int64_t numel = 0;
-    for (size_t i : bucket.params) numel += params_[i].second.numel();
+    if (info.indices.empty()) return;
+    Bucket bucket;
     // On the parameters' device (CUDA buckets go to the group's NCCL backend), in memory the
     // group all-reduces fastest (shared by the ranks of one machine: no copies).
-    bucket.flat = group_->collective_buffer(numel, DType::f32, params_[bucket.params.front()].second.device());
-    BucketInfo info;
+    bucket.flat =
+        group_->collective_buffer(info.numel, DType::f32, params_[info.indices.front()].second.device());
     int64_t offset = 0;
-    for (size_t i : bucket.params) {
+    for (size_t i : info.indices) {
       const Tensor& p = params_[i].second;
       Tensor view = bucket.flat.as_strided(p.shape(), shape_contiguous_strides(p.shape()), offset);
       if (old_grads[i].defined()) view.copy_from(old_grads[i]);
       p.set_grad(view);
-      bucket_of_[i] = b;
+      bucket_of_[i] = buckets_.size();
       info.params.push_back(params_[i].first);
-      info.indices.push_back(i);
       info.offsets.push_back(offset);
       offset += p.numel();
     }
-    info.bytes = numel * 4;
-    info.numel = numel;
+    info.bytes = info.numel * 4;
     if (options_.shard_gradients) {
-      const Chunk mine = chunk_of(numel, group_->size(), group_->rank());
+      const Chunk mine = chunk_of(info.numel, group_->size(), group_->rank());
       bucket.shard = Tensor::zeros({mine.end - mine.begin}, DType::f32, bucket.flat.device());
     }
+    buckets_.push_back(std::move(bucket));
     bucket_info_.push_back(std::move(info));
+    info = BucketInfo();
+  };
+  for (size_t index : order) {
+    info.indices.push_back(index);
+    info.numel += params_[index].second.numel();
+    const double cap_mb =
+        buckets_.empty() ? std::min(kFirstBucketMb, options_.bucket_cap_mb) : options_.bucket_cap_mb;
+    if (options_.bucket_cap_mb == 0 || static_cast<double>(info.numel * 4) >= cap_mb * 1024.0 * 1024.0)
+      close();
   }
+  close();
 }
 
 const Tensor& Reducer::shard(size_t b) const {
@@ -106,9 +98,9 @@ void Reducer::prepare_for_backward(bool synchronize) {
                                 "that backward threw); the group cannot be used after a failed collective";
   expect_ = synchronize ? Expect::sync : Expect::local;
   std::fill(ready_.begin(), ready_.end(), false);
-  for (Bucket& bucket : buckets_) {
-    bucket.pending = static_cast<int>(bucket.params.size());
-    bucket.work.reset();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    buckets_[b].pending = static_cast<int>(bucket_info_[b].indices.size());
+    buckets_[b].work.reset();
   }
   next_bucket_ = 0;
   launch_ms_.clear();
@@ -118,9 +110,8 @@ void Reducer::prepare_for_backward(bool synchronize) {
 
 void Reducer::on_gradient_ready(size_t index) {
   if (expect_ == Expect::local) return;  // no_sync: gradients only accumulate locally
-  // Left alone, these gradients would add to the averaged ones on each rank unseen by the
-  // others, and the replicas would part. Every rank that runs the same program stops here
-  // alike, before any collective of this backward, so none waits for another.
+  // Left alone, these gradients would part the replicas. Every rank stops here alike,
+  // before any collective of this backward.
   DPT_CHECK(expect_ == Expect::sync)
       << "DDP on " << group_->name() << ": a second backward since the last forward (its gradients would "
       << "not be all-reduced, and the replicas would part); run one forward per backward, or accumulate "
@@ -134,11 +125,9 @@ void Reducer::on_gradient_ready(size_t index) {
   ready_[index] = true;
   if (!rebuilt_) arrival_order_.push_back(index);
   --buckets_[bucket_of_[index]].pending;
-  // With find_unused_parameters, which parameters get a gradient may differ by rank, and so
-  // would the moment a bucket fills: launched then, a bucket could come before another
-  // collective of backward (sync_bn's all-reduces) on one rank and after it on another, and
-  // the ranks' collectives would pair up wrongly. So there every bucket launches when
-  // backward ends, in index order, the same on every rank; overlap is given up.
+  // With find_unused_parameters the moment a bucket fills may differ by rank, and its
+  // launch could pair up wrongly with backward's other collectives (sync_bn): every bucket
+  // launches when backward ends instead, overlap given up.
   if (options_.find_unused_parameters) return;
   note_completions();
   launch_ready_buckets();
@@ -174,16 +163,15 @@ void Reducer::finish_backward(bool failed) {
   expect_ = Expect::spent;
   backward_end_ms_ = (now_ns() - start_ns_) / 1e6;
   if (failed) {
-    // After an error nothing new starts (another rank may be past this backward, or gone,
-    // and the error must not wait for it); the all-reduces already started are waited for,
-    // so none is left to write into the gradients later. The next backward starts clean.
+    // After an error nothing new starts (another rank may be gone); those started are
+    // waited for, so none writes into the gradients later.
     for (size_t b = 0; b < next_bucket_; ++b) buckets_[b].work->wait();
     if (!rebuilt_) arrival_order_.clear();
     backward_open_ = false;
     return;
   }
-  // A parameter without a gradient (unused here) counts as zero; its bucket still launches,
-  // so every rank all-reduces every bucket, also before the unused-parameter error below.
+  // A parameter without a gradient counts as zero; every bucket still launches, also
+  // before the unused-parameter error below.
   std::string unused;
   for (size_t i = 0; i < params_.size(); ++i)
     if (!ready_[i]) {

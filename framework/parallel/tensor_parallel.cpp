@@ -1,5 +1,7 @@
 #include "parallel/tensor_parallel.h"
 
+#include <type_traits>
+
 #include "comm/dist.h"
 #include "ops/activation.h"
 #include "ops/cast.h"
@@ -10,23 +12,6 @@
 namespace dpt::nn {
 namespace {
 
-// This rank's part of dimension `dim` of a parallel layer's weight (or bias).
-Tensor my_shard(const Tensor& full, int64_t dim, const dist::GroupPtr& tp, const char* layer) {
-  dist::ProcessGroup& group = dist::require_member(tp, std::string(layer) + "'s tensor-parallel group");
-  return shard_of(full, dim, group.rank(), group.size());
-}
-
-SumAcrossRanks sum_over(const dist::GroupPtr& group) {
-  return [group](const Tensor& t) { group->all_reduce(t, dist::ReduceOp::sum)->wait(); };
-}
-
-Tensor undefined_or_shard(const Tensor& full, const dist::GroupPtr& tp, const char* layer) {
-  return full.defined() ? my_shard(full, 0, tp, layer) : Tensor();
-}
-
-// A row-parallel layer's own copy of the unsplit bias: it is added after the sum, whole.
-Tensor bias_copy(const Tensor& bias) { return bias.defined() ? bias.clone() : Tensor(); }
-
 // y + bias, the bias ([C]) broadcast over the dimensions after C and cast to y's dtype.
 Tensor add_bias(const Tensor& y, const Tensor& bias) {
   if (!bias.defined()) return y;
@@ -35,21 +20,18 @@ Tensor add_bias(const Tensor& y, const Tensor& bias) {
   return add(y, reshape(cast(bias, y.dtype()), shape));
 }
 
-void check_not_grouped(const Conv2d& full, const char* layer) {
-  DPT_CHECK(full.options().groups == 1)
-      << layer << ": splits ungrouped convolutions only, got groups " << full.options().groups;
+template <class Layer, bool Row>
+std::string layer_name() {
+  return std::string(Row ? "RowParallel" : "ColumnParallel") +
+         (std::is_same_v<Layer, Conv2d> ? "Conv2d" : "Linear");
 }
 
-// "ColumnParallelLinear(784, 256, tp 2)": the unsplit layer's sizes and how many ranks share it.
-std::string sizes_str(const char* layer, int64_t in, int64_t out, int tp, const std::string& more = "") {
-  return std::string(layer) + "(" + std::to_string(in) + ", " + std::to_string(out) + more + ", tp " +
-         std::to_string(tp) + ")";
-}
-
-std::string conv_str(const Conv2d& conv) {
-  const Conv2dOptions& o = conv.options();
-  return ", kernel " + std::to_string(conv.weight().size(2)) + ", stride " + std::to_string(o.stride) +
-         ", padding " + std::to_string(o.padding);
+// This rank's part of dimension `dim` of `full` (undefined stays undefined).
+template <class Layer, bool Row>
+Tensor my_shard(const Tensor& full, int64_t dim, const dist::GroupPtr& tp) {
+  if (!full.defined()) return full;
+  dist::ProcessGroup& group = dist::require_member(tp, layer_name<Layer, Row>() + "'s tensor-parallel group");
+  return shard_of(full, dim, group.rank(), group.size());
 }
 
 }  // namespace
@@ -106,79 +88,47 @@ NamedTensors gather_whole_state(const NamedTensors& mine, const NamedTensors& un
   return whole;
 }
 
-ColumnParallelLinear::ColumnParallelLinear(const Linear& full, dist::GroupPtr tp)
-    : Linear(my_shard(full.weight(), 0, tp, "ColumnParallelLinear"),
-             undefined_or_shard(full.bias(), tp, "ColumnParallelLinear")),
+template <class Layer, bool Row>
+TensorParallel<Layer, Row>::TensorParallel(const Layer& full, dist::GroupPtr tp)
+    : Layer(my_shard<Layer, Row>(full.weight(), Row ? 1 : 0, tp),
+            Row ? Tensor() : my_shard<Layer, Row>(full.bias(), 0, tp), full.options()),
       tp_(std::move(tp)),
-      sum_(sum_over(tp_)) {}
-
-Tensor ColumnParallelLinear::forward(const Tensor& x) {
-  return Linear::forward(copy_to_parallel_region(x, sum_));
+      sum_([group = tp_](const Tensor& t) { group->all_reduce(t, dist::ReduceOp::sum)->wait(); }) {
+  if constexpr (std::is_same_v<Layer, Conv2d>)
+    DPT_CHECK(full.options().groups == 1)
+        << layer_name<Layer, Row>() << ": splits ungrouped convolutions only, got groups "
+        << full.options().groups;
+  if (Row && full.bias().defined()) bias_ = this->register_parameter("bias", full.bias().clone());
 }
 
-Tensor ColumnParallelLinear::forward_relu(const Tensor& x) {
-  return Linear::forward_relu(copy_to_parallel_region(x, sum_));
+template <class Layer, bool Row>
+Tensor TensorParallel<Layer, Row>::forward(const Tensor& x) {
+  if (Row) return add_bias(reduce_from_parallel_region(Layer::forward(x), sum_), bias_);
+  return Layer::forward(copy_to_parallel_region(x, sum_));
 }
 
-std::string ColumnParallelLinear::describe() const {
-  return sizes_str("ColumnParallelLinear", weight().size(1), weight().size(0) * tp_->size(), tp_->size());
+template <class Layer, bool Row>
+Tensor TensorParallel<Layer, Row>::forward_relu(const Tensor& x) {
+  if (Row) return relu(forward(x));
+  return Layer::forward_relu(copy_to_parallel_region(x, sum_));
 }
 
-RowParallelLinear::RowParallelLinear(const Linear& full, dist::GroupPtr tp)
-    : Linear(my_shard(full.weight(), 1, tp, "RowParallelLinear"), Tensor()),
-      tp_(std::move(tp)),
-      sum_(sum_over(tp_)) {
-  if (full.bias().defined()) bias_ = register_parameter("bias", bias_copy(full.bias()));
+// "ColumnParallelLinear(784, 256, tp 2)": the unsplit layer's sizes and how many ranks share it.
+template <class Layer, bool Row>
+std::string TensorParallel<Layer, Row>::describe() const {
+  const Tensor& w = this->weight();
+  const int tp = tp_->size();
+  std::string more;
+  if constexpr (std::is_same_v<Layer, Conv2d>)
+    more = ", kernel " + std::to_string(w.size(2)) + ", stride " + std::to_string(this->options().stride) +
+           ", padding " + std::to_string(this->options().padding);
+  return layer_name<Layer, Row>() + "(" + std::to_string(w.size(1) * (Row ? tp : 1)) + ", " +
+         std::to_string(w.size(0) * (Row ? 1 : tp)) + more + ", tp " + std::to_string(tp) + ")";
 }
 
-Tensor RowParallelLinear::forward(const Tensor& x) {
-  return add_bias(reduce_from_parallel_region(Linear::forward(x), sum_), bias_);
-}
-
-Tensor RowParallelLinear::forward_relu(const Tensor& x) { return relu(forward(x)); }
-
-std::string RowParallelLinear::describe() const {
-  return sizes_str("RowParallelLinear", weight().size(1) * tp_->size(), weight().size(0), tp_->size());
-}
-
-ColumnParallelConv2d::ColumnParallelConv2d(const Conv2d& full, dist::GroupPtr tp)
-    : Conv2d(my_shard(full.weight(), 0, tp, "ColumnParallelConv2d"),
-             undefined_or_shard(full.bias(), tp, "ColumnParallelConv2d"), full.options()),
-      tp_(std::move(tp)),
-      sum_(sum_over(tp_)) {
-  check_not_grouped(full, "ColumnParallelConv2d");
-}
-
-Tensor ColumnParallelConv2d::forward(const Tensor& x) {
-  return Conv2d::forward(copy_to_parallel_region(x, sum_));
-}
-
-Tensor ColumnParallelConv2d::forward_relu(const Tensor& x) {
-  return Conv2d::forward_relu(copy_to_parallel_region(x, sum_));
-}
-
-std::string ColumnParallelConv2d::describe() const {
-  return sizes_str("ColumnParallelConv2d", weight().size(1), weight().size(0) * tp_->size(), tp_->size(),
-                   conv_str(*this));
-}
-
-RowParallelConv2d::RowParallelConv2d(const Conv2d& full, dist::GroupPtr tp)
-    : Conv2d(my_shard(full.weight(), 1, tp, "RowParallelConv2d"), Tensor(), full.options()),
-      tp_(std::move(tp)),
-      sum_(sum_over(tp_)) {
-  check_not_grouped(full, "RowParallelConv2d");
-  if (full.bias().defined()) bias_ = register_parameter("bias", bias_copy(full.bias()));
-}
-
-Tensor RowParallelConv2d::forward(const Tensor& x) {
-  return add_bias(reduce_from_parallel_region(Conv2d::forward(x), sum_), bias_);
-}
-
-Tensor RowParallelConv2d::forward_relu(const Tensor& x) { return relu(forward(x)); }
-
-std::string RowParallelConv2d::describe() const {
-  return sizes_str("RowParallelConv2d", weight().size(1) * tp_->size(), weight().size(0), tp_->size(),
-                   conv_str(*this));
-}
+template class TensorParallel<Linear, false>;
+template class TensorParallel<Linear, true>;
+template class TensorParallel<Conv2d, false>;
+template class TensorParallel<Conv2d, true>;
 
 }  // namespace dpt::nn

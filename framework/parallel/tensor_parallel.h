@@ -33,29 +33,19 @@ Tensor gather_shards(const Tensor& shard, int64_t dim, dist::ProcessGroup& group
 NamedTensors gather_whole_state(const NamedTensors& mine, const NamedTensors& unsplit,
                                 dist::ProcessGroup& group);
 
-// y = x W^T + b, W split by rows (output features). Input: the whole x, the same on every
-// rank. Output: this rank's slice of the output features, [N, out / tp].
-class ColumnParallelLinear : public Linear {
+// `Layer` (Linear or Conv2d, ungrouped) split over `tp`, a group this rank belongs to whose
+// size divides the split dimension.
+// Column (Row = false): W split by output features or channels. Input: the whole x, the
+// same on every rank. Output: this rank's slice of the outputs ([N, out / tp, ...]); a fused
+// ReLU acts on the slice, as it would on the whole.
+// Row (Row = true): W split by input features or channels. Input: this rank's slice of
+// them (what a column-parallel layer outputs). Output: the whole result, the same on every
+// rank: the partial products are summed across ranks, then the bias (whole on every rank)
+// is added once.
+template <class Layer, bool Row>
+class TensorParallel : public Layer {
  public:
-  // Requires: `tp` a group this rank belongs to, whose size divides full's output count.
-  ColumnParallelLinear(const Linear& full, dist::GroupPtr tp);
-  Tensor forward(const Tensor& x) override;
-  Tensor forward_relu(const Tensor& x) override;  // the ReLU acts on the slice, as it would on the whole
-  std::string describe() const override;
-
- private:
-  dist::GroupPtr tp_;
-  SumAcrossRanks sum_;
-};
-
-// y = x W^T + b, W split by columns (input features). Input: this rank's slice of the
-// input features [N, in / tp] (what a ColumnParallelLinear outputs). Output: the whole y,
-// the same on every rank: the partial products are summed across ranks, then the bias
-// (whole on every rank) is added once.
-class RowParallelLinear : public Linear {
- public:
-  // Requires: `tp` a group this rank belongs to, whose size divides full's input count.
-  RowParallelLinear(const Linear& full, dist::GroupPtr tp);
+  TensorParallel(const Layer& full, dist::GroupPtr tp);
   Tensor forward(const Tensor& x) override;
   Tensor forward_relu(const Tensor& x) override;
   std::string describe() const override;
@@ -63,41 +53,12 @@ class RowParallelLinear : public Linear {
  private:
   dist::GroupPtr tp_;
   SumAcrossRanks sum_;
-  Tensor bias_;  // whole, added after the sum; registered as "bias" (the base layer has none)
+  Tensor bias_;  // Row: whole, added after the sum; registered as "bias" (the base layer has none)
 };
 
-// conv2d(x, W) + b with W split by output channels. Input: the whole x. Output: this rank's
-// slice of the output channels, [N, out / tp, H', W'].
-class ColumnParallelConv2d : public Conv2d {
- public:
-  // Requires: `tp` a group this rank belongs to, whose size divides full's output
-  // channels; full not grouped (groups 1).
-  ColumnParallelConv2d(const Conv2d& full, dist::GroupPtr tp);
-  Tensor forward(const Tensor& x) override;
-  Tensor forward_relu(const Tensor& x) override;
-  std::string describe() const override;
-
- private:
-  dist::GroupPtr tp_;
-  SumAcrossRanks sum_;
-};
-
-// conv2d(x, W) + b with W split by input channels. Input: this rank's slice of the input
-// channels (what a ColumnParallelConv2d outputs). Output: the whole result, summed across
-// ranks, then the bias added once.
-class RowParallelConv2d : public Conv2d {
- public:
-  // Requires: `tp` a group this rank belongs to, whose size divides full's input channels;
-  // full not grouped (groups 1).
-  RowParallelConv2d(const Conv2d& full, dist::GroupPtr tp);
-  Tensor forward(const Tensor& x) override;
-  Tensor forward_relu(const Tensor& x) override;
-  std::string describe() const override;
-
- private:
-  dist::GroupPtr tp_;
-  SumAcrossRanks sum_;
-  Tensor bias_;  // whole, added after the sum; registered as "bias" (the base layer has none)
-};
+using ColumnParallelLinear = TensorParallel<Linear, false>;
+using RowParallelLinear = TensorParallel<Linear, true>;
+using ColumnParallelConv2d = TensorParallel<Conv2d, false>;
+using RowParallelConv2d = TensorParallel<Conv2d, true>;
 
 }  // namespace dpt::nn

@@ -128,8 +128,7 @@ bool ZeroOptimizer::gather_during_forward() {
 
 void ZeroOptimizer::gather_wait(size_t b) {
   if (!gathers_[b]) return;
-  const WorkPtr work = std::move(gathers_[b]);
-  gathers_[b].reset();
+  const WorkPtr work = std::move(gathers_[b]);  // leaves the slot empty
   work->wait();
   // The other ranks' elements changed too: copies made from the parameters (bf16) are stale.
   buckets_[b].params.storage()->bump_version();
@@ -167,23 +166,20 @@ std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_tensors() const 
   return rule_->state_tensors();
 }
 
-std::vector<std::vector<Tensor>> ZeroOptimizer::segment_state() const {
+std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::segment_state() const {
   const size_t kinds = state_kinds().size();
-  const std::vector<StateTensor> state = rule_->state_tensors();
+  std::vector<StateTensor> state = rule_->state_tensors();
   DPT_CHECK(state.size() == segments_.size() * kinds)
       << "ZeroOptimizer: the rule lists " << state.size() << " state tensors for " << segments_.size()
       << " shard segments of " << kinds << " kinds each";
-  std::vector<std::vector<Tensor>> out(segments_.size());
-  for (size_t s = 0; s < segments_.size(); ++s)
-    for (size_t k = 0; k < kinds; ++k) out[s].push_back(state[s * kinds + k].value);
-  return out;
+  return state;
 }
 
 std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_for_save() {
   parameters_ready();  // the checkpoint's model is read after this
   autograd::NoGrad no_grad;
   const std::vector<std::string> kinds = state_kinds();
-  const std::vector<std::vector<Tensor>> state = segment_state();
+  const std::vector<StateTensor> state = segment_state();
   const bool root = group_->rank() == 0;
   const int size = group_->size();
   // whole[param][kind], on root: views of each bucket's gathered state.
@@ -198,7 +194,8 @@ std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_for_save() {
       Tensor mine = Tensor::zeros({longest}, DType::f32, device);
       for (size_t s = 0; s < segments_.size(); ++s)
         if (segments_[s].bucket == b)
-          flat_range(mine, segments_[s].chunk_offset, segments_[s].length).copy_from(state[s][k]);
+          flat_range(mine, segments_[s].chunk_offset, segments_[s].length)
+              .copy_from(state[s * kinds.size() + k].value);
       Tensor all = root ? Tensor::empty({longest * size}, DType::f32, device) : Tensor();
       group_->gather(all, mine, 0)->wait();
       if (!root) continue;
@@ -239,12 +236,12 @@ std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_for_load() {
 void ZeroOptimizer::state_loaded() {
   DPT_CHECK(loading_.size() == params_.size()) << "ZeroOptimizer: state_loaded() without state_for_load()";
   autograd::NoGrad no_grad;
-  const std::vector<std::vector<Tensor>> state = segment_state();
-  for (size_t s = 0; s < segments_.size(); ++s) {
-    const Segment& seg = segments_[s];
-    for (size_t k = 0; k < state[s].size(); ++k)
-      state[s][k].copy_from(flat_range(loading_.at(seg.param).at(k), seg.begin, seg.length));
-  }
+  const std::vector<StateTensor> state = segment_state();
+  const size_t kinds = state_kinds().size();
+  for (size_t s = 0; s < segments_.size(); ++s)
+    for (size_t k = 0; k < kinds; ++k)
+      state[s * kinds + k].value.copy_from(
+          flat_range(loading_.at(segments_[s].param).at(k), segments_[s].begin, segments_[s].length));
   loading_.clear();
 }
 

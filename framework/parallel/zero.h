@@ -1,12 +1,9 @@
-// ZeRO-1 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
-// Parameter Models", stage 1): the optimizer state sharded over DDP's group. DDP
-// reduce-scatters each gradient bucket (DdpOptions::shard_gradients), so a rank receives the
-// average of its chunk of the bucket alone; the rank keeps the optimizer state of those
-// elements only, updates them, and the parameters (which live in one flat buffer per
-// bucket, as the gradients do) are all-gathered. Per rank the state is 1/N of an unsharded
-// optimizer's; the update is the wrapped rule's, element for element. The all-gather can
-// run while the next forward computes (gather_during_forward): each layer waits for its
-// own parameters' buckets just before it reads them (nn::Module::before_forward).
+// ZeRO-1 (Rajbhandari et al. 2020, stage 1): the optimizer state sharded over DDP's group.
+// DDP reduce-scatters each gradient bucket (DdpOptions::shard_gradients); a rank keeps the
+// state of its chunk only, updates it, and the parameters (one flat buffer per bucket) are
+// all-gathered, optionally while the next forward runs (gather_during_forward: each layer
+// waits for its own buckets in nn::Module::before_forward). The update is the wrapped
+// rule's, element for element; the state per rank is 1/N of it.
 #pragma once
 
 #include <functional>
@@ -23,30 +20,24 @@ using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vecto
 
 class ZeroOptimizer final : public optim::Optimizer {
  public:
-  // `groups` hold parameters of ddp.module() (optim::param_groups), each at most once; `make`
-  // builds the rule over this rank's shard of them. Requires DDP made with
-  // shard_gradients (Error otherwise): its buckets, which then keep their first layout,
-  // are the shards'. Moves every parameter into its bucket's flat buffer, values kept (each
-  // tensor keeps its identity, as with Module::to): move the model to its device before,
-  // never after. Collective over DDP's group. `ddp` must outlive the optimizer.
+  // `groups` hold parameters of ddp.module(), each at most once; `make` builds the rule over
+  // this rank's shard of them. Requires DDP made with shard_gradients (Error otherwise).
+  // Moves every parameter into its bucket's flat buffer, values and identity kept (as
+  // Module::to): move the model to its device before. Collective; `ddp` must outlive it.
   ZeroOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups,
                 const MakeOptimizer& make);
   ~ZeroOptimizer() override;
 
-  // From now on step() returns with the all-gathers in flight, and each layer of the model
-  // waits for the buckets of its own parameters before its forward reads them, so that a
-  // bucket's gather overlaps the forward of the layers before it (buckets are gathered in
-  // forward order). Other readers of the parameters call parameters_ready() first. Returns
-  // false, and leaves step() waiting, when some module with parameters of its own does not
-  // run the hook (nn::Module::calls_before_forward).
+  // From now on step() returns with the all-gathers in flight (in forward order) and each
+  // layer waits for its own buckets before its forward; other readers of the parameters
+  // call parameters_ready() first. Returns false, and leaves step() waiting, when a module
+  // with parameters does not run the hook (nn::Module::calls_before_forward).
   bool gather_during_forward();
   void parameters_ready() override;
   // Buckets whose all-gather step() started and nothing has waited for yet.
   int gathers_pending() const;
 
-  // Updates this rank's shard from the reduce-scattered gradients, then all-gathers the
-  // parameters: on return every rank holds all of them, updated (with
-  // gather_during_forward, once waited for). Collective.
+  // Updates this rank's shard, then all-gathers the parameters. Collective.
   void step(float lr) override;
   // CUDA graphs are not supported (Error): a captured step would need its collectives in the graph.
   void step_prepare(float lr) override;
@@ -63,8 +54,8 @@ class ZeroOptimizer final : public optim::Optimizer {
   bool all_ranks(bool ok) const override;               // collective
 
  private:
-  // Elements [begin, begin + length) of parameter `param` (flattened), which are elements
-  // [chunk_offset, chunk_offset + length) of this rank's chunk of bucket `bucket`.
+  // Elements [begin, begin + length) of parameter `param`, at chunk_offset in this rank's
+  // chunk of bucket `bucket`.
   struct Segment {
     size_t bucket, param;
     int64_t begin, length, chunk_offset;
@@ -74,8 +65,8 @@ class ZeroOptimizer final : public optim::Optimizer {
     Chunk mine;     // this rank's elements of it
   };
 
-  // Each segment's state tensors (state_kinds() order), from the rule.
-  std::vector<std::vector<Tensor>> segment_state() const;
+  // The rule's state tensors, checked: segment s's kind k at s * state_kinds().size() + k.
+  std::vector<StateTensor> segment_state() const;
   // Waits for bucket b's all-gather if one is pending.
   void gather_wait(size_t b);
 

@@ -1,31 +1,31 @@
 #include "train/parallel_plan.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "comm/dist.h"
 #include "nn/pipeline_stage.h"
+#include "ops/loss.h"
+#include "optim/nonfinite.h"
 #include "parallel/ddp.h"
 #include "parallel/pipeline.h"
-#include "train/pipeline_step.h"
 
 namespace dpt::train {
 namespace {
 
-// `module` wrapped in DDP over `group` as the config's `distributed` keys ask, or `module`
-// itself when the group has one rank: the one place a run builds DDP, for the whole model
-// and a pipeline stage alike, so the DDP keys go from the config to DDP here alone.
+// `module` in DDP over `group` as the `distributed` keys ask (itself on one rank): the one
+// place a run builds DDP.
 nn::ModulePtr data_parallel(nn::ModulePtr module, dist::GroupPtr group, const io::Config& config) {
   if (group->size() == 1) return module;
-  // The config holds DDP's keys as DDP takes them; shard_gradients, which is no key, follows
-  // the optimizer: a sharded one (make_optimizer) needs the gradients reduce-scattered.
+  // shard_gradients, no key, follows the optimizer: a sharded one needs them reduce-scattered.
   dist::DdpOptions options = config.distributed.ddp;
   options.shard_gradients = config.optimizer.shard;
   return std::make_shared<dist::DistributedDataParallel>(std::move(module), std::move(group), options);
 }
 
 void backend_check(Device device, io::CommBackend backend) {
-  // A group carries each tensor where it lives (MPI for host memory, NCCL for device memory):
-  // `backend` states which of the two the user expects, and is refused where the other one is.
+  // A group carries host tensors by MPI and CUDA ones by NCCL: `backend` is refused where the
+  // other one is.
   const bool cuda = device.is_cuda();
   DPT_CHECK(backend != io::CommBackend::nccl || cuda)
       << "distributed.backend: nccl carries CUDA tensors, but this run trains on " << device.str()
@@ -35,14 +35,12 @@ void backend_check(Device device, io::CommBackend backend) {
       << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
 }
 
-// The whole model on every rank, in DDP over the dp group (the world without a mesh, or
-// beside tensor-parallel slices); the optimizer shards itself over DDP with optimizer.shard.
+// The whole model (or its tensor-parallel slices) on every rank, in DDP over the dp group.
 class DataParallelPlan : public ParallelPlan {
  public:
   DataParallelPlan(const io::Config& config, const ParallelLayout& layout) : ParallelPlan(config, layout) {}
 
-  // With a tp mesh, "mesh: dp 2 x tp 2, rank r at (dp r / 2, tp r % 2): ...": the world
-  // table (dist/world_table.h) that follows lists each group's members and group ranks.
+  // With a tp mesh, "mesh: dp 2 x tp 2, rank r at (dp r / 2, tp r % 2): ...".
   std::string describe() const override {
     if (!layout_.tp_group) return "";
     const std::string tp = std::to_string(layout_.tp);
@@ -62,10 +60,71 @@ class DataParallelPlan : public ParallelPlan {
   }
 };
 
-// parallel.pp > 1: the ranks form a pp x dp mesh, each rank trains one stage
-// (nn/pipeline_stage.h) of one data-parallel replica, and a step sends its micro-batches
-// through the stages (PipelineStep). Every rank holds the whole model: the stages share
-// its tensors, and gather() makes it whole again for evaluation and saving.
+// One training step through the pipeline (dist::Pipeline): every rank of a pipeline group
+// passes the same batch; the loss is the cross-entropy of the last stage's output. A step is
+// applied or stopped on every rank alike (the non-finite verdict is agreed over the world).
+class PipelineStep : public Step {
+ public:
+  PipelineStep(const io::Config& config, nn::ModulePtr stage, const ParallelLayout& layout,
+               optim::Optimizer& optimizer)
+      : pipeline_(stage, layout.pp_group,
+                  [this, smoothing = static_cast<float>(config.label_smoothing)](const Tensor& out,
+                                                                                 const Tensor& y) {
+                    return control_->loss_hook(cross_entropy(out, y, smoothing));
+                  },
+                  {.micro_batches = static_cast<int>(config.pipeline.micro_batches),
+                   .schedule = config.pipeline.schedule}),
+        optimizer_(optimizer),
+        params_(stage->parameters()) {}
+
+  io::RunControl::StepAction run(const data::Batch& batch, float lr, StepAt at, StepHooks hooks) override {
+    using StepAction = io::RunControl::StepAction;
+    control_ = &hooks.control;
+    optimizer_.zero_grad();
+    const dist::PipelineStepStats stats = pipeline_.train_step(batch.images, batch.labels);
+    hooks.profiler.lap(profile::Phase::forward);  // forwards and backwards interleave: all timed as forward
+    idle_ms_ += stats.idle_ms;
+    step_ms_ += stats.step_ms;
+    // Each stage sees only its own gradients: the step is applied only if every stage's are finite.
+    Tensor bad = Tensor::from_vector(
+        std::vector<float>{std::isfinite(stats.loss) && optim::gradients_finite(params_) ? 0.0f : 1.0f}, {1});
+    dist::world()->all_reduce(bad, dist::ReduceOp::max)->wait();
+    if (hooks.control.after_backward(bad.item() == 0.0f, static_cast<float>(stats.loss), at.epoch, at.step,
+                                     at.steps) == StepAction::stop)
+      return StepAction::stop;
+    optimizer_.step(lr);
+    hooks.losses.add(stats.loss);
+    hooks.profiler.lap(profile::Phase::optimizer);
+    return StepAction::apply;
+  }
+
+  // The bubble line: the time stages waited (for their neighbours and messages) over their
+  // step time, summed over the world's ranks and the steps since the last call, and what the
+  // schedule's arithmetic predicts for equal stages. Collective over the world.
+  std::string take_bubble_line() {
+    Tensor times = Tensor::from_vector(
+        std::vector<float>{static_cast<float>(idle_ms_), static_cast<float>(step_ms_)}, {2});
+    dist::world()->all_reduce(times, dist::ReduceOp::sum)->wait();
+    idle_ms_ = step_ms_ = 0;
+    const float* t = times.data<float>();
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "  pipeline bubble %.3f (idle / step time over the ranks; %.3f for equal stages)\n",
+                  t[1] > 0 ? t[0] / t[1] : 0.0,
+                  dist::pipeline_bubble_theory(pipeline_.stage().count(), pipeline_.options().micro_batches));
+    return line;
+  }
+
+ private:
+  dist::Pipeline pipeline_;
+  optim::Optimizer& optimizer_;
+  std::vector<Tensor> params_;         // the stage's
+  io::RunControl* control_ = nullptr;  // the step's, for the loss hook
+  double idle_ms_ = 0, step_ms_ = 0;   // since take_bubble_line
+};
+
+// parallel.pp > 1: each rank of a pp x dp mesh trains one stage of one replica. Every rank
+// holds the whole model (the stages share its tensors); gather() makes it whole again.
 class PipelinePlan : public ParallelPlan {
  public:
   PipelinePlan(const io::Config& config, const ParallelLayout& layout) : ParallelPlan(config, layout) {
@@ -122,8 +181,7 @@ class PipelinePlan : public ParallelPlan {
     return step;
   }
 
-  // Each stage's parameters and buffers, broadcast from the rank that trains them to the
-  // other ranks of its pipeline group. Collective over the pp group.
+  // Each stage's state, broadcast from the rank that trains it over the pp group.
   void gather() override {
     std::vector<dist::WorkPtr> pending;
     for (int s = 0; s < layout_.pp; ++s)
@@ -138,20 +196,60 @@ class PipelinePlan : public ParallelPlan {
     return train::evaluate(*net_, test);
   }
 
-  std::string epoch_lines() override {
-    const double bubble = step_->take_bubble();  // collective
-    char line[160];
-    std::snprintf(line, sizeof line,
-                  "  pipeline bubble %.3f (idle / step time over the ranks; %.3f for equal stages)\n", bubble,
-                  step_->bubble_theory());
-    return line;
-  }
+  std::string epoch_lines() override { return step_->take_bubble_line(); }  // collective
 
  private:
   PipelineStep* step_ = nullptr;  // make_step's, for the bubble
 };
 
 }  // namespace
+
+ParallelLayout parallel_layout(const io::Config& config, const std::string& resume) {
+  const io::ParallelConfig& p = config.parallel;
+  const int world = dist::info().world_size;
+  ParallelLayout layout;
+  layout.tp = static_cast<int>(p.tp);
+  layout.pp = static_cast<int>(p.pp);
+  DPT_CHECK(world % (p.tp * p.pp) == 0)
+      << "parallel: tp " << p.tp << " x pp " << p.pp << " does not divide the world size " << world;
+  layout.dp = p.dp > 0 ? static_cast<int>(p.dp) : world / (layout.tp * layout.pp);
+  DPT_CHECK(layout.dp * layout.tp * layout.pp == world)
+      << "parallel: dp " << layout.dp << " x tp " << layout.tp << " x pp " << layout.pp << " = "
+      << layout.dp * layout.tp * layout.pp << " ranks, but the world size is " << world;
+  DPT_CHECK(layout.pp == 1 || layout.tp == 1)
+      << "parallel: tp " << layout.tp << " with pp " << layout.pp
+      << ": train runs tensor parallelism or pipeline stages, not both";
+  if (layout.tp > 1) {
+    const YAML::Node split = config.model.node["tensor_parallel"];
+    DPT_CHECK(split && split.as<bool>(false))
+        << "parallel.tp: " << layout.tp << " needs a model with tensor_parallel: true (model '"
+        << config.model.name << "' would be copied on each tp rank, not split)";
+    DPT_CHECK(config.checkpoint.every_epochs == 0 && resume.empty())
+        << "parallel.tp: " << layout.tp
+        << " trains without checkpoints (a checkpoint holds rank 0's model, a tp rank holds a slice): set "
+           "checkpoint.every_epochs: 0 and no --resume";
+  }
+  if (layout.pp > 1) {
+    DPT_CHECK(resume.empty()) << "--resume: a run with parallel.pp: " << layout.pp
+                              << " starts from scratch (its checkpoints hold one stage's optimizer state)";
+    dist::DeviceMesh mesh({layout.pp, layout.dp}, {"pp", "dp"});
+    layout.stage = mesh.coordinates()[0];
+    layout.data_rank = mesh.coordinates()[1];
+    layout.pp_group = mesh.group("pp");
+    layout.dp_group = mesh.group("dp");
+    return layout;
+  }
+  if (layout.tp == 1) {  // plain data parallelism: DDP over the world, as without `parallel:`
+    layout.dp_group = dist::world();
+    layout.data_rank = dist::info().rank;
+    return layout;
+  }
+  dist::DeviceMesh mesh({layout.dp, layout.tp}, {"dp", "tp"});
+  layout.dp_group = mesh.group("dp");
+  layout.tp_group = mesh.group("tp");
+  layout.data_rank = mesh.coordinates()[0];
+  return layout;
+}
 
 void ParallelPlan::wrap(const nn::ModulePtr& net, Device device) {
   backend_check(device, config_.distributed.backend);

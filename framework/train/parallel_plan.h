@@ -1,33 +1,51 @@
 // How a run spreads its training over the ranks, decided once from `parallel:`,
-// `distributed:` and `optimizer.shard`: data parallelism (DDP over the dp group, the model's
-// layers split over tp, the optimizer sharded with optimizer.shard) or pipeline stages
-// (parallel.pp > 1, each stage in DDP over dp). The Trainer calls a plan the same way
-// whatever the layout, so what differs between layouts is here and in the step a plan
-// makes, never a branch of the training loop.
+// `distributed:` and `optimizer.shard`: data parallelism (DDP over dp, layers split over
+// tp) or pipeline stages (pp > 1, each in DDP over dp). What differs between layouts is
+// here and in the step a plan makes, never a branch of the training loop.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "comm/process_group.h"
 #include "io/config.h"
 #include "nn/module.h"
 #include "optim/ema.h"
 #include "optim/optimizer.h"
 #include "train/batch_source.h"
 #include "train/evaluate.h"
-#include "train/parallel.h"
 #include "train/step.h"
 
 namespace dpt::train {
+
+// How a run lays its ranks out: the `parallel:` section as a device mesh. With tp > 1, dp x
+// tp ranks, tp varying fastest (as Megatron-LM); with pp > 1, pp x dp ranks, rank r holding
+// stage r / dp of replica r % dp; otherwise DDP over the world. The ranks of one tp group,
+// or of one pipeline, read the same samples.
+struct ParallelLayout {
+  int dp = 1, tp = 1, pp = 1;
+  dist::GroupPtr dp_group;  // DDP's: the ranks holding the same slices (or stage) of the model
+  dist::GroupPtr tp_group;  // the model's, with tp > 1: the ranks splitting its layers
+  dist::GroupPtr pp_group;  // with pp > 1: the stages of this rank's replica, in stage order
+  int stage = 0;            // the pipeline stage this rank trains
+  int data_rank = 0;        // which of the dp shares of each batch and epoch this rank reads
+};
+
+// The layout `config.parallel` asks for, its groups made from a dist::DeviceMesh when tp > 1
+// or pp > 1. Collective over the world. Throws dpt::Error (one line, naming the key and the
+// world size) when dp x tp x pp is not the world size; for tp > 1 with pp > 1; for tp > 1 with
+// a model whose `tensor_parallel` is not true (it would be copied, not split); for tp > 1 with
+// checkpoints or `resume` (a checkpoint holds one rank's model, a tp rank holds a slice); and
+// for pp > 1 with `resume` (its checkpoints hold one stage's optimizer state).
+ParallelLayout parallel_layout(const io::Config& config, const std::string& resume);
 
 class ParallelPlan {
  public:
   virtual ~ParallelPlan() = default;
 
-  // Moves `net` (the bare model) to `device` and wraps what this rank trains (the model, or
-  // with pp > 1 its stage) in DDP over the dp group, as the `distributed` keys ask; on a dp
-  // group of one rank, leaves it bare. Before the optimizer, the EMA and a checkpoint's load
-  // (their state is made where the parameters are). Collective over the dp group.
+  // Moves `net` (the bare model) to `device` and wraps what this rank trains (the model or
+  // its stage) in DDP over the dp group (bare on one rank). Before the optimizer, the EMA
+  // and a checkpoint's load. Collective over the dp group.
   void wrap(const nn::ModulePtr& net, Device device);
   // What wrap made: what the optimizer, the profiler and the step train.
   nn::Module& module() const { return *module_; }
@@ -36,15 +54,11 @@ class ParallelPlan {
   // The per-batch step over module(), with `ema` (may be null) averaging the bare model.
   virtual std::unique_ptr<Step> make_step(optim::Optimizer& optimizer, optim::Ema* ema,
                                           const data::Dataset& train) = 0;
-  // Makes the bare model whole on every rank, as a checkpoint and evaluation need: a
-  // pipeline's stages broadcast their weights; a data-parallel rank holds them already.
-  // Collective.
+  // Makes the bare model whole on every rank (a pipeline's stages broadcast). Collective.
   virtual void gather() {}
-  // The test set's loss and accuracy with the trained weights (the EMA's when there is
-  // one), each rank evaluating its share. Collective over the world.
+  // The test set's loss and accuracy (the EMA's weights when given). Collective.
   virtual EvalResult evaluate(BatchSource& test, optim::Ema* ema) = 0;
-  // What rank 0 prints under an epoch's line (lines ending in \n, or ""). Collective over
-  // the world.
+  // What rank 0 prints under an epoch's line (lines ending in \n, or ""). Collective.
   virtual std::string epoch_lines() { return ""; }
 
  protected:

@@ -1,6 +1,5 @@
-// One training step on one batch: forward, loss, backward (with DDP's all-reduces) and the
-// update. The Trainer knows a step only through this interface, so a step of another
-// shape is another class behind make_step, not a change to the training loop.
+// One training step on one batch: forward, loss, backward and update. The Trainer knows a
+// step only through this interface.
 #pragma once
 
 #include <cstdint>
@@ -42,11 +41,9 @@ class Step {
   virtual io::RunControl::StepAction run(const data::Batch& batch, float lr, StepAt at, StepHooks hooks) = 0;
 };
 
-// The step the config asks for: with `cuda_graphs: true` the whole step captured as one CUDA
-// graph (optim/graphed_train_step.h; throws dpt::Error unless `net` is on a CUDA device),
-// else forward, backward and update run eagerly. `model` is what the step calls (DDP or the
-// bare model), `net` the bare model (its EMA); `train` gives the batch shape. Keeps
-// references to all of them.
+// The step the config asks for: with `cuda_graphs: true` one CUDA graph (throws dpt::Error
+// unless `net` is on a CUDA device), else eager. `model` is what the step calls (DDP or the
+// bare model), `net` the bare model; `train` gives the batch shape. Keeps references.
 std::unique_ptr<Step> make_step(const io::Config& config, nn::Module& model, nn::Module& net,
                                 optim::Optimizer& optimizer, optim::Ema* ema, const data::Dataset& train);
 

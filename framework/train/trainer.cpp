@@ -4,20 +4,18 @@
 #include <cstdio>
 #include <thread>
 
-#include "core/threading.h"
-#include "datasets/augment.h"
-#include "datasets/sampler.h"
-#include "parallel/ddp.h"
 #include "comm/dist.h"
 #include "comm/flight_recorder.h"
 #include "comm/rank_device.h"
 #include "comm/world_table.h"
+#include "core/threading.h"
+#include "datasets/augment.h"
+#include "datasets/sampler.h"
 #include "io/loss_meter.h"
 #include "io/safetensors.h"
 #include "models/summary.h"
+#include "parallel/ddp.h"
 #include "train/metrics.h"
-#include "train/model.h"
-#include "train/optimizer.h"
 
 namespace dpt::train {
 namespace {
@@ -26,8 +24,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Threads per rank: the config's, else the CPUs this rank may use — all of them when
-// the launcher bound it to its share, else an even share of the machine.
+// Threads per rank: the config's, else the CPUs this rank may use (its binding, else an
+// even share of the machine).
 int compute_threads(int64_t configured) {
   if (configured > 0) return static_cast<int>(configured);
   int available = threads_available();
@@ -79,8 +77,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
         layout_.tp_group ? " (rank 0's slice)" : "", world.world_size, threads_get(),
         static_cast<long long>(global_batch_));
   net_->set_compute(compute);  // after the count: its forward runs on the CPU, in f32
-  // On its device before the optimizer and the EMA (their state is made where the
-  // parameters are) and before the checkpoint is loaded into them.
+  // On its device before the optimizer, the EMA and the checkpoint's load.
   plan_->wrap(net_, device_);
   if (main_rank) std::printf("%s", plan_->describe().c_str());
   if (world.world_size > 1) {  // after DDP made its group, so the table lists it
@@ -117,10 +114,9 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
 
 Trainer::~Trainer() = default;
 
-// The training loader (shuffled, augmented when asked, whole batches) and the test
-// loader (in order, every sample), each behind a BatchSource for the device; and the steps
-// an epoch has on every rank. The data is split over the dp ranks: the ranks of one tp
-// group read (and augment) the same samples.
+// The training loader (shuffled, augmented when asked, whole batches) and the test loader
+// (in order), each behind a BatchSource; and the steps an epoch has. The data is split over
+// the dp ranks.
 void Trainer::make_loaders() {
   data::LoaderOptions train_options{
       .batch_size = config_.batch_size, .shuffle = true, .drop_last = true, .seed = config_.seed};
@@ -157,7 +153,8 @@ int Trainer::run() {
     at.train_time_s += train_time;
     at.train_images += images;
     const double train_loss = control_->epoch_loss(epoch, done.losses.sum(), done.applied);
-    const EvalResult eval = evaluate_model();
+    optimizer_->parameters_ready();  // the EMA's swap reads them outside forward
+    const EvalResult eval = plan_->evaluate(*test_batches_, ema_.get());
     at.final_test_acc = eval.accuracy;
     at.best_test_acc = std::max(at.best_test_acc, eval.accuracy);
     const double images_per_sec = static_cast<double>(images) / train_time;
@@ -169,15 +166,16 @@ int Trainer::run() {
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
       std::printf("%s", plan_lines.c_str());
       std::fflush(stdout);
-      metrics_add_epoch(config_.output.dir, {.epoch = epoch + 1,
-                                             .train_loss = train_loss,
-                                             .test_loss = eval.loss,
-                                             .test_acc = eval.accuracy,
-                                             .images_per_sec = images_per_sec,
-                                             .epoch_time_s = seconds_since(epoch_start),
-                                             .elapsed_s = seconds_since(run_start),
-                                             .lr = last_lr,
-                                             .phases = phases});
+      metrics_add_epoch(config_.output.dir,
+                        {{"epoch", epoch + 1},
+                         {"train_loss", train_loss},
+                         {"test_loss", eval.loss},
+                         {"test_acc", eval.accuracy},
+                         {"images_per_sec", images_per_sec},
+                         {"epoch_time_s", seconds_since(epoch_start)},
+                         {"elapsed_s", seconds_since(run_start)},
+                         {"lr", last_lr}},
+                        phases);
     }
     control_->epoch_end(epoch, last_lr);  // after the metrics line
   }
@@ -223,8 +221,8 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
       if (!stragglers.empty()) progress_.finish_line();
       for (const std::string& line : stragglers) std::printf("%s\n", line.c_str());
     }
-    // Called on every rank only when a signal stops the run, before rank 0 saves: then the
-    // plan gathers the model (a pipeline's stages), so the checkpoint holds its whole weights.
+    // Called on every rank only when a signal stops the run: the plan gathers the model
+    // first, so that rank 0's checkpoint holds its whole weights.
     auto loss_sum = [&] {
       plan_->gather();
       return r.losses.sum();
@@ -235,11 +233,6 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
     }
   }
   return r;
-}
-
-EvalResult Trainer::evaluate_model() {
-  optimizer_->parameters_ready();  // the EMA's swap reads them outside forward
-  return plan_->evaluate(*test_batches_, ema_.get());
 }
 
 int Trainer::finish(Clock::time_point run_start) {
@@ -254,20 +247,22 @@ int Trainer::finish(Clock::time_point run_start) {
       model_whole_state(config_, model_spec(data_.train, config_.seed), *net_, layout_.tp_group);
   if (world.rank != 0) return 0;
   io::safetensors_write(config_.output.dir + "/model.safetensors", state, {{"format", "pt"}});
-  summary_write(config_.output.dir, {.final_test_acc = at.final_test_acc,
-                                     .best_test_acc = at.best_test_acc,
-                                     .total_time_s = seconds_since(run_start),
-                                     .images_per_sec = static_cast<double>(at.train_images) / at.train_time_s,
-                                     .world_size = world.world_size,
-                                     .global_batch = global_batch_,
-                                     .model = config_.model.name,
-                                     .params = plan_->module().parameter_count(),
-                                     .skipped_steps = at.skipped_steps,
-                                     .optimizer_state_bytes = optimizer_->state_bytes(),
-                                     .device = device_.str(),
-                                     .phases = phases,
-                                     .traffic = profiler_->run_traffic(),
-                                     .ranks = std::move(ranks)});
+  const profile::StepTraffic traffic = profiler_->run_traffic();
+  io::JsonOut summary = {{"final_test_acc", at.final_test_acc},
+                         {"best_test_acc", at.best_test_acc},
+                         {"total_time_s", seconds_since(run_start)},
+                         {"images_per_sec", static_cast<double>(at.train_images) / at.train_time_s},
+                         {"world_size", world.world_size},
+                         {"global_batch", global_batch_},
+                         {"model", config_.model.name},
+                         {"params", plan_->module().parameter_count()},
+                         {"skipped_steps", at.skipped_steps},
+                         {"optimizer_state_bytes", optimizer_->state_bytes()},  // rank 0's shard
+                         {"device", device_.str()},
+                         {"collectives_per_step", traffic.collectives},
+                         {"bytes_per_step", traffic.bytes}};
+  if (!ranks.is_null()) summary.update(ranks);
+  summary_write(config_.output.dir, std::move(summary), phases);
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", at.final_test_acc, at.best_test_acc,
               config_.output.dir.c_str());
   return 0;

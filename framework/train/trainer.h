@@ -1,9 +1,7 @@
-// A training run as an object: config in; data, model (DDP over several ranks), optimizer,
-// schedule, steps, evaluation after each epoch, checkpoints and metrics out. train.cpp is
-// argument parsing around Trainer(config).run(); a test drives it in-process the same way.
-// What changes with the kind of parallelism sits behind one object, the parallel plan
-// (parallel_plan.h): how the model is wrapped, what one step does, what evaluation and a
-// checkpoint gather first and what an epoch's line adds.
+// A training run as an object: config in; data, model, optimizer, schedule, steps,
+// evaluation after each epoch, checkpoints and metrics out. train.cpp is argument parsing
+// around Trainer(config).run(); a test drives it in-process the same way. What changes
+// with the kind of parallelism sits behind the parallel plan (parallel_plan.h).
 #pragma once
 
 #include <chrono>
@@ -21,10 +19,9 @@
 #include "optim/schedule.h"
 #include "profile/step_profiler.h"
 #include "train/batch_source.h"
-#include "train/data.h"
 #include "train/evaluate.h"
-#include "train/parallel.h"
 #include "train/parallel_plan.h"
+#include "train/setup.h"
 #include "train/step.h"
 
 namespace dpt::train {
@@ -39,20 +36,18 @@ struct TrainerOptions {
 
 class Trainer {
  public:
-  // Sets the run up on every rank: threads, device, data, model, optimizer, schedule, the
-  // checkpoint to resume from and the output directory; rank 0 prints the device and model
-  // lines. Requires dist::init(). Collective over the world. Throws dpt::Error (one line)
-  // for what the config asks and this machine, its data or its checkpoints cannot give.
+  // Sets the run up on every rank; rank 0 prints the device and model lines. Requires
+  // dist::init(). Collective. Throws dpt::Error (one line) for what the config asks and
+  // this machine, its data or its checkpoints cannot give.
   explicit Trainer(io::Config config, TrainerOptions options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Trains the epochs left, evaluating after each; rank 0 prints a line per epoch, appends
-  // it to metrics.jsonl and at the end writes model.safetensors and summary.json (and
-  // checkpoints as `checkpoint:` and signals say, io/run_control.h). Collective. Returns
-  // the process's exit code: 0 when done, 3 after non-finite gradients with
-  // `on_nonfinite: stop`, 128 + N after signal N.
+  // Trains the epochs left, evaluating after each; rank 0 prints and appends a line per
+  // epoch and at the end writes model.safetensors and summary.json. Collective. Returns the
+  // exit code: 0 when done, 3 after non-finite gradients (on_nonfinite: stop), 128 + N
+  // after signal N.
   int run();
 
   // The bare model (not its DDP wrapper): what checkpoints and model.safetensors hold.
@@ -64,15 +59,13 @@ class Trainer {
 
   void make_loaders();
   EpochSteps train_steps(int64_t epoch, Clock::time_point epoch_start);
-  EvalResult evaluate_model();  // with the EMA's weights when there is one
   int finish(Clock::time_point run_start);
 
   io::Config config_;
   TrainerOptions options_;
   io::Progress progress_;  // the live line
   Device device_;
-  ParallelLayout
-      layout_;  // the groups: DDP's (dp), the model's (tp), the pipeline's (pp); this rank's data share
+  ParallelLayout layout_;  // the groups: dp, tp, pp; this rank's data share
   TrainData data_;
   nn::ModulePtr net_;                   // the bare model
   std::unique_ptr<ParallelPlan> plan_;  // made from the layout; plan_->module() is what steps call
