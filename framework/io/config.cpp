@@ -409,12 +409,11 @@ void read_section(const Reader& r, const YAML::Node& root, const Section& s, con
                                                  : s.name + " '" + chosen + "' needs key '" + key.path + "'";
       r.fail(map ? map : root, key.path, missing + " (" + expected_text(key) + ")");
     }
-    YAML::Node node = YAML::Load(fallback);
+    YAML::Node node = YAML::Load(fallback);  // parsed before the stem goes in: any stem is a plain string
     const std::string placeholder = "<config file stem>";
-    if (node.IsScalar() && node.Scalar().find(placeholder) != std::string::npos) {
-      std::string text = node.Scalar();
-      node = YAML::Node(text.replace(text.find(placeholder), placeholder.size(), stem));
-    }
+    if (const size_t at = node.IsScalar() ? node.Scalar().find(placeholder) : std::string::npos;
+        at != std::string::npos)
+      node = YAML::Node(std::string(node.Scalar()).replace(at, placeholder.size(), stem));
     defaults.read(key, node);
   };
 
