@@ -113,7 +113,6 @@ class BlockCache {
     bool released = false;
   };
 
-  void move_block(void* ptr, Block& block, PoolId to);  // between pools' byte counts
   void erase_if_empty(PoolId pool);
 
   std::unordered_map<void*, Block> live_;

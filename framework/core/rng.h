@@ -13,7 +13,6 @@ namespace dpt {
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0) : engine_(seed) {}
-  void seed(uint64_t seed) { engine_.seed(seed); }
   float uniform(float low, float high);
   float normal(float mean, float stddev);
   uint64_t next_u64() { return engine_(); }

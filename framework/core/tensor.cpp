@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 namespace dpt {
@@ -121,28 +122,26 @@ void copy_strided(char* dst, const Shape& dst_strides, const char* src, const Sh
   copy_elementwise(dst, dst_strides, src, src_strides, shape, elem);
 }
 
+Tensor view_of(std::shared_ptr<Storage> storage, int64_t offset, const Shape& shape, const Shape& strides,
+               DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  std::tie(impl->storage, impl->offset, impl->shape, impl->strides, impl->dtype) =
+      std::tie(storage, offset, shape, strides, dtype);
+  return Tensor(std::move(impl));
+}
+
 }  // namespace
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) DPT_CHECK(d >= 0) << "tensor shape " << shape_str(shape) << " has a negative size";
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device);
-  impl->shape = shape;
-  impl->strides = shape_contiguous_strides(shape);
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
+  return wrap(std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device), shape, dtype);
 }
 
 Tensor Tensor::wrap(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
   DPT_CHECK(storage && storage->bytes() == shape_numel(shape) * dtype_size(dtype))
-      << "Tensor::wrap: storage of " << (storage ? storage->bytes() : 0) << " bytes for shape " << shape_str(shape)
-      << " of " << dtype_name(dtype);
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(storage);
-  impl->shape = shape;
-  impl->strides = shape_contiguous_strides(shape);
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
+      << "Tensor::wrap: storage of " << (storage ? storage->bytes() : 0) << " bytes for shape "
+      << shape_str(shape) << " of " << dtype_name(dtype);
+  return view_of(std::move(storage), 0, shape, shape_contiguous_strides(shape), dtype);
 }
 
 Tensor Tensor::empty_strided(const Shape& shape, const Shape& strides, DType dtype, Device device) {
@@ -174,22 +173,21 @@ Tensor Tensor::full(const Shape& shape, float value) {
   return t;
 }
 
-Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape) {
+template <class T>
+Tensor tensor_of(const std::vector<T>& values, const Shape& shape) {
   DPT_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape))
       << "from_vector: " << values.size() << " values for shape " << shape_str(shape);
-  Tensor t = empty(shape);
+  Tensor t = Tensor::empty(shape, dtype_of<T>());
   // memcpy from an empty vector's data() (null) is undefined even for 0 bytes (UBSan).
-  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
   return t;
 }
 
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape) {
+  return tensor_of(values, shape);
+}
 Tensor Tensor::from_vector(const std::vector<int64_t>& values, const Shape& shape) {
-  DPT_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape))
-      << "from_vector: " << values.size() << " values for shape " << shape_str(shape);
-  Tensor t = empty(shape, DType::i64);
-  // memcpy from an empty vector's data() (null) is undefined even for 0 bytes (UBSan).
-  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int64_t));
-  return t;
+  return tensor_of(values, shape);
 }
 
 const TensorImpl& Tensor::checked() const {
@@ -237,17 +235,11 @@ Tensor Tensor::as_strided(const Shape& shape, const Shape& strides, int64_t offs
   int64_t last = offset;
   for (size_t i = 0; i < shape.size(); ++i)
     if (shape[i] > 0) last += (shape[i] - 1) * strides[i];
-  DPT_CHECK(offset >= 0 && (shape_numel(shape) == 0 ||
-                            (last + 1) * static_cast<int64_t>(dtype_size(t.dtype)) <=
-                                static_cast<int64_t>(t.storage->bytes())))
+  DPT_CHECK(offset >= 0 &&
+            (shape_numel(shape) == 0 || (last + 1) * static_cast<int64_t>(dtype_size(t.dtype)) <=
+                                            static_cast<int64_t>(t.storage->bytes())))
       << "as_strided: view " << shape_str(shape) << " at offset " << offset << " exceeds the storage";
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.storage;
-  impl->offset = offset;
-  impl->shape = shape;
-  impl->strides = strides;
-  impl->dtype = t.dtype;
-  return Tensor(std::move(impl));
+  return view_of(t.storage, offset, shape, strides, t.dtype);
 }
 
 Tensor Tensor::view(const Shape& shape) const {
@@ -259,37 +251,31 @@ Tensor Tensor::view(const Shape& shape) const {
 
 Tensor Tensor::detach() const { return as_strided(shape(), strides(), offset()); }
 
-
 void Tensor::copy_from(const Tensor& src) const {
   DPT_CHECK(shape() == src.shape() && dtype() == src.dtype())
       << "copy_from: " << shape_str(src.shape()) << " " << dtype_name(src.dtype()) << " into "
       << shape_str(shape()) << " " << dtype_name(dtype());
+  const size_t bytes = numel() * dtype_size(dtype());
   if (device().is_cpu() && src.device().is_cpu()) {
     DPT_CHECK(is_dense()) << "copy_from: destination must be dense";
     copy_strided(static_cast<char*>(raw_data()), strides(), static_cast<const char*>(src.raw_data()),
                  src.strides(), shape(), dtype_size(dtype()));
-    storage()->bump_version();
-    return;
-  }
-  if (strides() == src.strides() && is_dense() && src.is_dense()) {  // one dense layout: the bytes as they are
-    copy_bytes(raw_data(), device(), src.raw_data(), src.device(), numel() * dtype_size(dtype()));
-    storage()->bump_version();
-    return;
-  }
-  DPT_CHECK(is_contiguous()) << "copy_from: a destination on another device must be contiguous";
-  Tensor source = src;
-  if (!src.is_contiguous() && !src.device().is_cpu()) {
+  } else if (strides() == src.strides() && is_dense() && src.is_dense()) {  // the bytes as they are
+    copy_bytes(raw_data(), device(), src.raw_data(), src.device(), bytes);
+  } else if (src.is_contiguous() || src.device().is_cpu()) {
+    DPT_CHECK(is_contiguous()) << "copy_from: a destination on another device must be contiguous";
+    const Tensor source = src.contiguous();
+    copy_bytes(raw_data(), device(), source.raw_data(), source.device(), bytes);
+  } else {
     // A dense device tensor in another layout (channels-last): its bytes as they are into
     // host memory, then the layout change there.
-    DPT_CHECK(src.is_dense() && device().is_cpu())
-        << "copy_from: a CUDA source " << shape_str(src.shape()) << " that is neither dense nor going to the CPU";
+    DPT_CHECK(is_contiguous()) << "copy_from: a destination on another device must be contiguous";
+    DPT_CHECK(src.is_dense() && device().is_cpu()) << "copy_from: a CUDA source " << shape_str(src.shape())
+                                                   << " that is neither dense nor going to the CPU";
     Tensor staged = empty_strided(src.shape(), src.strides(), src.dtype(), Device::cpu());
     staged.copy_from(src);
-    copy_from(staged);
-    return;
+    return copy_from(staged);
   }
-  if (!src.is_contiguous()) source = src.contiguous();
-  copy_bytes(raw_data(), device(), source.raw_data(), source.device(), numel() * dtype_size(dtype()));
   storage()->bump_version();
 }
 

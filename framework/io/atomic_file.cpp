@@ -74,11 +74,8 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
     if (int error = write_all(fd.get(), piece)) fail("write", error);
   if (::fsync(fd.get()) != 0) fail("sync to disk", errno);
   // close() can report a deferred write error (NFS): it counts as a failed write.
-  if (::close(fd.release()) != 0) {
-    int error = errno;
-    ::unlink(tmp.c_str());
-    DPT_FAIL() << tmp << ": cannot close: " << reason(error) << "; " << path << " is unchanged";
-  }
+  if (::close(fd.get()) != 0) fail("close", errno);
+  fd.release();
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int error = errno;
     ::unlink(tmp.c_str());

@@ -310,7 +310,8 @@ CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObj
   SafetensorsFile model_file = safetensors_read((dir / r.model_file).string(), read);
   SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string(), read);
   const bool load_ema = objects.ema && r.has_ema;
-  const nn::NamedTensors model = objects.model.state_dict(), state = state_tensors(objects, objects.optimizer.state_for_load(), load_ema);
+  const nn::NamedTensors model = objects.model.state_dict(),
+                         state = state_tensors(objects, objects.optimizer.state_for_load(), load_ema);
   const std::string model_what = "the model '" + objects.model_name + "'";
   const std::string state_what =
       "the " + objects.optimizer_name + " optimizer" + (load_ema ? " and EMA" : "") + " state";
@@ -335,12 +336,8 @@ CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObj
 }
 
 void model_load_weights(const std::string& path, nn::Module& model, const std::string& model_name) {
-  const std::string suffix = ".num_batches_tracked";
   safetensors_load_into(safetensors_read(path), model.state_dict(), "the model '" + model_name + "'",
-                        [&](const std::string& name) {
-                          return name.size() >= suffix.size() &&
-                                 name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-                        });
+                        [](const std::string& name) { return name.ends_with(".num_batches_tracked"); });
 }
 
 void metrics_keep_epochs(const std::string& path, int64_t epochs) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -83,34 +84,21 @@ struct Range {
 };
 
 Range range_of(const Key& key) {
-  const std::string& text = key.range;
-  auto bound = [&](const std::string& part) {
-    char* end = nullptr;
-    double value = std::strtod(part.c_str(), &end);
-    DPT_CHECK(!part.empty() && *end == '\0')
-        << "config schema: key '" << key.path << "': range '" << text << "' has a bad bound '" << part << "'";
-    return value;
-  };
   Range r;
-  if (text.empty()) return r;
-  if (text.rfind(">= ", 0) == 0) {
-    r.low = bound(text.substr(3));
-    return r;
-  }
-  if (text.rfind("> ", 0) == 0) {
-    r.low = bound(text.substr(2));
-    r.low_open = true;
-    return r;
-  }
-  const size_t comma = text.find(", ");
-  DPT_CHECK(text.size() > 5 && (text.front() == '[' || text.front() == '(') &&
-            (text.back() == ']' || text.back() == ')') && comma != std::string::npos)
-      << "config schema: key '" << key.path << "': range '" << text
+  const char* text = key.range.c_str();
+  char open = 0, close = 0;
+  int end = -1;
+  if (key.range.empty()) return r;
+  if (std::sscanf(text, ">= %lf%n", &r.low, &end) == 1 && text[end] == '\0') return r;
+  r.low_open = true;
+  if (std::sscanf(text, "> %lf%n", &r.low, &end) == 1 && text[end] == '\0') return r;
+  end = -1;
+  std::sscanf(text, "%c%lf, %lf%c%n", &open, &r.low, &r.high, &close, &end);
+  DPT_CHECK(end > 0 && text[end] == '\0' && (open == '[' || open == '(') && (close == ']' || close == ')'))
+      << "config schema: key '" << key.path << "': range '" << key.range
       << "' is none of '> a', '>= a', '[a, b]', '[a, b)', '(a, b]'";
-  r.low = bound(text.substr(1, comma - 1));
-  r.high = bound(text.substr(comma + 2, text.size() - comma - 3));
-  r.low_open = text.front() == '(';
-  r.high_open = text.back() == ')';
+  r.low_open = open == '(';
+  r.high_open = close == ')';
   return r;
 }
 
@@ -167,9 +155,12 @@ struct Section {
   std::string name;
   std::vector<const Key*> keys;
 
-  Names key_names() const {
+  // The names of its keys: all of them, or those that apply to `*chosen`.
+  Names key_names(const std::string* chosen = nullptr) const {
     Names names;
-    for (const Key* k : keys) names.push_back(split_path(k->path).second);
+    for (const Key* k : keys)
+      if (!chosen || k->applies_to.empty() || contains(k->applies_to, *chosen))
+        names.push_back(split_path(k->path).second);
     return names;
   }
   const Key* selector() const {
@@ -184,13 +175,6 @@ struct Section {
     if (!s) return "";
     const Choice& c = std::get<Choice>(s->field);
     return c.names->at(c.get());
-  }
-  Names applicable(const std::string& chosen) const {
-    Names names;
-    for (const Key* k : keys)
-      if (k->applies_to.empty() || contains(k->applies_to, chosen))
-        names.push_back(split_path(k->path).second);
-    return names;
   }
 };
 
@@ -213,19 +197,10 @@ std::vector<Section> sections_of(const std::vector<Key>& keys) {
 Names top_names(const std::vector<Section>& sections) {
   Names names;
   for (const Section& s : sections) {
-    if (!s.name.empty()) {
-      names.push_back(s.name);
-      continue;
-    }
-    for (const std::string& n : s.key_names()) names.push_back(n);
+    const Names own = s.name.empty() ? s.key_names() : Names{s.name};
+    names.insert(names.end(), own.begin(), own.end());
   }
   return names;
-}
-
-const Section* section_named(const std::vector<Section>& sections, const std::string& name) {
-  for (const Section& s : sections)
-    if (!name.empty() && s.name == name) return &s;
-  return nullptr;
 }
 
 // `model:` is the model builder's: any key beside `name` is allowed and kept.
@@ -244,10 +219,11 @@ class Reader {
   Reader(std::string source, std::vector<Override> overrides)
       : source_(std::move(source)), overrides_(std::move(overrides)) {}
 
-  // "file:line" for a node from the file; "--set k=v" for one an override put there.
+  // "file:line" for a node from the file; "--set k=v" for one an override put there or in.
   std::string where(const YAML::Node& node, const std::string& path) const {
     for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
-      if (path == it->key || path.rfind(it->key + ".", 0) == 0) return "--set " + it->text;
+      if (path == it->key || path.rfind(it->key + ".", 0) == 0 || it->key.rfind(path + ".", 0) == 0)
+        return "--set " + it->text;
     }
     if (node.IsDefined() && !node.Mark().is_null())
       return source_ + ":" + std::to_string(node.Mark().line + 1);
@@ -295,27 +271,10 @@ class Reader {
 
   // Reads `node` into the member `key` points to, or fails saying what was expected.
   void read(const Key& key, const YAML::Node& node) const {
+    if (std::holds_alternative<Choice>(key.field)) return read_choice(key, node);
     const Range range = range_of(key);
-    bool ok = true;
-    if (auto* p = std::get_if<int64_t*>(&key.field)) {
-      ok = parse_scalar(node, range, **p);
-    } else if (auto* p = std::get_if<uint64_t*>(&key.field)) {
-      ok = parse_scalar(node, range, **p);
-    } else if (auto* p = std::get_if<double*>(&key.field)) {
-      ok = parse_scalar(node, range, **p);
-    } else if (auto* p = std::get_if<bool*>(&key.field)) {
-      ok = node.IsScalar() && YAML::convert<bool>::decode(node, **p);
-    } else if (auto* p = std::get_if<std::string*>(&key.field)) {
-      ok = node.IsScalar() && !node.Scalar().empty();
-      if (ok) **p = node.Scalar();
-    } else if (auto* p = std::get_if<std::vector<int64_t>*>(&key.field)) {
-      ok = parse_list(node, key, range, **p);
-    } else if (auto* p = std::get_if<std::vector<double>*>(&key.field)) {
-      ok = parse_list(node, key, range, **p);
-    } else {
-      return read_choice(key, node);
-    }
-    if (!ok) fail_value(node, key.path, expected_text(key));
+    if (!std::visit([&](const auto& field) { return read_value(node, key, range, field); }, key.field))
+      fail_value(node, key.path, expected_text(key));
   }
 
  private:
@@ -328,14 +287,27 @@ class Reader {
   }
 
   template <class T>
-  static bool parse_list(const YAML::Node& node, const Key& key, const Range& range, std::vector<T>& values) {
+  static bool read_value(const YAML::Node& node, const Key&, const Range& range, T* value) {
+    return parse_scalar(node, range, *value);
+  }
+  static bool read_value(const YAML::Node& node, const Key&, const Range&, bool* value) {
+    return node.IsScalar() && YAML::convert<bool>::decode(node, *value);
+  }
+  static bool read_value(const YAML::Node& node, const Key&, const Range&, std::string* value) {
+    if (!node.IsScalar() || node.Scalar().empty()) return false;
+    *value = node.Scalar();
+    return true;
+  }
+  static bool read_value(const YAML::Node&, const Key&, const Range&, const Choice&) { return false; }
+  template <class T>
+  static bool read_value(const YAML::Node& node, const Key& key, const Range& range, std::vector<T>* values) {
     if (!node.IsSequence()) return false;
-    values.assign(node.size(), T{});
+    values->assign(node.size(), T{});
     for (size_t i = 0; i < node.size(); ++i)
-      if (!parse_scalar(node[i], range, values[i])) return false;
-    const bool length_ok = key.list_length > 0 ? values.size() == key.list_length : !values.empty();
-    const bool order_ok = !key.list_increasing || std::adjacent_find(values.begin(), values.end(),
-                                                                     std::greater_equal<>()) == values.end();
+      if (!parse_scalar(node[i], range, (*values)[i])) return false;
+    const bool length_ok = key.list_length > 0 ? values->size() == key.list_length : !values->empty();
+    const bool order_ok = !key.list_increasing || std::adjacent_find(values->begin(), values->end(),
+                                                                     std::greater_equal<>()) == values->end();
     return length_ok && order_ok;
   }
 
@@ -371,18 +343,12 @@ Override override_apply(YAML::Node& root, const std::string& text, const std::ve
   DPT_CHECK(!empty_part) << "--set " << text << ": malformed key '" << o.key
                          << "', expected names joined by '.'";
 
-  // The same rule as for the file: only `model` may hold keys the schema does not know.
-  const Names top = top_names(sections);
-  DPT_CHECK(contains(top, parts[0])) << "--set " << text << ": unknown key '" << o.key
-                                     << "' (expected one of: " << join(top) << ")";
-  const Section* section = section_named(sections, parts[0]);
-  if (parts.size() > 1 && !(section && is_open(*section))) {
-    DPT_CHECK(section) << "--set " << text << ": unknown key '" << o.key << "' ('" << parts[0]
+  // Keys the schema does not know are reported when the file is read, against this --set.
+  const bool in_value =
+      parts.size() > 1 && contains(top_names(sections), parts[0]) &&
+      std::none_of(sections.begin(), sections.end(), [&](auto& s) { return s.name == parts[0]; });
+  DPT_CHECK(!in_value) << "--set " << text << ": unknown key '" << o.key << "' ('" << parts[0]
                        << "' holds a value, not keys)";
-    DPT_CHECK(parts.size() == 2 && contains(section->key_names(), parts[1]))
-        << "--set " << text << ": unknown key '" << o.key
-        << "' (expected one of: " << join(section->key_names()) << ")";
-  }
 
   YAML::Node value;
   try {
@@ -443,19 +409,18 @@ void read_section(const Reader& r, const YAML::Node& root, const Section& s, con
                                                  : s.name + " '" + chosen + "' needs key '" + key.path + "'";
       r.fail(map ? map : root, key.path, missing + " (" + expected_text(key) + ")");
     }
-    YAML::Node node = YAML::Load(fallback);
+    YAML::Node node = YAML::Load(fallback);  // parsed before the stem goes in: any stem is a plain string
     const std::string placeholder = "<config file stem>";
-    if (node.IsScalar() && node.Scalar().find(placeholder) != std::string::npos) {
-      std::string text = node.Scalar();
-      node = YAML::Node(text.replace(text.find(placeholder), placeholder.size(), stem));
-    }
+    if (const size_t at = node.IsScalar() ? node.Scalar().find(placeholder) : std::string::npos;
+        at != std::string::npos)
+      node = YAML::Node(std::string(node.Scalar()).replace(at, placeholder.size(), stem));
     defaults.read(key, node);
   };
 
   const Key* selector = s.selector();
   if (selector) read_key(*selector, "");
   const std::string chosen = s.chosen();
-  const Names applicable = s.applicable(chosen);
+  const Names applicable = s.key_names(&chosen);
   if (map && !s.name.empty() && !is_open(s)) r.check_keys(map, s.name, s.key_names(), applicable, chosen);
   for (const Key* key : s.keys) {
     if (key != selector && contains(applicable, split_path(key->path).second)) read_key(*key, chosen);
@@ -490,28 +455,22 @@ void parse_config(const Reader& r, const YAML::Node& root, const std::vector<Sec
 
 // --- writing
 
+template <class... F>
+struct Overload : F... {
+  using F::operator()...;
+};
+
 void write_value(YAML::Emitter& out, const Key& key) {
   out << YAML::Key << split_path(key.path).second << YAML::Value;
-  if (auto* p = std::get_if<int64_t*>(&key.field)) {
-    out << **p;
-  } else if (auto* p = std::get_if<uint64_t*>(&key.field)) {
-    out << **p;
-  } else if (auto* p = std::get_if<double*>(&key.field)) {
-    out << format_number(**p);
-  } else if (auto* p = std::get_if<bool*>(&key.field)) {
-    out << **p;
-  } else if (auto* p = std::get_if<std::string*>(&key.field)) {
-    out << **p;
-  } else if (auto* p = std::get_if<std::vector<int64_t>*>(&key.field)) {
-    out << YAML::Flow << **p;
-  } else if (auto* p = std::get_if<std::vector<double>*>(&key.field)) {
-    out << YAML::Flow << YAML::BeginSeq;
-    for (double v : **p) out << format_number(v);
-    out << YAML::EndSeq;
-  } else {
-    const Choice& choice = std::get<Choice>(key.field);
-    out << choice.names->at(choice.get());
-  }
+  std::visit(Overload{[&](double* p) { out << format_number(*p); },
+                      [&](std::vector<int64_t>* p) { out << YAML::Flow << *p; },
+                      [&](std::vector<double>* p) {
+                        out << YAML::Flow << YAML::BeginSeq;
+                        for (double v : *p) out << format_number(v);
+                        out << YAML::EndSeq;
+                      },
+                      [&](const Choice& c) { out << c.names->at(c.get()); }, [&](auto* p) { out << *p; }},
+             key.field);
 }
 
 }  // namespace
@@ -555,7 +514,8 @@ std::string config_to_yaml(const Config& config) {
       continue;
     }
     if (!s.name.empty()) out << YAML::Key << s.name << YAML::Value << YAML::BeginMap;
-    const Names applicable = s.applicable(s.chosen());
+    const std::string chosen = s.chosen();
+    const Names applicable = s.key_names(&chosen);
     for (const Key* key : s.keys)
       if (contains(applicable, split_path(key->path).second)) write_value(out, *key);
     if (!s.name.empty()) out << YAML::EndMap;

@@ -16,9 +16,6 @@ std::string yaml_text(double value) {
   return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);  // shortest: "25"
 }
 std::string yaml_text(bool value) { return value ? "true" : "false"; }
-std::string yaml_text(dist::Compression value) {
-  return kEnumNames<dist::Compression>.at(static_cast<size_t>(value));
-}
 
 }  // namespace
 
@@ -130,7 +127,7 @@ std::vector<Key> config_keys(Config& c) {
           "all-reduce across hosts in three steps: within each host, across hosts one share per local rank, "
           "within each host again; auto: when the ranks span more than one host and a host holds more than one "
           "([distributed](distributed.md#hierarchical-all-reduce))"),
-      Key("distributed.compress", choice(&c.distributed.ddp.compress, "compression"), yaml_text(ddp.compress),
+      Key("distributed.compress", choice(&c.distributed.ddp.compress, "compression"), name_of(ddp.compress),
           "",
           "bf16: DDP's gradient buckets cross between hosts as bf16 (half the bytes), summed in f32; within a "
           "host nothing changes ([distributed](distributed.md#gradient-compression))"),

@@ -1,15 +1,16 @@
 // nlohmann::json does the reading and writing. Kept here, because the library does not do
 // them: rejecting duplicate keys and deep nesting (through its parse callback), the byte of
-// those two errors (the callback is not told where it is, so the text is read through an
-// iterator that counts), and messages that name the file instead of nlohmann's exception ids.
+// those two errors (the callback is not told where it is, so the text is read through a
+// buffer that counts), and messages that name the file instead of nlohmann's exception ids.
 #include "io/json.h"
 
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
+#include <istream>
 #include <limits>
 #include <set>
+#include <streambuf>
 #include <vector>
 
 #include "core/error.h"
@@ -21,32 +22,14 @@ namespace {
 // recurse: the bound keeps a hostile file from overflowing the stack there.
 constexpr int kMaxDepth = 64;
 
-// Reads the text and records in *read how many bytes the parser has taken so far.
-class CountingIterator {
+// The text as a stream that says how many bytes the parser has taken so far.
+class TextBuffer : public std::streambuf {
  public:
-  using iterator_category = std::input_iterator_tag;
-  using value_type = char;
-  using difference_type = std::ptrdiff_t;
-  using pointer = const char*;
-  using reference = const char&;
-
-  CountingIterator(const char* at, const char* begin, size_t* read) : at_(at), begin_(begin), read_(read) {}
-  reference operator*() const { return *at_; }
-  CountingIterator& operator++() {
-    *read_ = static_cast<size_t>(++at_ - begin_);
-    return *this;
+  explicit TextBuffer(std::string_view text) {
+    char* begin = const_cast<char*>(text.data());  // only ever read
+    setg(begin, begin, begin + text.size());
   }
-  CountingIterator operator++(int) {
-    CountingIterator before = *this;
-    ++*this;
-    return before;
-  }
-  bool operator==(const CountingIterator& other) const { return at_ == other.at_; }
-
- private:
-  const char* at_;
-  const char* begin_;
-  size_t* read_;
+  size_t read() const { return static_cast<size_t>(gptr() - eback()); }
 };
 
 std::string one_line(const JsonIn& value) {
@@ -74,23 +57,6 @@ std::string library_reason(const std::string& what) {
   return shortened(reason);
 }
 
-const char* kind_name(const JsonIn& value) {
-  switch (value.type()) {
-    case JsonIn::value_t::null:
-      return "null";
-    case JsonIn::value_t::boolean:
-      return "a boolean";
-    case JsonIn::value_t::string:
-      return "a string";
-    case JsonIn::value_t::array:
-      return "an array";
-    case JsonIn::value_t::object:
-      return "an object";
-    default:
-      return "a number";
-  }
-}
-
 }  // namespace
 
 std::string json_text(const JsonOut& value, int indent) {
@@ -109,7 +75,8 @@ JsonOut json_rounded(JsonOut value) {
 }
 
 JsonIn json_parse(std::string_view text, const std::string& source) {
-  size_t read = 0;
+  TextBuffer buffer(text);
+  std::istream stream(&buffer);
   auto fail = [&](size_t offset, const std::string& why) {
     DPT_FAIL() << source << ": malformed JSON at byte " << offset << ": " << why;
   };
@@ -120,11 +87,12 @@ JsonIn json_parse(std::string_view text, const std::string& source) {
         keys.emplace_back();
         [[fallthrough]];
       case JsonIn::parse_event_t::array_start:
-        if (depth >= kMaxDepth) fail(read - 1, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+        if (depth >= kMaxDepth)
+          fail(buffer.read() - 1, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
         break;
       case JsonIn::parse_event_t::key:
         if (!keys.back().insert(parsed.get_ref<const std::string&>()).second)
-          fail(read - 1, shortened("duplicate key " + one_line(parsed)));
+          fail(buffer.read() - 1, shortened("duplicate key " + one_line(parsed)));
         break;
       case JsonIn::parse_event_t::object_end:
         keys.pop_back();
@@ -134,22 +102,20 @@ JsonIn json_parse(std::string_view text, const std::string& source) {
     }
     return true;
   };
-  const char* begin = text.data();
   try {
-    return JsonIn::parse(CountingIterator(begin, begin, &read),
-                         CountingIterator(begin + text.size(), begin, &read), check);
+    return JsonIn::parse(stream, check);
   } catch (const JsonIn::parse_error& e) {
     fail(e.byte > 0 ? e.byte - 1 : 0, library_reason(e.what()));
   } catch (const JsonIn::exception& e) {  // a number beyond double's range
-    fail(read > 0 ? read - 1 : 0, library_reason(e.what()));
+    fail(buffer.read() > 0 ? buffer.read() - 1 : 0, library_reason(e.what()));
   }
   return {};  // not reached: fail() throws
 }
 
 std::string json_describe(const JsonIn& value) {
-  if (value.is_array() || value.is_object()) return kind_name(value);
   std::string text = one_line(value);
-  return text.size() <= 40 ? text : kind_name(value);
+  if (!value.is_structured() && text.size() <= 40) return text;
+  return (value.is_array() || value.is_object() ? "an " : "a ") + std::string(value.type_name());
 }
 
 const JsonIn& json_at(const JsonIn& object, const std::string& key, const std::string& where) {

@@ -2,11 +2,11 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 #include <string>
 
 namespace dpt::io {
@@ -24,11 +24,10 @@ std::string parent_of(const std::string& pid) {
   std::ifstream stat("/proc/" + pid + "/stat");
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   const size_t name_end = text.rfind(')');  // the name may hold spaces and parentheses
-  if (name_end == std::string::npos) return "";
-  std::istringstream rest(text.substr(name_end + 1));
-  std::string state, ppid;
-  rest >> state >> ppid;
-  return ppid;
+  long long ppid = 0;                       // after the name: the state, then the parent's pid
+  if (name_end == std::string::npos || std::sscanf(text.c_str() + name_end + 1, " %*s %lld", &ppid) != 1)
+    return "";
+  return std::to_string(ppid);
 }
 
 // Whether the launcher that started this rank writes to a terminal. Open MPI gives each
@@ -66,12 +65,14 @@ bool is_terminal(std::FILE* out) {
 Progress::Progress(int64_t epochs, int64_t every, std::FILE* out)
     : epochs_(epochs), every_(every > 0 ? every : 1), out_(out), terminal_(is_terminal(out)) {}
 
-void Progress::update(int64_t epoch, int64_t step, int64_t steps, double loss, double images_per_sec, double eta_s) {
+void Progress::update(int64_t epoch, int64_t step, int64_t steps, double loss, double images_per_sec,
+                      double eta_s) {
   bool last = step == steps;
   if (!terminal_ && step % every_ != 0 && !last) return;
-  std::fprintf(out_, "%sepoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  ETA %.0fs%s", terminal_ ? "\r" : "",
-               static_cast<long long>(epoch), static_cast<long long>(epochs_), static_cast<long long>(step),
-               static_cast<long long>(steps), loss, images_per_sec, eta_s, terminal_ ? "\033[K" : "\n");
+  std::fprintf(out_, "%sepoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  ETA %.0fs%s",
+               terminal_ ? "\r" : "", static_cast<long long>(epoch), static_cast<long long>(epochs_),
+               static_cast<long long>(step), static_cast<long long>(steps), loss, images_per_sec, eta_s,
+               terminal_ ? "\033[K" : "\n");
   open_line_ = terminal_;
   std::fflush(out_);
 }

@@ -3,10 +3,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 #include <utility>
 
-#include "core/threading.h"
 #include "comm/dist.h"
+#include "core/threading.h"
 
 namespace dpt::io {
 namespace {
@@ -135,22 +136,16 @@ Tensor RunControl::loss_hook(const Tensor& loss) const {
 
 RunControl::StepAction RunControl::after_backward(const Tensor& loss, int64_t epoch, int64_t step_in_epoch,
                                                   int64_t steps) {
-  ++at_.step;
   // Every rank decides the same: the all-reduced gradients are the same everywhere, and a
-  // sharded optimizer's ranks combine their verdicts.
-  if (guard_.step_finite(loss)) return StepAction::apply;
-  return nonfinite_action(loss.item(), epoch, step_in_epoch, steps);
+  // sharded optimizer's ranks combine their verdicts. The loss is read only to report it.
+  const bool finite = guard_.step_finite(loss);
+  return after_backward(finite, finite ? 0.0f : loss.item(), epoch, step_in_epoch, steps);
 }
 
 RunControl::StepAction RunControl::after_backward(bool finite, float loss, int64_t epoch,
                                                   int64_t step_in_epoch, int64_t steps) {
   ++at_.step;
   if (finite) return StepAction::apply;
-  return nonfinite_action(loss, epoch, step_in_epoch, steps);
-}
-
-RunControl::StepAction RunControl::nonfinite_action(float loss, int64_t epoch, int64_t step_in_epoch,
-                                                    int64_t steps) {
   const bool skip = config_.on_nonfinite == NonfiniteAction::skip;
   if (dist::info().rank == 0) {
     progress_.finish_line();
@@ -174,10 +169,7 @@ int RunControl::stop_requested(int64_t epoch, int64_t step_in_epoch, float lr,
                                const std::function<double()>& loss_sum, int64_t applied) {
   const int signal = stop_vote_.result();
   if (signal == 0) return 0;
-  const bool carried = epoch == at_.epoch;
-  at_.epoch_loss_sum = (carried ? at_.epoch_loss_sum : 0) +
-                       sum_over_ranks(loss_sum()) / static_cast<double>(dist::info().world_size);
-  at_.epoch_steps_applied = (carried ? at_.epoch_steps_applied : 0) + applied;
+  std::tie(at_.epoch_loss_sum, at_.epoch_steps_applied) = epoch_totals(epoch, loss_sum(), applied);
   move_to(epoch, step_in_epoch);
   if (dist::info().rank == 0) {
     progress_.finish_line();
@@ -188,11 +180,15 @@ int RunControl::stop_requested(int64_t epoch, int64_t step_in_epoch, float lr,
   return signal;
 }
 
-double RunControl::epoch_loss(int64_t epoch, double loss_sum, int64_t applied) const {
+std::pair<double, int64_t> RunControl::epoch_totals(int64_t epoch, double loss_sum, int64_t applied) const {
   const bool carried = epoch == at_.epoch;
-  const double sum = (carried ? at_.epoch_loss_sum : 0) +
-                     sum_over_ranks(loss_sum) / static_cast<double>(dist::info().world_size);
-  return sum / static_cast<double>((carried ? at_.epoch_steps_applied : 0) + applied);
+  return {(carried ? at_.epoch_loss_sum : 0) + sum_over_ranks(loss_sum) / dist::info().world_size,
+          (carried ? at_.epoch_steps_applied : 0) + applied};
+}
+
+double RunControl::epoch_loss(int64_t epoch, double loss_sum, int64_t applied) const {
+  const auto [sum, steps] = epoch_totals(epoch, loss_sum, applied);
+  return sum / static_cast<double>(steps);
 }
 
 void RunControl::epoch_end(int64_t epoch, float lr) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "core/tensor.h"
 #include "io/checkpoint.h"
@@ -86,7 +87,8 @@ class RunControl {
   void epoch_end(int64_t epoch, float lr);
 
  private:
-  StepAction nonfinite_action(float loss, int64_t epoch, int64_t step_in_epoch, int64_t steps);
+  // The epoch's loss sum (mean over ranks) and applied steps, a resumed epoch's earlier ones included.
+  std::pair<double, int64_t> epoch_totals(int64_t epoch, double loss_sum, int64_t applied) const;
   void move_to(int64_t epoch, int64_t step_in_epoch);  // every rank
   void save(float lr);                                 // every rank; rank 0 writes
   // Rank 0's part of resume(): refuses or clears an earlier run's checkpoints, and returns

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -32,17 +31,8 @@ uint64_t dtype_bytes(const std::string& dtype) {
 }
 
 const char* dtype_code(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "F32";
-    case DType::i64:
-      return "I64";
-    case DType::bf16:
-      return "BF16";
-    case DType::f16:
-      return "F16";
-  }
-  return "?";
+  constexpr const char* kCodes[] = {"F32", "BF16", "F16", "I64"};  // by DType
+  return kCodes[static_cast<int>(t)];
 }
 
 uint64_t read_u64_le(const uint8_t* p) {
@@ -66,19 +56,16 @@ SafetensorsEntry parse_entry(const std::string& key, const JsonIn& value, uint64
       << where << ": unknown dtype '" << e.dtype
       << "' (expected one of BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, "
          "U64, F8_E5M2, F8_E4M3)";
-  uint64_t numel = 1;
+  uint64_t numel = 1, bytes = 0;
   bool overflow = false;
   for (const JsonIn& d : json_array(json_at(value, "shape", where), where + " shape")) {
     int64_t dim = json_int(d, where + " shape");
     DPT_CHECK(dim >= 0) << where << ": negative dimension " << dim << " in its shape";
     e.shape.push_back(dim);
-    if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(dim))
-      overflow = true;
-    numel *= static_cast<uint64_t>(dim);
+    overflow |= __builtin_mul_overflow(numel, static_cast<uint64_t>(dim), &numel);
   }
-  if (numel != 0 && numel > std::numeric_limits<uint64_t>::max() / e.element_size) overflow = true;
+  overflow |= __builtin_mul_overflow(numel, e.element_size, &bytes);
   DPT_CHECK(!overflow) << where << ": shape " << shape_str(e.shape) << " is too large to exist";
-  const uint64_t bytes = numel * e.element_size;
   const auto& offsets = json_array(json_at(value, "data_offsets", where), where + " data_offsets");
   DPT_CHECK(offsets.size() == 2) << where << ": data_offsets must be [begin, end], got " << offsets.size()
                                  << " numbers";

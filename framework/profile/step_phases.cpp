@@ -3,74 +3,47 @@
 #include "comm/dist.h"
 
 namespace dpt::profile {
+namespace {
 
-double& StepPhases::operator[](Phase phase) {
-  switch (phase) {
-    case Phase::data:
-      return data_ms;
-    case Phase::forward:
-      return forward_ms;
-    case Phase::backward:
-      return backward_ms;
-    case Phase::comm_wait:
-      return comm_wait_ms;
-    case Phase::optimizer:
-      return optimizer_ms;
-  }
-  return data_ms;  // unreachable: every Phase is listed
-}
+// By Phase: the member, its JSON key and its name in timelines and reports.
+constexpr double StepPhases::*kMembers[] = {&StepPhases::data_ms, &StepPhases::forward_ms,
+                                            &StepPhases::backward_ms, &StepPhases::comm_wait_ms,
+                                            &StepPhases::optimizer_ms};
+constexpr const char* kKeys[] = {"data_ms", "forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms"};
+constexpr const char* kNames[] = {"data wait", "forward", "backward", "allreduce wait", "optimizer"};
+
+}  // namespace
+
+double& StepPhases::operator[](Phase phase) { return this->*kMembers[static_cast<int>(phase)]; }
 
 StepPhases& StepPhases::operator+=(const StepPhases& other) {
-  data_ms += other.data_ms;
-  forward_ms += other.forward_ms;
-  backward_ms += other.backward_ms;
-  comm_wait_ms += other.comm_wait_ms;
-  optimizer_ms += other.optimizer_ms;
+  for (Phase p : kPhases) (*this)[p] += other[p];
   return *this;
 }
 
 StepPhases StepPhases::scaled(double factor) const {
-  return {data_ms * factor, forward_ms * factor, backward_ms * factor, comm_wait_ms * factor,
-          optimizer_ms * factor};
+  StepPhases out;
+  for (Phase p : kPhases) out[p] = (*this)[p] * factor;
+  return out;
 }
 
 io::JsonOut& StepPhases::add_to(io::JsonOut& json) const {
-  json["data_ms"] = data_ms;
-  json["forward_ms"] = forward_ms;
-  json["backward_ms"] = backward_ms;
-  json["comm_wait_ms"] = comm_wait_ms;
-  json["optimizer_ms"] = optimizer_ms;
+  for (Phase p : kPhases) json[kKeys[static_cast<int>(p)]] = (*this)[p];
   json["step_ms"] = step_ms();
   return json;
 }
 
-const char* phase_name(Phase phase) {
-  switch (phase) {
-    case Phase::data:
-      return "data wait";
-    case Phase::forward:
-      return "forward";
-    case Phase::backward:
-      return "backward";
-    case Phase::comm_wait:
-      return "allreduce wait";
-    case Phase::optimizer:
-      return "optimizer";
-  }
-  return "";
-}
+const char* phase_name(Phase phase) { return kNames[static_cast<int>(phase)]; }
 
 StepPhases mean_over_ranks(const StepPhases& mine) {
   const int ranks = dist::info().world_size;
   if (ranks == 1) return mine;
-  Tensor t = Tensor::from_vector(
-      std::vector<float>{static_cast<float>(mine.data_ms), static_cast<float>(mine.forward_ms),
-                         static_cast<float>(mine.backward_ms), static_cast<float>(mine.comm_wait_ms),
-                         static_cast<float>(mine.optimizer_ms)},
-      {5});
+  Tensor t = Tensor::empty({5});
+  for (Phase p : kPhases) t.data<float>()[static_cast<int>(p)] = static_cast<float>(mine[p]);
   dist::world()->all_reduce(t, dist::ReduceOp::sum)->wait();
-  const float* s = t.data<float>();
-  return StepPhases{s[0], s[1], s[2], s[3], s[4]}.scaled(1.0 / ranks);
+  StepPhases sum;
+  for (Phase p : kPhases) sum[p] = t.data<float>()[static_cast<int>(p)];
+  return sum.scaled(1.0 / ranks);
 }
 
 }  // namespace dpt::profile

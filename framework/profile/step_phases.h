@@ -3,18 +3,19 @@
 // the optimizer. The five add up to the step; train writes their means per step.
 #pragma once
 
-#include <vector>
-
 #include "io/json.h"
 
 namespace dpt::profile {
 
 enum class Phase { data, forward, backward, comm_wait, optimizer };
+constexpr Phase kPhases[] = {Phase::data, Phase::forward, Phase::backward, Phase::comm_wait,
+                             Phase::optimizer};
 
 struct StepPhases {
   double data_ms = 0, forward_ms = 0, backward_ms = 0, comm_wait_ms = 0, optimizer_ms = 0;
 
   double& operator[](Phase phase);
+  double operator[](Phase phase) const { return const_cast<StepPhases&>(*this)[phase]; }
   double step_ms() const { return data_ms + forward_ms + backward_ms + comm_wait_ms + optimizer_ms; }
   StepPhases& operator+=(const StepPhases& other);
   StepPhases scaled(double factor) const;

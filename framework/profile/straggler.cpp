@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 
 #include "comm/dist.h"
+#include "profile/timeline.h"
 
 namespace dpt::profile {
 namespace {
 
 constexpr Phase kWorkPhases[] = {Phase::data, Phase::forward, Phase::backward, Phase::optimizer};
-constexpr size_t kHostChars = 64;  // a host name's bytes in the all-gather (longer ones are cut)
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -18,8 +17,6 @@ double median(std::vector<double> values) {
   const size_t n = values.size();
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
-
-double work_of(StepPhases s) { return s.step_ms() - s.comm_wait_ms; }
 
 std::string ms(double v) {
   char text[32];
@@ -30,15 +27,14 @@ std::string ms(double v) {
 }  // namespace
 
 RankMedians medians_of(const std::vector<StepPhases>& steps) {
-  RankMedians m;
-  for (Phase phase : {Phase::data, Phase::forward, Phase::backward, Phase::comm_wait, Phase::optimizer}) {
+  auto median_of = [&](auto value) {
     std::vector<double> values;
-    for (StepPhases s : steps) values.push_back(s[phase]);
-    m.phases[phase] = median(values);
-  }
-  std::vector<double> work;
-  for (const StepPhases& s : steps) work.push_back(work_of(s));
-  m.work_ms = median(work);
+    for (const StepPhases& s : steps) values.push_back(value(s));
+    return median(values);
+  };
+  RankMedians m;
+  for (Phase phase : kPhases) m.phases[phase] = median_of([&](const StepPhases& s) { return s[phase]; });
+  m.work_ms = median_of([](const StepPhases& s) { return s.step_ms() - s.comm_wait_ms; });
   return m;
 }
 
@@ -73,21 +69,7 @@ std::vector<std::string> straggler_lines(const std::vector<RankMedians>& ranks,
   return lines;
 }
 
-StragglerWatch::StragglerWatch() {
-  const dist::InitInfo& me = dist::info();
-  if (me.world_size == 1) {
-    hosts_ = {me.host};
-    return;
-  }
-  // Host names travel as i64 words (the collectives carry numbers), kHostChars bytes each.
-  constexpr int64_t words = kHostChars / 8;
-  std::vector<int64_t> mine(words, 0);
-  std::memcpy(mine.data(), me.host.data(), std::min(me.host.size(), kHostChars - 1));
-  Tensor all = Tensor::empty({words * me.world_size}, DType::i64);
-  dist::world()->all_gather(all, Tensor::from_vector(mine, {words}))->wait();
-  for (int r = 0; r < me.world_size; ++r)
-    hosts_.emplace_back(reinterpret_cast<const char*>(all.data<int64_t>() + r * words));
-}
+StragglerWatch::StragglerWatch() : hosts_(gather_text(dist::info().host)) {}
 
 void StragglerWatch::add(const StepPhases& step) {
   window_.push_back(step);
@@ -97,17 +79,18 @@ void StragglerWatch::add(const StepPhases& step) {
 std::vector<RankMedians> StragglerWatch::gather(const RankMedians& mine) const {
   const int ranks = dist::info().world_size;
   if (ranks == 1) return {mine};
-  const StepPhases& p = mine.phases;
-  Tensor values = Tensor::from_vector(
-      std::vector<float>{static_cast<float>(p.data_ms), static_cast<float>(p.forward_ms),
-                         static_cast<float>(p.backward_ms), static_cast<float>(p.comm_wait_ms),
-                         static_cast<float>(p.optimizer_ms), static_cast<float>(mine.work_ms)},
-      {6});
+  // Each rank's five phases, then its work.
+  std::vector<float> values;
+  for (Phase p : kPhases) values.push_back(static_cast<float>(mine.phases[p]));
+  values.push_back(static_cast<float>(mine.work_ms));
   Tensor all = Tensor::empty({6 * static_cast<int64_t>(ranks)});
-  dist::world()->all_gather(all, values)->wait();
+  dist::world()->all_gather(all, Tensor::from_vector(values, {6}))->wait();
   std::vector<RankMedians> out(static_cast<size_t>(ranks));
   const float* a = all.data<float>();
-  for (int r = 0; r < ranks; ++r, a += 6) out[r] = {StepPhases{a[0], a[1], a[2], a[3], a[4]}, a[5]};
+  for (int r = 0; r < ranks; ++r, a += 6) {
+    for (Phase p : kPhases) out[r].phases[p] = a[static_cast<int>(p)];
+    out[r].work_ms = a[5];
+  }
   return out;
 }
 

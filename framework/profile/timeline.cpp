@@ -6,16 +6,37 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
 #include "comm/dist.h"
+#include "core/error.h"
 #include "io/atomic_file.h"
 
 namespace dpt::profile {
 namespace {
 
-// Every rank's `text`, in rank order, on every rank: lengths first, then the bytes packed
-// eight to an i64 element (the group's collectives move f32 and i64 tensors).
+// Trace times are microseconds; kept to the nanosecond.
+double micros(double ns) { return std::round(ns) / 1e3; }
+
+// The metadata events that name rank `rank`'s process row and its thread rows.
+io::JsonOut row_names(int rank, const std::vector<std::string>& tracks) {
+  auto meta = [&](const char* name, io::JsonOut args) {
+    return io::JsonOut{{"ph", "M"}, {"name", name}, {"pid", rank}, {"args", std::move(args)}};
+  };
+  io::JsonOut out = {meta("process_name", {{"name", "rank " + std::to_string(rank)}}),
+                     meta("process_sort_index", {{"sort_index", rank}})};
+  for (size_t t = 0; t < tracks.size(); ++t) {
+    for (io::JsonOut event :
+         {meta("thread_name", {{"name", tracks[t]}}), meta("thread_sort_index", {{"sort_index", t}})}) {
+      event["tid"] = t;
+      out.push_back(std::move(event));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> gather_text(const std::string& text) {
+  if (dist::info().world_size == 1) return {text};
   dist::ProcessGroup& group = *dist::world();
   const int n = group.size();
   Tensor lengths = Tensor::empty({n}, DType::i64);
@@ -34,31 +55,6 @@ std::vector<std::string> gather_text(const std::string& text) {
   for (int r = 0; r < n; ++r) out.emplace_back(bytes + r * words * 8, lengths.data<int64_t>()[r]);
   return out;
 }
-
-// Trace times are microseconds; kept to the nanosecond.
-double micros(double ns) { return std::round(ns) / 1e3; }
-
-// The metadata events that name rank `rank`'s process row and its thread rows.
-io::JsonOut row_names(int rank, const std::vector<std::string>& tracks) {
-  io::JsonOut out = io::JsonOut::array(
-      {{{"ph", "M"},
-        {"name", "process_name"},
-        {"pid", rank},
-        {"args", {{"name", "rank " + std::to_string(rank)}}}},
-       {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"args", {{"sort_index", rank}}}}});
-  for (size_t t = 0; t < tracks.size(); ++t) {
-    out.push_back(
-        {{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", t}, {"args", {{"name", tracks[t]}}}});
-    out.push_back({{"ph", "M"},
-                   {"name", "thread_sort_index"},
-                   {"pid", rank},
-                   {"tid", t},
-                   {"args", {{"sort_index", t}}}});
-  }
-  return out;
-}
-
-}  // namespace
 
 double now_ns() {
   return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -86,7 +82,6 @@ void Timeline::add(int track, const std::string& name, double begin_ns, double e
                      {"ts", micros(begin_ns - origin_ns_)},
                      {"dur", micros(std::max(0.0, end_ns - begin_ns))},
                      {"args", std::move(args)}});
-  ++spans_;
 }
 
 void Timeline::counter(const std::string& name, double at_ns, io::JsonOut values) {
@@ -100,8 +95,7 @@ void Timeline::counter(const std::string& name, double at_ns, io::JsonOut values
 void Timeline::write(const std::string& path) const {
   io::JsonOut mine = row_names(dist::info().rank, tracks_);
   mine.insert(mine.end(), events_.begin(), events_.end());
-  std::vector<std::string> all = dist::info().world_size > 1 ? gather_text(io::json_text(mine))
-                                                             : std::vector<std::string>{io::json_text(mine)};
+  const std::vector<std::string> all = gather_text(io::json_text(mine));
   if (dist::info().rank != 0) return;
   io::JsonOut events = io::JsonOut::array();
   for (const std::string& part : all) {

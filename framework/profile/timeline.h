@@ -18,6 +18,10 @@ namespace dpt::profile {
 // steady_clock nanoseconds since its epoch: the clock every span is given in.
 double now_ns();
 
+// Collective over the world: every rank's `text`, in rank order, on every rank (the lengths,
+// then the bytes packed eight to an i64 element: the collectives move numbers).
+std::vector<std::string> gather_text(const std::string& text);
+
 class Timeline {
  public:
   // Collective over the world: leaves a barrier and takes the time as the origin, so the
@@ -31,7 +35,6 @@ class Timeline {
   // A counter sample at `at_ns` (chrome://tracing draws one graph per name and rank, each
   // key of `values` a series): it holds until the next sample of that name.
   void counter(const std::string& name, double at_ns, io::JsonOut values);
-  int64_t spans() const { return spans_; }
   // Collective over the world: every rank's spans go to rank 0, which writes `path` (one
   // JSON object with "traceEvents"). Throws Error naming the file when it cannot.
   void write(const std::string& path) const;
@@ -40,7 +43,6 @@ class Timeline {
   double origin_ns_ = 0;
   std::vector<std::string> tracks_;
   io::JsonOut events_ = io::JsonOut::array();  // the spans' trace events
-  int64_t spans_ = 0;
 };
 
 // While alive, every node the backward engine runs on this thread becomes a span on
