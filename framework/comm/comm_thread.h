@@ -41,25 +41,15 @@ namespace dpt::dist {
 
 class CommThread;
 
-// How the work is shared between callers and the communication thread, and how the thread
-// waits. For requests in flight: after an MPI_Testsome that finds nothing finished it sleeps
-// min_sleep_us, then growth times longer each time, up to max_sleep_us; any completion
-// resets the sleep.
+// How the communication thread waits for requests in flight: after an MPI_Testsome that
+// finds nothing finished it sleeps min_sleep_us, then growth times longer each time, up to
+// max_sleep_us; any completion resets the sleep. While a caller is blocked in wait() without
+// polling (another thread of its rank is the polling waiter) it computes nothing, so the
+// thread then polls without sleeping, yielding the core between polls.
 struct PollPolicy {
   int min_sleep_us = 2;
   int max_sleep_us = 128;
   double growth = 1.25;
-  // Callers start their collectives and waiters poll their own (see above). false: every MPI
-  // call on the communication thread, with a hand-off each way (~5-8 us a collective; kept
-  // for comparison in tools/bench/bench_allreduce and as a fallback).
-  bool caller_progress = true;
-  // A caller blocked in wait() that is not polling itself (caller_progress off, or another
-  // thread of this rank is the polling waiter) computes nothing, so the thread polls for it
-  // without sleeping, yielding the core between polls.
-  bool spin_when_waited = true;
-  // caller_progress off only: before blocking, the thread yields for idle_yield_us in case
-  // the next collective follows at once (saves a wake-up of the hand-off).
-  int idle_yield_us = 20;
 };
 
 // Bytes [begin, end) a task reads or writes while in flight.
@@ -76,7 +66,7 @@ class CommTask : public Work {
   // post(). A task does not start while an earlier one in flight writes what it touches or
   // touches what it writes, so all_reduce(t) then broadcast(t) without a wait is fine.
   // scratch: memory outside the tensors that the task uses alone while in flight (the
-  // shared segment of shm_all_reduce.h): tasks with overlapping scratch run one at a time.
+  // segment of a small all-reduce, shm_buffer.h): tasks with overlapping scratch run one at a time.
   ByteSpan reads, writes, scratch;
 
   // Returns once this task and every earlier one of its group are complete; rethrows the
@@ -106,7 +96,7 @@ class CommTask : public Work {
   // Throws Error on failure.
   virtual MPI_Request start() = 0;
   // By the poll token's holder, after start() returned MPI_REQUEST_NULL and until it returns
-  // true: advances a task that completes without MPI (shm_all_reduce.h); true: complete.
+  // true: advances a task that completes without MPI (shm_buffer.h); true: complete.
   // Must not block. Throws Error on failure.
   virtual bool progress() { return true; }
   // By the poll token's holder after the request completed (e.g. divides by the group size
@@ -116,7 +106,8 @@ class CommTask : public Work {
  private:
   friend class CommThread;
   bool finished() const { return done_.load(std::memory_order_acquire); }
-  void complete();  // by the token's holder, after error_ is set (or left empty)
+  void fail(const std::string& why);  // by the token's holder: error_, unless set already
+  void complete();                    // by the token's holder, after error_ is set (or left empty)
   // Blocks on cv_ while the thread (or the polling waiter) progresses the task; false: timed out.
   bool sleep_until_done(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
   [[noreturn]] void throw_timeout() const;
@@ -136,7 +127,7 @@ class CommTask : public Work {
 // they complete in post() order.
 class CommThread {
  public:
-  explicit CommThread(PollPolicy policy = {});
+  CommThread();
   ~CommThread();  // stop(0): drains the queue, however long that takes
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
@@ -172,16 +163,13 @@ class CommThread {
   // The communication thread.
   void run();
   bool has_work() const;  // under mutex_
-  void idle_wait(std::unique_lock<std::mutex>& lock, const PollPolicy& policy);
   void back_off(std::unique_lock<std::mutex>& lock, double sleep_us);
   Round try_round();
 
   // The token's holder.
-  // Takes the queue, starts what may start, tests what is in flight; with check_waited, also
-  // sets Round::waited (the thread's spin_when_waited; a polling waiter has no use for it).
-  Round round(bool check_waited);
-  void take_queue();         // moves queue_ to waiting_
-  void take_queue_locked();  // the same, under mutex_
+  // Takes the queue, starts what may start, tests what is in flight; whether any progressed.
+  bool round();
+  void take_queue_locked();  // moves queue_ to waiting_, under mutex_
   bool start_ready();    // starts waiting tasks while they do not conflict; returns whether any
   bool conflicts(const CommTask& task) const;
   void start_task(std::shared_ptr<CommTask> task);

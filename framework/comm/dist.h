@@ -71,11 +71,8 @@ void set_hierarchical(Hierarchical mode);
 
 const InitInfo& info();  // requires init() (else Error)
 GroupPtr world();        // requires init() (else Error)
-// The groups this rank is a member of that are still alive, world first, then in the order
-// they were made. requires: init() (else Error).
-std::vector<GroupPtr> live_groups();
-// The sum of counts() over live_groups(): the collectives this rank has called on any group
-// still alive, and their bytes. requires: init() (else Error).
+// The sum of counts() over the groups this rank is a member of that are still alive: the
+// collectives this rank has called on any of them, and their bytes. requires: init() (else Error).
 CollectiveCounts collective_counts();
 
 // A group of the given world ranks (strictly increasing). Collective over the world.

@@ -43,10 +43,9 @@ struct HostGroups {
 // the group ends with the same bits. Compression applies to f32 sum and avg only.
 class HierarchicalAllReduce {
  public:
-  // requires: t contiguous, f32 or i64, on the CPU, the same numel on every rank;
-  // group_size: the parent group's size (avg's divisor).
-  HierarchicalAllReduce(const HostGroups& groups, const Tensor& t, ReduceOp op, Compression compress,
-                        int group_size);
+  // requires: t contiguous, f32 or i64, on the CPU, the same numel on every rank; bf16 only
+  // for f32 sum and avg; group_size: the parent group's size (avg's divisor).
+  HierarchicalAllReduce(const HostGroups& groups, const Tensor& t, ReduceOp op, bool bf16, int group_size);
   // Posts the next stage when the current one is complete; true once all are. Never blocks.
   // Throws the stage's Error (naming the sub-group and its collective).
   bool progress();
@@ -67,9 +66,10 @@ class HierarchicalAllReduce {
 };
 
 // DDP's distributed.compress: bf16, as a Reducer comm hook (reducer.h): bucket = the average
-// over `group`, through its host groups with bf16 on the wire between hosts (the
-// hierarchical all-reduce above), queued with the group's other collectives. On a group
-// without host groups (one host) it is the flat all_reduce. requires: `group` made by dist.
-WorkPtr all_reduce_bf16_across_hosts(ProcessGroup& group, const Tensor& bucket);
+// (`op`) over `group`, through its host groups with bf16 on the wire between hosts (the
+// hierarchical all-reduce above), queued, numbered and recorded with the group's other
+// collectives. Only f32 sum and avg are compressed; anything else, or a group without host
+// groups (one host), is the group's all_reduce. requires: `group` made by dist.
+WorkPtr all_reduce_bf16_across_hosts(ProcessGroup& group, const Tensor& bucket, ReduceOp op = ReduceOp::avg);
 
 }  // namespace dpt::dist

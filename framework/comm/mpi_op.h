@@ -18,7 +18,6 @@
 
 namespace dpt::dist {
 
-class ShmSegment;
 class ShmBuffer;
 
 enum class OpKind {
@@ -64,11 +63,12 @@ struct MpiOp final : public CommTask {
   Tensor received;
   std::vector<int> received_counts, received_displs;
   bool in_place = false;      // all_gather's `in` is its own chunk of `out`
-  ShmSegment* shm = nullptr;  // all_reduce: through shared memory instead of MPI
-  uint64_t shm_seq = 0;       // its op number, once started
+  // A small all_reduce: copied into the group's segment (MpiProcessGroup::kShmAllReduceBytes).
+  ShmBuffer* shm = nullptr;
+  uint64_t shm_seq = 0;  // its op number in `shm` or `shared`, once started
   // all_reduce and all_gather in place: `out`, reduce_scatter: `in` lies in this buffer.
   std::shared_ptr<ShmBuffer> shared;
-  size_t shared_offset = 0;     // of that tensor in it, in bytes
+  size_t shared_offset = 0;     // of that tensor in it (in shm: of the copy), in bytes
   bool shared_reduced = false;  // this rank's share is done
   // all_reduce across hosts, in stages (hierarchical.h); null for every other collective.
   std::unique_ptr<HierarchicalAllReduce> hierarchical;

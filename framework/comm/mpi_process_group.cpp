@@ -17,7 +17,6 @@
 #include "comm/hierarchical.h"
 #include "comm/mpi_check.h"
 #include "comm/mpi_op.h"
-#include "comm/shm_all_reduce.h"
 #include "comm/shm_buffer.h"
 #include "comm/watchdog.h"
 
@@ -41,6 +40,18 @@ std::chrono::milliseconds timeout_from_environment() {
   DPT_CHECK(end && *end == '\0' && seconds >= 0)
       << "DPT_DIST_TIMEOUT_S must be a number of seconds >= 0, got '" << text << "'";
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// DPT_SHM_ALLREDUCE_BYTES: the largest small all-reduce through shared memory (0: none).
+unsigned long long shm_bytes_from_environment(size_t fallback) {
+  const char* text = std::getenv("DPT_SHM_ALLREDUCE_BYTES");
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  DPT_CHECK(end && *end == '\0' && value >= 0 && value <= (1ll << 30))
+      << "DPT_SHM_ALLREDUCE_BYTES must be a byte count 0..2^30 (0 disables the shared-memory "
+      << "all-reduce), got '" << text << "'";
+  return static_cast<unsigned long long>(value);
 }
 
 int comm_rank(MPI_Comm comm) {
@@ -96,7 +107,12 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
   if (found && tag_ub) tag_ub_ = *tag_ub;
   on_one_node_ = size() > 1 && all_on_this_node(creation_);
-  if (on_one_node_) shm_ = ShmSegment::create(creation_, kShmAllReduceBytes);
+  if (on_one_node_) {
+    // The smallest limit any rank asks for, so all ranks take the same path for a message.
+    unsigned long long bytes = shm_bytes_from_environment(kShmAllReduceBytes);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, creation_));
+    if (bytes > 0) shm_ = ShmBuffer::create(creation_, 2 * round_up(bytes, 64), true);
+  }
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
@@ -324,17 +340,8 @@ void MpiProcessGroup::check_tag(const char* op, int tag) const {
 
 namespace {
 
-std::shared_ptr<MpiOp> make_op(OpKind kind, MPI_Comm comm, const ProcessGroup& group) {
-  auto op = std::make_shared<MpiOp>();
-  op->kind = kind;
-  op->comm = comm;
-  op->group_name = &group.name();
-  op->group_size = group.size();
-  op->rank = group.rank();
-  return op;
-}
-
 ByteSpan span_of(const Tensor& t) {
+  if (!t.defined()) return {};
   const char* begin = static_cast<const char*>(t.raw_data());
   return {begin, begin + t.numel() * dtype_size(t.dtype())};
 }
@@ -357,11 +364,28 @@ Device device_of(const Tensor& a, const Tensor& b = Tensor()) {
 
 }  // namespace
 
-bool MpiProcessGroup::use_hierarchy(const Tensor& t, ReduceOp op, Compression compress) const {
+std::shared_ptr<MpiOp> MpiProcessGroup::make_op(OpKind kind, const Tensor& out, const Tensor& in, int64_t n,
+                                                ReduceOp reduce, int peer) const {
+  auto op = std::make_shared<MpiOp>();
+  op->kind = kind;
+  op->comm = comm_;
+  op->group_name = &name();
+  op->group_size = size();
+  op->rank = rank();
+  op->out = out;
+  op->in = in;
+  op->writes = span_of(out);
+  op->reads = span_of(in);
+  op->dtype = out.defined() ? out.dtype() : in.defined() ? in.dtype() : DType::f32;
+  op->n = n;
+  op->reduce = reduce;
+  op->peer = peer;
+  return op;
+}
+
+bool MpiProcessGroup::use_hierarchy(const Tensor& t, bool bf16) const {
   if (!host_groups_.across || t.numel() == 0) return false;
-  if (compress == Compression::bf16 && t.dtype() == DType::f32 &&
-      (op == ReduceOp::sum || op == ReduceOp::avg))
-    return true;
+  if (bf16) return true;
   switch (hierarchical_.load()) {
     case Hierarchical::on:
       return true;
@@ -373,44 +397,37 @@ bool MpiProcessGroup::use_hierarchy(const Tensor& t, ReduceOp op, Compression co
   return false;
 }
 
-WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Compression compress) {
+WorkPtr MpiProcessGroup::all_reduce_as(const Tensor& t, ReduceOp op, bool bf16) {
   count_collective(t);
   check_tensor("all_reduce", t, "the tensor", device_of(t));
   check_reduce("all_reduce", t, op);
-  auto task = make_op(OpKind::all_reduce, comm_, *this);
-  task->reduce = op;
-  task->out = t;
-  task->writes = span_of(t);
-  task->dtype = t.dtype();
-  task->n = t.numel();
+  auto task = make_op(OpKind::all_reduce, t, Tensor(), t.numel(), op);
   if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.all_reduce(t, op); });
-  if (use_hierarchy(t, op, compress)) {
-    task->hierarchical = std::make_unique<HierarchicalAllReduce>(host_groups_, t, op, compress, size());
+  bf16 = bf16 && t.dtype() == DType::f32 && (op == ReduceOp::sum || op == ReduceOp::avg);
+  if (use_hierarchy(t, bf16)) {
+    task->hierarchical = std::make_unique<HierarchicalAllReduce>(host_groups_, t, op, bf16, size());
     task->scratch = {&hierarchy_token_, &hierarchy_token_ + 1};  // its sub-groups' calls must not interleave
     return post_collective(std::move(task));
   }
   const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
-  const bool small = shm_ && bytes <= shm_->capacity();
+  const bool small = shm_ && bytes <= shm_->bytes() / 2;
   // In a collective_buffer the in-place path needs two meetings of the ranks (arrived,
   // reduced) and the small-message one a copy and one meeting: below ~4 KB the copy is cheaper.
-  std::shared_ptr<ShmBuffer> buffer =
-      small && bytes <= kCopyBelowBytes ? nullptr : shared_buffer_of(t.raw_data(), bytes);
-  if (buffer) {
-    task->shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
-    task->scratch = {buffer->control_begin(), buffer->control_end()};
-    task->shared = std::move(buffer);
-  } else if (small) {
+  if (!small || bytes > kCopyBelowBytes) share_buffer(*task, t);
+  if (!task->shared && small) {
     task->shm = shm_.get();
-    task->scratch = {shm_->begin(), shm_->end()};
+    task->scratch = {shm_->control_begin(), shm_->control_end()};
   }
   return post_collective(std::move(task));
 }
 
 Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device device) {
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
-  if (!device.is_cpu() || !on_one_node_ || numel == 0)
-    return ProcessGroup::collective_buffer(numel, dtype, device);
-  std::shared_ptr<ShmBuffer> buffer = ShmBuffer::create(creation_comm(), bytes);
+  std::shared_ptr<ShmBuffer> buffer;
+  if (device.is_cpu() && on_one_node_ && numel > 0) {
+    const char* off = std::getenv("DPT_SHM_BUFFERS");
+    buffer = ShmBuffer::create(creation_comm(), bytes, !off || std::strcmp(off, "0") != 0);
+  }
   if (!buffer) return ProcessGroup::collective_buffer(numel, dtype, device);
   {
     std::lock_guard<std::mutex> lock(buffers_mutex_);
@@ -423,32 +440,24 @@ Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device dev
 }
 
 void MpiProcessGroup::share_buffer(MpiOp& task, const Tensor& t) {
-  std::shared_ptr<ShmBuffer> buffer =
-      shared_buffer_of(t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
-  if (!buffer) return;
-  task.shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
-  task.scratch = {buffer->control_begin(), buffer->control_end()};
-  task.shared = std::move(buffer);
-}
-
-std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const void* data, size_t bytes) {
-  if (bytes == 0) return nullptr;
+  const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+  if (bytes == 0) return;
   std::lock_guard<std::mutex> lock(buffers_mutex_);
-  for (const auto& weak : buffers_)
-    if (auto buffer = weak.lock(); buffer && buffer->contains(data, bytes)) return buffer;
-  return nullptr;
+  for (const auto& weak : buffers_) {
+    std::shared_ptr<ShmBuffer> buffer = weak.lock();
+    if (!buffer || !buffer->contains(t.raw_data(), bytes)) continue;
+    task.shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
+    task.scratch = {buffer->control_begin(), buffer->control_end()};
+    task.shared = std::move(buffer);
+    return;
+  }
 }
 
 WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
   count_collective(t);
   check_tensor("broadcast", t, "the tensor", device_of(t), true);
   check_peer("broadcast", "root", root);
-  auto task = make_op(OpKind::broadcast, comm_, *this);
-  task->peer = root;
-  task->out = t;
-  task->writes = span_of(t);
-  task->dtype = t.dtype();
-  task->n = t.numel();
+  auto task = make_op(OpKind::broadcast, t, Tensor(), t.numel(), ReduceOp::sum, root);
   if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.broadcast(t, root); });
   return post_collective(std::move(task));
 }
@@ -465,18 +474,12 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   DPT_CHECK(in.numel() == mine.end - mine.begin)
       << "all_gather on " << name() << ": out has " << n << " elements, so rank " << rank()
       << "'s in must have " << mine.end - mine.begin << " (chunk_of), got " << in.numel();
-  auto task = make_op(OpKind::all_gather, comm_, *this);
+  auto task = make_op(OpKind::all_gather, out, in, n);
   const char* own_chunk = static_cast<const char*>(out.raw_data()) + mine.begin * dtype_size(out.dtype());
   task->in_place = in.numel() > 0 && in.raw_data() == own_chunk;
   DPT_CHECK(task->in_place || !overlaps(in, out))
       << "all_gather on " << name() << ": in overlaps out other than as rank " << rank()
       << "'s own chunk (elements " << mine.begin << ".." << mine.end << ")";
-  task->out = out;
-  task->in = in;
-  task->writes = span_of(out);
-  task->reads = span_of(in);
-  task->dtype = out.dtype();
-  task->n = n;
   if (device.is_cuda()) return post_nccl(task, out, [&](DeviceCollectives& b) { return b.all_gather(out, in); });
   set_chunks(*task, n, size());
   share_buffer(*task, out);
@@ -497,14 +500,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
       << "reduce_scatter on " << name() << ": in has " << n << " elements, so rank " << rank()
       << "'s out must have " << mine.end - mine.begin << " (chunk_of), got " << out.numel();
   DPT_CHECK(!overlaps(in, out)) << "reduce_scatter on " << name() << ": out overlaps in";
-  auto task = make_op(OpKind::reduce_scatter, comm_, *this);
-  task->reduce = op;
-  task->out = out;
-  task->in = in;
-  task->writes = span_of(out);
-  task->reads = span_of(in);
-  task->dtype = in.dtype();
-  task->n = n;
+  auto task = make_op(OpKind::reduce_scatter, out, in, n, op);
   if (device.is_cuda())
     return post_nccl(task, out, [&](DeviceCollectives& b) { return b.reduce_scatter(out, in, op); });
   set_chunks(*task, n, size());
@@ -517,13 +513,8 @@ WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
   check_tensor("reduce", t, "the tensor", device_of(t));
   check_reduce("reduce", t, op);
   check_peer("reduce", "root", root);
-  auto task = make_op(OpKind::reduce, comm_, *this);
-  task->reduce = op;
-  task->peer = root;
-  task->out = t;
-  (rank() == root ? task->writes : task->reads) = span_of(t);
-  task->dtype = t.dtype();
-  task->n = t.numel();
+  auto task = make_op(OpKind::reduce, t, Tensor(), t.numel(), op, root);
+  if (rank() != root) std::swap(task->reads, task->writes);  // only read there
   if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.reduce(t, root, op); });
   return post_collective(std::move(task));
 }
@@ -534,16 +525,7 @@ WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
   check_tensor("gather", in, "in", device, true);
   if (rank() == root) check_tensor("gather", out, "out", device, true);
   check_gather(*this, out, in, root);
-  auto task = make_op(OpKind::gather, comm_, *this);
-  task->peer = root;
-  task->in = in;
-  task->reads = span_of(in);
-  if (rank() == root) {
-    task->out = out;
-    task->writes = span_of(out);
-  }
-  task->dtype = in.dtype();
-  task->n = in.numel();
+  auto task = make_op(OpKind::gather, rank() == root ? out : Tensor(), in, in.numel(), ReduceOp::sum, root);
   if (device.is_cuda()) return post_nccl(task, in, [&](DeviceCollectives& b) { return b.gather(out, in, root); });
   return post_collective(std::move(task));
 }
@@ -554,16 +536,7 @@ WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) 
   check_tensor("scatter", out, "out", device, true);
   if (rank() == root) check_tensor("scatter", in, "in", device, true);
   check_scatter(*this, out, in, root);
-  auto task = make_op(OpKind::scatter, comm_, *this);
-  task->peer = root;
-  task->out = out;
-  task->writes = span_of(out);
-  if (rank() == root) {
-    task->in = in;
-    task->reads = span_of(in);
-  }
-  task->dtype = out.dtype();
-  task->n = out.numel();
+  auto task = make_op(OpKind::scatter, out, rank() == root ? in : Tensor(), out.numel(), ReduceOp::sum, root);
   if (device.is_cuda()) return post_nccl(task, out, [&](DeviceCollectives& b) { return b.scatter(out, in, root); });
   return post_collective(std::move(task));
 }
@@ -576,12 +549,7 @@ WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
   check_tensor("all_to_all", out, "out", device, true);
   check_tensor("all_to_all", in, "in", device, true);
   const AllToAllLayout layout = all_to_all_layout(*this, out, in, out_splits, in_splits);
-  auto task = make_op(OpKind::all_to_all, comm_, *this);
-  task->out = out;
-  task->in = in;
-  task->writes = span_of(out);
-  task->reads = span_of(in);
-  task->dtype = out.dtype();
+  auto task = make_op(OpKind::all_to_all, out, in, 0);
   // Each count and offset is at most numel() <= INT_MAX (check_tensor).
   auto as_int = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
   task->counts = as_int(layout.out_counts);
@@ -595,7 +563,7 @@ WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
 
 WorkPtr MpiProcessGroup::barrier() {
   count_collective();
-  return post_collective(make_op(OpKind::barrier, comm_, *this));
+  return post_collective(make_op(OpKind::barrier, Tensor(), Tensor(), 0));
 }
 
 std::shared_ptr<MpiOp> MpiProcessGroup::make_message(const P2POp& m) {
@@ -607,13 +575,10 @@ std::shared_ptr<MpiOp> MpiProcessGroup::make_message(const P2POp& m) {
   check_tag(op, m.tag);
   DPT_CHECK(m.tag == 0 || !m.tensor.device().is_cuda())
       << op << " on " << name() << " (NCCL): tag " << m.tag << "; NCCL has no tags, use 0";
-  auto task = make_op(m.send ? OpKind::send : OpKind::recv, comm_, *this);
-  task->peer = m.peer;
+  const OpKind kind = m.send ? OpKind::send : OpKind::recv;
+  auto task = make_op(kind, m.tensor, Tensor(), m.tensor.numel(), ReduceOp::sum, m.peer);
+  if (m.send) std::swap(task->reads, task->writes);  // only read
   task->tag = m.tag;
-  task->out = m.tensor;
-  (m.send ? task->reads : task->writes) = span_of(m.tensor);
-  task->dtype = m.tensor.dtype();
-  task->n = m.tensor.numel();
   return task;
 }
 

@@ -11,17 +11,8 @@
 namespace dpt::dist {
 
 const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::avg:
-      return "avg";
-    case ReduceOp::min:
-      return "min";
-    case ReduceOp::max:
-      return "max";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"sum", "avg", "min", "max"};
+  return kNames[static_cast<int>(op)];
 }
 
 Chunk chunk_of(int64_t n, int size, int rank) {
