@@ -120,8 +120,7 @@ bool CommThread::post_started(const std::shared_ptr<CommTask>& task) {
   bool was_blocked;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    DPT_CHECK(!stopping_) << task->describe() << ": the group's communication thread has stopped "
-                          << "(dist::finalize() or the group was destroyed)";
+    check_running(*task);
     take_queue_locked();  // earlier collectives first: the order of starts is the order of calls
     waiting_.push_back(task);
     ++in_flight_count_;
@@ -145,13 +144,17 @@ bool CommThread::post_started(const std::shared_ptr<CommTask>& task) {
 void CommThread::post_queued(const std::shared_ptr<CommTask>& task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    DPT_CHECK(!stopping_) << task->describe() << ": the group's communication thread has stopped "
-                          << "(dist::finalize() or the group was destroyed)";
+    check_running(*task);
     queue_.push_back(task);
     queued_.store(true, std::memory_order_relaxed);
     if (polling_waiter_) return;  // it takes the queue in its next round, or wakes us on leaving
   }
   cv_.notify_one();
+}
+
+void CommThread::check_running(const CommTask& task) const {
+  DPT_CHECK(!stopping_) << task.describe() << ": the group's communication thread has stopped "
+                        << "(dist::finalize() or the group was destroyed)";
 }
 
 bool CommThread::stop(std::chrono::milliseconds timeout) {

@@ -1,25 +1,20 @@
 // The collectives of one process group: queued in call order, started in that order as
 // nonblocking MPI operations, progressed (MPI_Testsome) and completed in call order.
 //
-// Who makes the MPI calls. MPI forbids two threads touching the same request at once, so
-// the group's in-flight state (the requests, the tasks not yet started) belongs to whoever
-// holds the group's poll token, a mutex:
-//  - the caller, in post(), when the token is free: it starts its collective itself (no
-//    hand-off to another thread, so a small all_reduce costs what MPI_Iallreduce costs);
-//    when the token is busy the collective is queued and its holder starts it;
-//  - the caller, in wait(): the waiting thread polls the group's requests itself until its
-//    task is complete (like MPI_Wait: no thread wake-up on completion). One waiter at a time
-//    does this; another waits on a condition variable as below;
-//  - the communication thread, otherwise: it polls what callers left in flight (the
-//    collectives DDP launches during backward) with a back-off sleep, so it does not take
-//    a core from compute. While a waiter polls, or nothing is in flight, it blocks on a
-//    condition variable: no timed wake-ups that would preempt a polling rank (on a 2-core VM
-//    they cost ~20% of a 64 KB - 4 MB all_reduce). A caller that leaves a collective in
-//    flight wakes it (one futex wake, when it is blocked).
-// Whoever holds the token starts tasks in call order and completes them in call order, so
-// the ordering guarantees below do not depend on which thread made the calls. Under
-// MPI_THREAD_SERIALIZED each MPI call also takes the process-wide mutex (mpi_check.h), and a
-// polling waiter yields between fruitless polls so other groups' threads get it.
+// Who makes the MPI calls. MPI forbids two threads touching one request at once, so the
+// group's in-flight state belongs to whoever holds the group's poll token, a mutex:
+//  - the caller, in post(), when the token is free: it starts its collective itself (a
+//    small all_reduce costs what MPI_Iallreduce costs); else its holder starts it;
+//  - the caller, in wait(): one waiter at a time polls the group's requests itself until
+//    its task is complete (like MPI_Wait); another sleeps on a condition variable;
+//  - the communication thread, otherwise: it polls what callers left in flight (DDP's
+//    bucket all-reduces during backward) with a back-off sleep, so it does not take a core
+//    from compute. While a waiter polls, or nothing is in flight, it blocks: no timed
+//    wake-ups that would preempt a polling rank (on a 2-core VM they cost ~20% of a
+//    64 KB - 4 MB all_reduce). A caller that leaves a collective in flight wakes it.
+// The token's holder starts and completes tasks in call order, whichever thread it is.
+// Under MPI_THREAD_SERIALIZED each MPI call also takes the process-wide mutex (mpi_check.h),
+// and a polling waiter yields between fruitless polls so other groups' threads get it.
 // Locks, outermost first: the token, a task's mutex_, the CommThread's mutex_.
 #pragma once
 
@@ -70,19 +65,14 @@ class CommTask : public Work {
   ByteSpan reads, writes, scratch;
 
   // Returns once this task and every earlier one of its group are complete; rethrows the
-  // task's error as dpt::Error. Polls the group's requests itself when it can take the poll
-  // token, else blocks on a condition variable. With a timeout set, throws Error naming the
-  // collective when it is not complete in time; the collective stays in flight (the
-  // communication thread goes on polling it) and a later wait() may still succeed.
+  // task's error. With a timeout set, throws Error naming the collective when it is not
+  // complete in time; it stays in flight, and a later wait() may still succeed.
   void wait() override;
-  // Does not progress the task itself; when it is not complete, makes sure the group's
-  // thread is awake to progress it (a task that needs no MPI request may otherwise wait
-  // for the next wait() or post() of its group).
+  // Does not progress the task; when it is not complete, wakes the group's thread to do it.
   bool is_completed() override;
-  // Progresses its group once on the calling thread when the group's poll token is free,
-  // then is_completed(): for a task that another group's token holder waits on (the stages
-  // of the hierarchical all-reduce), so that no hand-off to a sleeping thread sits between
-  // one stage's completion and the next stage's start.
+  // Progresses its group once on the calling thread when the poll token is free, then
+  // is_completed(): the hierarchical all-reduce's stages, with no hand-off to a sleeping
+  // thread between one stage's completion and the next one's start.
   bool test() override;
   std::string describe() const override = 0;
   // Appended to the timeout message: who did not arrive ("; did not arrive: rank 1 ...").
@@ -90,9 +80,8 @@ class CommTask : public Work {
   virtual std::string timeout_detail() const { return ""; }
 
  protected:
-  // By the poll token's holder (a caller in post() or wait(), or the communication thread),
-  // in call order: starts the operation; returns its request, or MPI_REQUEST_NULL when
-  // there is no MPI request to test (0 elements, or a task that progress() completes).
+  // By the poll token's holder, in call order: starts the operation; returns its request, or
+  // MPI_REQUEST_NULL when there is none (0 elements, or a task that progress() completes).
   // Throws Error on failure.
   virtual MPI_Request start() = 0;
   // By the poll token's holder, after start() returned MPI_REQUEST_NULL and until it returns
@@ -110,7 +99,6 @@ class CommTask : public Work {
   void complete();                    // by the token's holder, after error_ is set (or left empty)
   // Blocks on cv_ while the thread (or the polling waiter) progresses the task; false: timed out.
   bool sleep_until_done(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
-  [[noreturn]] void throw_timeout() const;
 
   CommThread* thread_ = nullptr;  // valid while the task is not complete
   std::chrono::milliseconds timeout_{0};
@@ -155,6 +143,7 @@ class CommThread {
   // Callers.
   bool post_started(const std::shared_ptr<CommTask>& task);  // false: the token is busy
   void post_queued(const std::shared_ptr<CommTask>& task);
+  void check_running(const CommTask& task) const;  // under mutex_: Error once stop() began
   void poke();                         // a caller began to sleep in wait()
   bool enter_polling();                // from wait(), under the task's mutex; true: this caller polls
   bool poll_until_done(CommTask& task, Clock::time_point deadline);  // false: timed out

@@ -1,10 +1,8 @@
-// The all-reduce of a group whose ranks span several hosts, built from sub-groups: the
-// ranks of each host reduce-scatter through shared memory (so each local rank owns 1/P of
-// the tensor), each local rank all-reduces its share across hosts with the ranks of the same
-// local index, and an all-gather within each host completes the tensor. Between hosts the
-// shares can travel as bf16 (half the bytes), summed in f32. Why: across hosts the link, not
-// the cores, is the limit; this way each byte of the tensor crosses it once per host, in
-// P parallel streams, instead of every rank's whole tensor taking its turn.
+// The all-reduce of a group whose ranks span several hosts, built from sub-groups: reduce-
+// scatter within each host (each local rank owns 1/P of the tensor), all-reduce each share
+// across hosts among the ranks of one local index (as bf16 if asked: half the bytes, summed
+// in f32), all-gather within each host. Across hosts the link is the limit: this way each
+// byte crosses it once per host, in P parallel streams.
 #pragma once
 
 #include <memory>
@@ -29,8 +27,7 @@ struct HostGroups {
 };
 
 // One hierarchical all-reduce of `t`, a stage machine that the parent group's poll token's
-// holder advances (CommTask::progress): each stage is a collective of `host` or `across`,
-// posted once the one before has completed.
+// holder advances (CommTask::progress), each stage a collective of `host` or `across`:
 //   1. host->reduce_scatter: this rank's share, chunk_of(n, P, local rank), summed over its
 //      host (for min/max: reduced) in f32;
 //   2. across->all_to_all of the share as the wire dtype (bf16 when compressed: rounded to

@@ -37,11 +37,6 @@ enum class OpKind {
 const char* op_kind_name(OpKind kind);
 bool is_reduction(OpKind kind);
 bool is_rooted(OpKind kind);
-// "all_reduce(sum) of 1000 f32", "broadcast of 10 f32 from rank 0", "gather of 3 f32 per
-// rank to rank 1", "all_to_all of f32", "barrier": a collective's signature as text, for
-// messages on every rank alike. all_to_all's counts differ between ranks: its signature has
-// none (debug: collectives checks its splits apart).
-std::string signature_text(const CallSignature& sig);
 
 // One collective: what to run, on which buffers; the tensors stay alive until it completes.
 struct MpiOp final : public CommTask {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <sstream>
 
 #include "core/error.h"
@@ -99,7 +100,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_dup(comm_, &creation_));
   MPI_CHECK(MPI_Comm_set_errhandler(creation_, MPI_ERRORS_RETURN));
-  control_ = std::make_shared<ControlChannel>(comm_, this->world_ranks(), this->name(), signature_text);
+  control_ = std::make_shared<ControlChannel>(comm_, this->world_ranks(), this->name());
   flight_ = std::make_shared<FlightRing>(this->name(), rank(), this->world_ranks());
   flight_register(flight_);
   int* tag_ub = nullptr;
@@ -246,15 +247,15 @@ MPI_Comm MpiProcessGroup::creation_comm() const {
   return creation_;
 }
 
-WorkPtr MpiProcessGroup::post(std::shared_ptr<CommTask> task) {
-  DPT_CHECK(!shut_down_) << task->describe()
-                         << ": the group was used after it was shut down (dist::finalize())";
+WorkPtr MpiProcessGroup::post(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout) {
+  announce(*task, layout);
   thread_.post(task, timeout());
   return task;
 }
 
 void MpiProcessGroup::announce(MpiOp& call, const AllToAllLayout* layout) {
   DPT_CHECK(!shut_down_) << call.describe() << ": the group was used after it was shut down (dist::finalize())";
+  if (call.kind == OpKind::send || call.kind == OpKind::recv) return;
   const CallSignature signature = call.signature();
   call.control = control_.get();
   call.seq = control_->record(signature);
@@ -272,17 +273,12 @@ void MpiProcessGroup::announce(MpiOp& call, const AllToAllLayout* layout) {
   }
 }
 
-WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout) {
-  announce(*task, layout);
-  return post(std::move(task));
-}
-
 WorkPtr MpiProcessGroup::post_nccl(std::shared_ptr<MpiOp> call, const Tensor& t,
                                    const std::function<WorkPtr(DeviceCollectives&)>& launch,
                                    const AllToAllLayout* layout) {
   DeviceCollectives& backend = nccl(t);  // first: made collectively, and refused after shutdown
   const bool collective = call->kind != OpKind::send && call->kind != OpKind::recv;
-  if (collective) announce(*call, layout);
+  announce(*call, layout);
   // From here the call only describes, for the watchdog, which may outlive this group: it
   // gets its own copy of the name, and the backend keeps the tensors alive.
   auto group_name = std::make_shared<const std::string>(name());
@@ -356,6 +352,76 @@ void set_chunks(MpiOp& op, int64_t n, int size) {
   }
 }
 
+// Whether the bytes of a and b overlap (false when either is empty).
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const size_t na = a.numel() * dtype_size(a.dtype()), nb = b.numel() * dtype_size(b.dtype());
+  if (na == 0 || nb == 0) return false;
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  return pa < pb + nb && pb < pa + na;
+}
+
+// gather's or scatter's checks; `whole` is the tensor of size() blocks that only root has.
+void check_blocks(const ProcessGroup& group, const char* op, const Tensor& whole, const char* whole_name,
+                  const Tensor& part, const char* part_name, int root) {
+  DPT_CHECK(root >= 0 && root < group.size())
+      << op << " on " << group.name() << ": root " << root << " is not a rank of this group of "
+      << group.size() << " (0.." << group.size() - 1 << ")";
+  if (group.rank() != root) return;
+  DPT_CHECK(whole.dtype() == part.dtype())
+      << op << " on " << group.name() << ": " << whole_name << " is " << dtype_name(whole.dtype()) << " but "
+      << part_name << " is " << dtype_name(part.dtype());
+  DPT_CHECK(whole.numel() == group.size() * part.numel())
+      << op << " on " << group.name() << ": root " << root << "'s " << whole_name << " must hold "
+      << group.size() << " x " << part.numel() << " = " << group.size() * part.numel()
+      << " elements (a block of " << part_name << "'s size per rank), got " << whole.numel();
+  DPT_CHECK(!overlaps(whole, part)) << op << " on " << group.name() << ": out overlaps in";
+}
+
+// One side of all_to_all: `splits` (empty: equal) of n elements, checked.
+void layout_side(const ProcessGroup& group, const char* what, const std::vector<int64_t>& splits, int64_t n,
+                 std::vector<int64_t>& counts, std::vector<int64_t>& offsets) {
+  const int size = group.size();
+  if (splits.empty()) {
+    DPT_CHECK(n % size == 0) << "all_to_all on " << group.name() << ": " << what << " has " << n
+                             << " elements, which do not split equally over " << size
+                             << " ranks (pass the splits)";
+    counts.assign(size, n / size);
+  } else {
+    DPT_CHECK(static_cast<int>(splits.size()) == size)
+        << "all_to_all on " << group.name() << ": " << splits.size() << " " << what
+        << " splits for a group of " << size << " ranks (one per rank)";
+    for (int r = 0; r < size; ++r)
+      DPT_CHECK(splits[r] >= 0) << "all_to_all on " << group.name() << ": " << what << " split " << r
+                                << " is " << splits[r] << " (must be >= 0)";
+    const int64_t total = std::accumulate(splits.begin(), splits.end(), int64_t{0});
+    DPT_CHECK(total == n) << "all_to_all on " << group.name() << ": the " << what << " splits add up to "
+                          << total << " elements, but " << what << " has " << n;
+    counts = splits;
+  }
+  offsets.assign(size, 0);
+  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+}
+
+// all_to_all's blocks, from the splits (empty: equal), checked against the requirements
+// that one rank can check.
+AllToAllLayout all_to_all_layout(const ProcessGroup& group, const Tensor& out, const Tensor& in,
+                                 const std::vector<int64_t>& out_splits,
+                                 const std::vector<int64_t>& in_splits) {
+  DPT_CHECK(in.dtype() == out.dtype()) << "all_to_all on " << group.name() << ": out is "
+                                       << dtype_name(out.dtype()) << " but in is " << dtype_name(in.dtype());
+  DPT_CHECK(!overlaps(in, out)) << "all_to_all on " << group.name() << ": out overlaps in";
+  AllToAllLayout layout;
+  layout_side(group, "out", out_splits, out.numel(), layout.out_counts, layout.out_offsets);
+  layout_side(group, "in", in_splits, in.numel(), layout.in_counts, layout.in_offsets);
+  const int me = group.rank();
+  DPT_CHECK(layout.in_counts[me] == layout.out_counts[me])
+      << "all_to_all on " << group.name() << ": rank " << me << " sends itself " << layout.in_counts[me]
+      << " elements (in split " << me << ") but expects " << layout.out_counts[me] << " (out split " << me
+      << ")";
+  return layout;
+}
+
 // The device a call runs on: its first defined tensor's (CPU for none).
 Device device_of(const Tensor& a, const Tensor& b = Tensor()) {
   if (a.defined()) return a.device();
@@ -407,7 +473,7 @@ WorkPtr MpiProcessGroup::all_reduce_as(const Tensor& t, ReduceOp op, bool bf16) 
   if (use_hierarchy(t, bf16)) {
     task->hierarchical = std::make_unique<HierarchicalAllReduce>(host_groups_, t, op, bf16, size());
     task->scratch = {&hierarchy_token_, &hierarchy_token_ + 1};  // its sub-groups' calls must not interleave
-    return post_collective(std::move(task));
+    return post(std::move(task));
   }
   const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
   const bool small = shm_ && bytes <= shm_->bytes() / 2;
@@ -418,7 +484,7 @@ WorkPtr MpiProcessGroup::all_reduce_as(const Tensor& t, ReduceOp op, bool bf16) 
     task->shm = shm_.get();
     task->scratch = {shm_->control_begin(), shm_->control_end()};
   }
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device device) {
@@ -459,7 +525,7 @@ WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
   check_peer("broadcast", "root", root);
   auto task = make_op(OpKind::broadcast, t, Tensor(), t.numel(), ReduceOp::sum, root);
   if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.broadcast(t, root); });
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
@@ -483,7 +549,7 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   if (device.is_cuda()) return post_nccl(task, out, [&](DeviceCollectives& b) { return b.all_gather(out, in); });
   set_chunks(*task, n, size());
   share_buffer(*task, out);
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
@@ -505,7 +571,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
     return post_nccl(task, out, [&](DeviceCollectives& b) { return b.reduce_scatter(out, in, op); });
   set_chunks(*task, n, size());
   share_buffer(*task, in);
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
@@ -516,7 +582,7 @@ WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
   auto task = make_op(OpKind::reduce, t, Tensor(), t.numel(), op, root);
   if (rank() != root) std::swap(task->reads, task->writes);  // only read there
   if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.reduce(t, root, op); });
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
@@ -524,10 +590,10 @@ WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
   const Device device = device_of(in);
   check_tensor("gather", in, "in", device, true);
   if (rank() == root) check_tensor("gather", out, "out", device, true);
-  check_gather(*this, out, in, root);
+  check_blocks(*this, "gather", out, "out", in, "in", root);
   auto task = make_op(OpKind::gather, rank() == root ? out : Tensor(), in, in.numel(), ReduceOp::sum, root);
   if (device.is_cuda()) return post_nccl(task, in, [&](DeviceCollectives& b) { return b.gather(out, in, root); });
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) {
@@ -535,10 +601,10 @@ WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) 
   const Device device = device_of(out);
   check_tensor("scatter", out, "out", device, true);
   if (rank() == root) check_tensor("scatter", in, "in", device, true);
-  check_scatter(*this, out, in, root);
+  check_blocks(*this, "scatter", in, "in", out, "out", root);
   auto task = make_op(OpKind::scatter, out, rank() == root ? in : Tensor(), out.numel(), ReduceOp::sum, root);
   if (device.is_cuda()) return post_nccl(task, out, [&](DeviceCollectives& b) { return b.scatter(out, in, root); });
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
@@ -558,12 +624,12 @@ WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
   task->in_displs = as_int(layout.in_offsets);
   if (device.is_cuda())
     return post_nccl(task, out, [&](DeviceCollectives& b) { return b.all_to_all(out, in, layout); }, &layout);
-  return post_collective(std::move(task), &layout);
+  return post(std::move(task), &layout);
 }
 
 WorkPtr MpiProcessGroup::barrier() {
   count_collective();
-  return post_collective(make_op(OpKind::barrier, Tensor(), Tensor(), 0));
+  return post(make_op(OpKind::barrier, Tensor(), Tensor(), 0));
 }
 
 std::shared_ptr<MpiOp> MpiProcessGroup::make_message(const P2POp& m) {

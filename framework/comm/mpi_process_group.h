@@ -125,13 +125,12 @@ class MpiProcessGroup final : public ProcessGroup {
   // The NCCL backend for t's device, made on first use (collective over this group).
   DeviceCollectives& nccl(const Tensor& t);
 
-  WorkPtr post(std::shared_ptr<CommTask> task);
-  // Numbers a collective, records it in the flight ring and checks it in debug mode
-  // (all_to_all's counts too, from its layout): the front end's part of every collective.
+  // Refuses a call after shutdown; numbers a collective (not send/recv), records it in the
+  // flight ring and checks it in debug mode (all_to_all's counts too, from its layout).
   void announce(MpiOp& call, const AllToAllLayout* layout);
   // announce(), then post to the MPI backend.
-  WorkPtr post_collective(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout = nullptr);
-  // A CUDA call: announce() (collectives only), launch it on the NCCL backend of `t`'s device,
+  WorkPtr post(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout = nullptr);
+  // A CUDA call: announce(), launch it on the NCCL backend of `t`'s device,
   // and hand its Work to the process watchdog.
   WorkPtr post_nccl(std::shared_ptr<MpiOp> call, const Tensor& t, const std::function<WorkPtr(DeviceCollectives&)>& launch,
                     const AllToAllLayout* layout = nullptr);
