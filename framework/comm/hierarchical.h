@@ -23,7 +23,6 @@ enum class Compression { none, bf16 };
 // with this rank's local index (in group-rank order on each host). Both ordered by group rank.
 struct HostGroups {
   GroupPtr host, across;
-  int per_host = 1;  // P
 };
 
 // One hierarchical all-reduce of `t`, a stage machine that the parent group's poll token's

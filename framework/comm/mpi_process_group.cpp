@@ -195,7 +195,6 @@ void MpiProcessGroup::make_host_groups(int node) {
   };
   MPI_Comm across = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(creation_, local_rank, rank(), &across));
-  host_groups_.per_host = local_size;
   host_groups_.across = sub_group(across, ".across");
   if (local_size > 1) {
     host_groups_.host = sub_group(host, ".host");
@@ -207,9 +206,9 @@ void MpiProcessGroup::make_host_groups(int node) {
 std::string MpiProcessGroup::all_reduce_text() const {
   if (!flat_reason_.empty()) return "flat all-reduce: " + flat_reason_;
   if (!host_groups_.across) return "";
-  const std::string layout = std::to_string(host_groups_.across->size()) + " hosts x " +
-                             std::to_string(host_groups_.per_host) + " rank" +
-                             (host_groups_.per_host == 1 ? "" : "s");
+  const bool many = host_groups_.host != nullptr;  // more than one rank per host
+  const std::string per_host = many ? std::to_string(host_groups_.host->size()) + " ranks" : "1 rank";
+  const std::string layout = std::to_string(host_groups_.across->size()) + " hosts x " + per_host;
   switch (hierarchical_.load()) {
     case Hierarchical::on:
       return "hierarchical all-reduce: " + layout;
@@ -218,7 +217,7 @@ std::string MpiProcessGroup::all_reduce_text() const {
     case Hierarchical::automatic:
       break;
   }
-  return (host_groups_.per_host > 1 ? "hierarchical all-reduce: " : "flat all-reduce: ") + layout;
+  return (many ? "hierarchical all-reduce: " : "flat all-reduce: ") + layout;
 }
 
 DeviceCollectives& MpiProcessGroup::nccl(const Tensor& t) {
@@ -458,7 +457,7 @@ bool MpiProcessGroup::use_hierarchy(const Tensor& t, bool bf16) const {
     case Hierarchical::off:
       return false;
     case Hierarchical::automatic:
-      return host_groups_.per_host > 1;
+      return host_groups_.host != nullptr;
   }
   return false;
 }
