@@ -94,10 +94,11 @@ TensorParallel<Layer, Row>::TensorParallel(const Layer& full, dist::GroupPtr tp)
             Row ? Tensor() : my_shard<Layer, Row>(full.bias(), 0, tp), full.options()),
       tp_(std::move(tp)),
       sum_([group = tp_](const Tensor& t) { group->all_reduce(t, dist::ReduceOp::sum)->wait(); }) {
-  if constexpr (std::is_same_v<Layer, Conv2d>)
+  if constexpr (std::is_same_v<Layer, Conv2d>) {
     DPT_CHECK(full.options().groups == 1)
         << layer_name<Layer, Row>() << ": splits ungrouped convolutions only, got groups "
         << full.options().groups;
+  }
   if (Row && full.bias().defined()) bias_ = this->register_parameter("bias", full.bias().clone());
 }
 
