@@ -26,8 +26,15 @@ int64_t now_us() {
 }
 
 const char* state_name(FlightState state) {
-  static constexpr const char* kNames[] = {"queued", "started", "completed"};
-  return kNames[static_cast<int>(state)];
+  switch (state) {
+    case FlightState::queued:
+      return "queued";
+    case FlightState::started:
+      return "started";
+    case FlightState::completed:
+      return "completed";
+  }
+  return "?";
 }
 
 struct Registry {
@@ -78,13 +85,27 @@ void FlightRing::queued(const FlightCall& call) {
   e = Entry{call, FlightState::queued, t, 0, 0};
 }
 
-void FlightRing::mark(int64_t seq, FlightState state) {
+FlightRing::Entry* FlightRing::find(int64_t seq) {
+  Entry& e = slots_[static_cast<size_t>(seq) % slots_.size()];
+  return e.call.seq == seq ? &e : nullptr;
+}
+
+void FlightRing::started(int64_t seq) {
   const int64_t t = now_us();
   std::lock_guard<std::mutex> lock(mutex_);
-  Entry& e = slots_[static_cast<size_t>(seq) % slots_.size()];
-  if (e.call.seq != seq) return;
-  e.state = state;
-  (state == FlightState::started ? e.started_us : e.completed_us) = t;
+  if (Entry* e = find(seq)) {
+    e->state = FlightState::started;
+    e->started_us = t;
+  }
+}
+
+void FlightRing::completed(int64_t seq) {
+  const int64_t t = now_us();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (Entry* e = find(seq)) {
+    e->state = FlightState::completed;
+    e->completed_us = t;
+  }
 }
 
 nlohmann::json FlightRing::to_json() const {
@@ -197,9 +218,7 @@ std::string flight_dump(const std::string& reason) {
     std::error_code made;
     std::filesystem::create_directories(dir, made);
     const std::string path = dir + "/rank-" + std::to_string(dump["rank"].get<int>()) + ".json";
-    // Two threads of a rank may dump at once (its own timeout, a peer's query): one name each.
-    static std::atomic<int> dumps{0};
-    const std::string temporary = path + ".tmp" + std::to_string(getpid()) + "-" + std::to_string(dumps++);
+    const std::string temporary = path + ".tmp" + std::to_string(getpid());
     {
       std::ofstream out(temporary);
       out << dump.dump(1) << "\n";
