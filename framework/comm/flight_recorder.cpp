@@ -218,7 +218,9 @@ std::string flight_dump(const std::string& reason) {
     std::error_code made;
     std::filesystem::create_directories(dir, made);
     const std::string path = dir + "/rank-" + std::to_string(dump["rank"].get<int>()) + ".json";
-    const std::string temporary = path + ".tmp" + std::to_string(getpid());
+    // Two threads of a rank may dump at once (its own timeout, a peer's query): one name each.
+    static std::atomic<int> dumps{0};
+    const std::string temporary = path + ".tmp" + std::to_string(getpid()) + "-" + std::to_string(dumps++);
     {
       std::ofstream out(temporary);
       out << dump.dump(1) << "\n";
