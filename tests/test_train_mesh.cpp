@@ -1,4 +1,4 @@
-// The train binary on a dp x tp mesh (the `parallel:` section, train/parallel.h), under
+// The train binary on a dp x tp mesh (the `parallel:` section, train/parallel_plan.h), under
 // mpirun: at dp 2 x tp 2 on 4 ranks, the mlp's 20 steps give the losses, evaluations and
 // final weights (gathered whole into model.safetensors) of the data-parallel run on 2 ranks,
 // which reads the same share of every batch on each dp rank; so do 2 steps of a ResNet
