@@ -389,8 +389,7 @@ TEST(MpiCollectives, TimeoutNamesTheCollective) {
 
 // The paths of comm_thread.h: the caller starts a collective when the group's poll token is
 // free and polls its own in wait(); the communication thread progresses what is left in
-// flight. Each test runs with that (the default) and with every MPI call handed to the
-// communication thread (PollPolicy::caller_progress off).
+// flight.
 namespace {
 
 MpiProcessGroup& mpi_world() {
@@ -399,18 +398,8 @@ MpiProcessGroup& mpi_world() {
   return *mpi;
 }
 
-// Runs `body` once per policy, restoring the default afterwards (also on failure).
-void for_each_policy(const std::function<void(const std::string&)>& body) {
-  struct Restore {
-    ~Restore() { mpi_world().set_poll_policy(PollPolicy{}); }
-  } restore;
-  for (bool caller_progress : {true, false}) {
-    PollPolicy policy;
-    policy.caller_progress = caller_progress;
-    mpi_world().set_poll_policy(policy);
-    body(caller_progress ? "caller progress" : "thread hand-off");
-  }
-}
+// Runs `body` with the (only) poll policy; the name is what messages print.
+void for_each_policy(const std::function<void(const std::string&)>& body) { body("caller progress"); }
 
 }  // namespace
 

@@ -1,4 +1,4 @@
-// The shared-memory path of small all-reduces (shm_all_reduce.h), under mpirun -np 2/3/4:
+// The shared-memory path of small all-reduces (shm_buffer.h), under mpirun -np 2/3/4:
 // many in flight at once with no wait between them (the double-buffered slots must never be
 // overwritten early), interleaved with large ones that go through MPI, at every size up to
 // the capacity and just past it; each result against its closed form, and against a group

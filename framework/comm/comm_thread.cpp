@@ -18,15 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Clears the polling waiter's role however poll_until_done() ends.
-template <class F>
-struct OnExit {
-  F f;
-  ~OnExit() { f(); }
-};
-template <class F>
-OnExit(F) -> OnExit<F>;
-
 }  // namespace
 
 void CommTask::wait() {
@@ -41,15 +32,20 @@ void CommTask::wait() {
       bool finished;
       if (thread->enter_polling()) {
         lock.unlock();
-        OnExit leave{[thread] { thread->leave_polling(); }};
-        finished = thread->poll_until_done(*this, deadline);
+        try {
+          finished = thread->poll_until_done(*this, deadline);
+        } catch (...) {
+          thread->leave_polling();
+          throw;
+        }
+        thread->leave_polling();
       } else {
         finished = sleep_until_done(lock, deadline);
         lock.unlock();
       }
       // With the poll token and this task's mutex released: the communication thread
       // progresses the group meanwhile, and the detail may take a while to gather.
-      if (!finished) throw_timeout();
+      if (!finished) throw Error(describe() + timeout_text(timeout_) + timeout_detail());
     }
   }
   if (!error_.empty()) throw Error(error_);
@@ -67,10 +63,6 @@ bool CommTask::sleep_until_done(std::unique_lock<std::mutex>& lock, Clock::time_
   }
   waiters_.fetch_sub(1, std::memory_order_relaxed);
   return finished;
-}
-
-void CommTask::throw_timeout() const {
-  throw Error(describe() + timeout_text(timeout_) + timeout_detail());
 }
 
 bool CommTask::is_completed() {
@@ -93,6 +85,10 @@ bool CommTask::test() {
   return is_completed();
 }
 
+void CommTask::fail(const std::string& why) {
+  if (error_.empty()) error_ = describe() + ": " + why;
+}
+
 void CommTask::complete() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -102,7 +98,7 @@ void CommTask::complete() {
   cv_.notify_all();
 }
 
-CommThread::CommThread(PollPolicy policy) : policy_(policy), thread_([this] { run(); }) {}
+CommThread::CommThread() : thread_([this] { run(); }) {}
 
 CommThread::~CommThread() {
   try {
@@ -124,9 +120,7 @@ bool CommThread::post_started(const std::shared_ptr<CommTask>& task) {
   bool was_blocked;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    DPT_CHECK(!stopping_) << task->describe() << ": the group's communication thread has stopped "
-                          << "(dist::finalize() or the group was destroyed)";
-    if (!policy_.caller_progress) return false;
+    check_running(*task);
     take_queue_locked();  // earlier collectives first: the order of starts is the order of calls
     waiting_.push_back(task);
     ++in_flight_count_;
@@ -150,13 +144,17 @@ bool CommThread::post_started(const std::shared_ptr<CommTask>& task) {
 void CommThread::post_queued(const std::shared_ptr<CommTask>& task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    DPT_CHECK(!stopping_) << task->describe() << ": the group's communication thread has stopped "
-                          << "(dist::finalize() or the group was destroyed)";
+    check_running(*task);
     queue_.push_back(task);
     queued_.store(true, std::memory_order_relaxed);
     if (polling_waiter_) return;  // it takes the queue in its next round, or wakes us on leaving
   }
   cv_.notify_one();
+}
+
+void CommThread::check_running(const CommTask& task) const {
+  DPT_CHECK(!stopping_) << task.describe() << ": the group's communication thread has stopped "
+                        << "(dist::finalize() or the group was destroyed)";
 }
 
 bool CommThread::stop(std::chrono::milliseconds timeout) {
@@ -178,11 +176,9 @@ bool CommThread::stop(std::chrono::milliseconds timeout) {
 }
 
 void CommThread::set_poll_policy(const PollPolicy& policy) {
-  DPT_CHECK(policy.min_sleep_us >= 0 && policy.max_sleep_us >= policy.min_sleep_us && policy.growth >= 1.0 &&
-            policy.idle_yield_us >= 0)
-      << "PollPolicy needs 0 <= min_sleep_us <= max_sleep_us, growth >= 1 and idle_yield_us >= 0, got "
-      << policy.min_sleep_us << ", " << policy.max_sleep_us << ", " << policy.growth << ", "
-      << policy.idle_yield_us;
+  DPT_CHECK(policy.min_sleep_us >= 0 && policy.max_sleep_us >= policy.min_sleep_us && policy.growth >= 1.0)
+      << "PollPolicy needs 0 <= min_sleep_us <= max_sleep_us and growth >= 1, got " << policy.min_sleep_us
+      << ", " << policy.max_sleep_us << ", " << policy.growth;
   std::lock_guard<std::mutex> lock(mutex_);
   policy_ = policy;
 }
@@ -202,7 +198,7 @@ void CommThread::poke() {
 
 bool CommThread::enter_polling() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!policy_.caller_progress || polling_waiter_) return false;
+  if (polling_waiter_) return false;
   polling_waiter_ = true;
   return true;
 }
@@ -213,11 +209,11 @@ bool CommThread::poll_until_done(CommTask& task, Clock::time_point deadline) {
   std::lock_guard<std::mutex> token(token_);
   const bool timed = deadline != Clock::time_point::max();
   while (!task.finished()) {
-    const Round r = round(false);
+    const bool progressed = round();
     if (timed && !task.finished() && Clock::now() >= deadline) return false;
     // Under MPI_THREAD_SERIALIZED each poll takes the process-wide MPI mutex, which is not
     // fair: let the other groups' threads have it between polls.
-    if (detail::mpi_serialized && !r.progressed) sched_yield();
+    if (detail::mpi_serialized && !progressed) sched_yield();
   }
   return true;
 }
@@ -244,13 +240,15 @@ void CommThread::run() {
     const PollPolicy policy = policy_;
     if (!has_work()) {
       if (stopping_ && !polling_waiter_ && queue_.empty() && in_flight_count_ == 0) break;
-      idle_wait(lock, policy);
+      blocked_ = true;
+      cv_.wait(lock, [&] { return has_work() || (stopping_ && !polling_waiter_); });
+      blocked_ = false;
       sleep_us = policy.min_sleep_us;
       continue;
     }
     lock.unlock();
     const Round r = try_round();
-    if (!r.ran || (policy.spin_when_waited && r.waited)) {
+    if (!r.ran || r.waited) {
       // The token was busy (a caller starting a collective, or one that just began to poll),
       // or a caller blocked in wait() computes nothing: poll again at once, but let any
       // other runnable thread go first.
@@ -268,22 +266,6 @@ void CommThread::run() {
   drained_cv_.notify_all();
 }
 
-void CommThread::idle_wait(std::unique_lock<std::mutex>& lock, const PollPolicy& policy) {
-  auto wake = [&] { return has_work() || (stopping_ && !polling_waiter_); };
-  if (!policy.caller_progress && policy.idle_yield_us > 0) {
-    // The hand-off design: the next collective may follow at once; catch it without a wake-up.
-    const Clock::time_point until = Clock::now() + std::chrono::microseconds(policy.idle_yield_us);
-    while (!wake() && Clock::now() < until) {
-      lock.unlock();
-      sched_yield();
-      lock.lock();
-    }
-  }
-  blocked_ = true;
-  cv_.wait(lock, wake);
-  blocked_ = false;
-}
-
 void CommThread::back_off(std::unique_lock<std::mutex>& lock, double sleep_us) {
   poked_ = false;
   cv_.wait_for(lock, std::chrono::duration<double, std::micro>(sleep_us),
@@ -293,25 +275,21 @@ void CommThread::back_off(std::unique_lock<std::mutex>& lock, double sleep_us) {
 CommThread::Round CommThread::try_round() {
   std::unique_lock<std::mutex> token(token_, std::try_to_lock);
   if (!token.owns_lock()) return {};
-  return round(true);
+  const bool progressed = round();
+  return {true, progressed, waited()};
 }
 
-CommThread::Round CommThread::round(bool check_waited) {
-  Round r;
-  r.ran = true;
-  if (queued_.load(std::memory_order_relaxed)) take_queue();
-  r.progressed = start_ready();
+bool CommThread::round() {
+  if (queued_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    take_queue_locked();
+  }
+  bool progressed = start_ready();
   while (test_in_flight()) {  // a completion may let waiting tasks start
-    r.progressed = true;
+    progressed = true;
     if (!start_ready()) break;
   }
-  r.waited = check_waited && waited();
-  return r;
-}
-
-void CommThread::take_queue() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  take_queue_locked();
+  return progressed;
 }
 
 void CommThread::take_queue_locked() {
@@ -349,18 +327,12 @@ bool CommThread::start_ready() {
 
 void CommThread::start_task(std::shared_ptr<CommTask> task) {
   MPI_Request request = MPI_REQUEST_NULL;
+  bool local = false;
   try {
     request = task->start();
+    local = request == MPI_REQUEST_NULL && !task->progress();
   } catch (const std::exception& e) {
-    task->error_ = task->describe() + ": " + e.what();
-  }
-  bool local = false;
-  if (request == MPI_REQUEST_NULL && task->error_.empty()) {
-    try {
-      local = !task->progress();
-    } catch (const std::exception& e) {
-      task->error_ = task->describe() + ": " + e.what();
-    }
+    task->fail(e.what());
   }
   in_flight_.push_back(std::move(task));
   requests_.push_back(request);
@@ -379,7 +351,7 @@ bool CommThread::progress_local() {
     try {
       local_[i] = !task.progress();
     } catch (const std::exception& e) {
-      task.error_ = task.describe() + ": " + e.what();
+      task.fail(e.what());
       local_[i] = false;
     }
     completed = completed || !local_[i];
@@ -405,7 +377,7 @@ bool CommThread::test_in_flight() {
       CommTask& task = *in_flight_[indices_[i]];
       int code = rc == MPI_ERR_IN_STATUS ? statuses_[i].MPI_ERROR : MPI_SUCCESS;
       if (code != MPI_SUCCESS && code != MPI_ERR_PENDING) {
-        if (task.error_.empty()) task.error_ = task.describe() + ": " + detail::mpi_error_string(code);
+        task.fail(detail::mpi_error_string(code));
         requests_[indices_[i]] = MPI_REQUEST_NULL;
       }
       task.status_ = statuses_[i];
@@ -414,9 +386,7 @@ bool CommThread::test_in_flight() {
     // A failure not tied to one request: fail every task in flight rather than poll forever.
     for (int i = 0; i < n; ++i) {
       if (requests_[i] == MPI_REQUEST_NULL) continue;
-      CommTask& task = *in_flight_[i];
-      if (task.error_.empty())
-        task.error_ = task.describe() + ": MPI_Testsome: " + detail::mpi_error_string(rc);
+      in_flight_[i]->fail("MPI_Testsome: " + detail::mpi_error_string(rc));
       requests_[i] = MPI_REQUEST_NULL;
     }
   }
@@ -431,7 +401,7 @@ bool CommThread::complete_prefix() {
       try {
         task.finish(task.status_);
       } catch (const std::exception& e) {
-        task.error_ = task.describe() + ": " + e.what();
+        task.fail(e.what());
       }
     }
     task.complete();

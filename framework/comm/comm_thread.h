@@ -1,25 +1,20 @@
 // The collectives of one process group: queued in call order, started in that order as
 // nonblocking MPI operations, progressed (MPI_Testsome) and completed in call order.
 //
-// Who makes the MPI calls. MPI forbids two threads touching the same request at once, so
-// the group's in-flight state (the requests, the tasks not yet started) belongs to whoever
-// holds the group's poll token, a mutex:
-//  - the caller, in post(), when the token is free: it starts its collective itself (no
-//    hand-off to another thread, so a small all_reduce costs what MPI_Iallreduce costs);
-//    when the token is busy the collective is queued and its holder starts it;
-//  - the caller, in wait(): the waiting thread polls the group's requests itself until its
-//    task is complete (like MPI_Wait: no thread wake-up on completion). One waiter at a time
-//    does this; another waits on a condition variable as below;
-//  - the communication thread, otherwise: it polls what callers left in flight (the
-//    collectives DDP launches during backward) with a back-off sleep, so it does not take
-//    a core from compute. While a waiter polls, or nothing is in flight, it blocks on a
-//    condition variable: no timed wake-ups that would preempt a polling rank (on a 2-core VM
-//    they cost ~20% of a 64 KB - 4 MB all_reduce). A caller that leaves a collective in
-//    flight wakes it (one futex wake, when it is blocked).
-// Whoever holds the token starts tasks in call order and completes them in call order, so
-// the ordering guarantees below do not depend on which thread made the calls. Under
-// MPI_THREAD_SERIALIZED each MPI call also takes the process-wide mutex (mpi_check.h), and a
-// polling waiter yields between fruitless polls so other groups' threads get it.
+// Who makes the MPI calls. MPI forbids two threads touching one request at once, so the
+// group's in-flight state belongs to whoever holds the group's poll token, a mutex:
+//  - the caller, in post(), when the token is free: it starts its collective itself (a
+//    small all_reduce costs what MPI_Iallreduce costs); else its holder starts it;
+//  - the caller, in wait(): one waiter at a time polls the group's requests itself until
+//    its task is complete (like MPI_Wait); another sleeps on a condition variable;
+//  - the communication thread, otherwise: it polls what callers left in flight (DDP's
+//    bucket all-reduces during backward) with a back-off sleep, so it does not take a core
+//    from compute. While a waiter polls, or nothing is in flight, it blocks: no timed
+//    wake-ups that would preempt a polling rank (on a 2-core VM they cost ~20% of a
+//    64 KB - 4 MB all_reduce). A caller that leaves a collective in flight wakes it.
+// The token's holder starts and completes tasks in call order, whichever thread it is.
+// Under MPI_THREAD_SERIALIZED each MPI call also takes the process-wide mutex (mpi_check.h),
+// and a polling waiter yields between fruitless polls so other groups' threads get it.
 // Locks, outermost first: the token, a task's mutex_, the CommThread's mutex_.
 #pragma once
 
@@ -41,25 +36,15 @@ namespace dpt::dist {
 
 class CommThread;
 
-// How the work is shared between callers and the communication thread, and how the thread
-// waits. For requests in flight: after an MPI_Testsome that finds nothing finished it sleeps
-// min_sleep_us, then growth times longer each time, up to max_sleep_us; any completion
-// resets the sleep.
+// How the communication thread waits for requests in flight: after an MPI_Testsome that
+// finds nothing finished it sleeps min_sleep_us, then growth times longer each time, up to
+// max_sleep_us; any completion resets the sleep. While a caller is blocked in wait() without
+// polling (another thread of its rank is the polling waiter) it computes nothing, so the
+// thread then polls without sleeping, yielding the core between polls.
 struct PollPolicy {
   int min_sleep_us = 2;
   int max_sleep_us = 128;
   double growth = 1.25;
-  // Callers start their collectives and waiters poll their own (see above). false: every MPI
-  // call on the communication thread, with a hand-off each way (~5-8 us a collective; kept
-  // for comparison in tools/bench/bench_allreduce and as a fallback).
-  bool caller_progress = true;
-  // A caller blocked in wait() that is not polling itself (caller_progress off, or another
-  // thread of this rank is the polling waiter) computes nothing, so the thread polls for it
-  // without sleeping, yielding the core between polls.
-  bool spin_when_waited = true;
-  // caller_progress off only: before blocking, the thread yields for idle_yield_us in case
-  // the next collective follows at once (saves a wake-up of the hand-off).
-  int idle_yield_us = 20;
 };
 
 // Bytes [begin, end) a task reads or writes while in flight.
@@ -76,23 +61,18 @@ class CommTask : public Work {
   // post(). A task does not start while an earlier one in flight writes what it touches or
   // touches what it writes, so all_reduce(t) then broadcast(t) without a wait is fine.
   // scratch: memory outside the tensors that the task uses alone while in flight (the
-  // shared segment of shm_all_reduce.h): tasks with overlapping scratch run one at a time.
+  // segment of a small all-reduce, shm_buffer.h): tasks with overlapping scratch run one at a time.
   ByteSpan reads, writes, scratch;
 
   // Returns once this task and every earlier one of its group are complete; rethrows the
-  // task's error as dpt::Error. Polls the group's requests itself when it can take the poll
-  // token, else blocks on a condition variable. With a timeout set, throws Error naming the
-  // collective when it is not complete in time; the collective stays in flight (the
-  // communication thread goes on polling it) and a later wait() may still succeed.
+  // task's error. With a timeout set, throws Error naming the collective when it is not
+  // complete in time; it stays in flight, and a later wait() may still succeed.
   void wait() override;
-  // Does not progress the task itself; when it is not complete, makes sure the group's
-  // thread is awake to progress it (a task that needs no MPI request may otherwise wait
-  // for the next wait() or post() of its group).
+  // Does not progress the task; when it is not complete, wakes the group's thread to do it.
   bool is_completed() override;
-  // Progresses its group once on the calling thread when the group's poll token is free,
-  // then is_completed(): for a task that another group's token holder waits on (the stages
-  // of the hierarchical all-reduce), so that no hand-off to a sleeping thread sits between
-  // one stage's completion and the next stage's start.
+  // Progresses its group once on the calling thread when the poll token is free, then
+  // is_completed(): the hierarchical all-reduce's stages, with no hand-off to a sleeping
+  // thread between one stage's completion and the next one's start.
   bool test() override;
   std::string describe() const override = 0;
   // Appended to the timeout message: who did not arrive ("; did not arrive: rank 1 ...").
@@ -100,13 +80,12 @@ class CommTask : public Work {
   virtual std::string timeout_detail() const { return ""; }
 
  protected:
-  // By the poll token's holder (a caller in post() or wait(), or the communication thread),
-  // in call order: starts the operation; returns its request, or MPI_REQUEST_NULL when
-  // there is no MPI request to test (0 elements, or a task that progress() completes).
+  // By the poll token's holder, in call order: starts the operation; returns its request, or
+  // MPI_REQUEST_NULL when there is none (0 elements, or a task that progress() completes).
   // Throws Error on failure.
   virtual MPI_Request start() = 0;
   // By the poll token's holder, after start() returned MPI_REQUEST_NULL and until it returns
-  // true: advances a task that completes without MPI (shm_all_reduce.h); true: complete.
+  // true: advances a task that completes without MPI (shm_buffer.h); true: complete.
   // Must not block. Throws Error on failure.
   virtual bool progress() { return true; }
   // By the poll token's holder after the request completed (e.g. divides by the group size
@@ -116,10 +95,10 @@ class CommTask : public Work {
  private:
   friend class CommThread;
   bool finished() const { return done_.load(std::memory_order_acquire); }
-  void complete();  // by the token's holder, after error_ is set (or left empty)
+  void fail(const std::string& why);  // by the token's holder: error_, unless set already
+  void complete();                    // by the token's holder, after error_ is set (or left empty)
   // Blocks on cv_ while the thread (or the polling waiter) progresses the task; false: timed out.
   bool sleep_until_done(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
-  [[noreturn]] void throw_timeout() const;
 
   CommThread* thread_ = nullptr;  // valid while the task is not complete
   std::chrono::milliseconds timeout_{0};
@@ -136,7 +115,7 @@ class CommTask : public Work {
 // they complete in post() order.
 class CommThread {
  public:
-  explicit CommThread(PollPolicy policy = {});
+  CommThread();
   ~CommThread();  // stop(0): drains the queue, however long that takes
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
@@ -164,6 +143,7 @@ class CommThread {
   // Callers.
   bool post_started(const std::shared_ptr<CommTask>& task);  // false: the token is busy
   void post_queued(const std::shared_ptr<CommTask>& task);
+  void check_running(const CommTask& task) const;  // under mutex_: Error once stop() began
   void poke();                         // a caller began to sleep in wait()
   bool enter_polling();                // from wait(), under the task's mutex; true: this caller polls
   bool poll_until_done(CommTask& task, Clock::time_point deadline);  // false: timed out
@@ -172,16 +152,13 @@ class CommThread {
   // The communication thread.
   void run();
   bool has_work() const;  // under mutex_
-  void idle_wait(std::unique_lock<std::mutex>& lock, const PollPolicy& policy);
   void back_off(std::unique_lock<std::mutex>& lock, double sleep_us);
   Round try_round();
 
   // The token's holder.
-  // Takes the queue, starts what may start, tests what is in flight; with check_waited, also
-  // sets Round::waited (the thread's spin_when_waited; a polling waiter has no use for it).
-  Round round(bool check_waited);
-  void take_queue();         // moves queue_ to waiting_
-  void take_queue_locked();  // the same, under mutex_
+  // Takes the queue, starts what may start, tests what is in flight; whether any progressed.
+  bool round();
+  void take_queue_locked();  // moves queue_ to waiting_, under mutex_
   bool start_ready();    // starts waiting tasks while they do not conflict; returns whether any
   bool conflicts(const CommTask& task) const;
   void start_task(std::shared_ptr<CommTask> task);

@@ -102,11 +102,8 @@ class Listener {
 
 }  // namespace
 
-ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
-                               Describe describe)
-    : world_ranks_(std::move(world_ranks)),
-      group_name_(std::move(group_name)),
-      describe_(std::move(describe)) {
+ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name)
+    : world_ranks_(std::move(world_ranks)), group_name_(std::move(group_name)) {
   MPI_CHECK(MPI_Comm_dup(comm, &control_));
   MPI_CHECK(MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(control_, &rank_));
@@ -222,7 +219,7 @@ std::string ControlChannel::rank_name(int rank) const {
 std::string ControlChannel::call_text(const Record& record) const {
   if (record.seq == 0) return "none yet";
   std::ostringstream text;
-  text << "#" << record.seq << " " << describe_(record.signature);
+  text << "#" << record.seq << " " << signature_text(record.signature);
   return text.str();
 }
 
@@ -267,8 +264,8 @@ void ControlChannel::check_same(int64_t seq, const CallSignature& signature, Clo
     const bool same_seq = other.seq == first.seq;
     DPT_FAIL() << group_name_ << ": collective #" << seq
                << " differs between ranks (debug: collectives): " << rank_name(0) << " calls "
-               << (same_seq ? describe_(first.signature) : call_text(first)) << ", " << rank_name(r)
-               << " calls " << (same_seq ? describe_(other.signature) : call_text(other));
+               << (same_seq ? signature_text(first.signature) : call_text(first)) << ", " << rank_name(r)
+               << " calls " << (same_seq ? signature_text(other.signature) : call_text(other));
   }
 }
 
@@ -293,7 +290,7 @@ void ControlChannel::check_counts(int64_t seq, const CallSignature& signature,
   for (int from = 0; from < size_; ++from) {
     for (int to = 0; to < size_; ++to) {
       if (sent(from, to) == expected(to, from)) continue;
-      DPT_FAIL() << group_name_ << ": collective #" << seq << " " << describe_(signature)
+      DPT_FAIL() << group_name_ << ": collective #" << seq << " " << signature_text(signature)
                  << ": the ranks' splits do not match (debug: collectives): " << rank_name(from) << " sends "
                  << sent(from, to) << " elements to " << rank_name(to) << ", which expects "
                  << expected(to, from) << " from it";
@@ -373,7 +370,7 @@ std::string ControlChannel::diagnose_locked(int64_t seq, const CallSignature& si
       silent.push_back(rank_name(r));
     } else if (a.asked.seq == seq) {
       if (!(a.asked.signature == signature))
-        different.push_back(rank_name(r) + " as " + describe_(a.asked.signature));
+        different.push_back(rank_name(r) + " as " + signature_text(a.asked.signature));
     } else if (a.latest.seq < seq) {
       missing.push_back(rank_name(r) + " (its latest collective on " + group_name_ + ": " +
                         call_text(a.latest) + ")");

@@ -1,9 +1,9 @@
 // A process group's side channel for faults. Each rank numbers the group's collectives as
 // it calls them (#1, #2, ...) and keeps the last few; over a duplicate of the group's
-// communicator that no collective data travels on, the process's one listener thread (for
-// every group) answers the other ranks' questions about them. So a rank whose collective timed out can name the ranks that
-// never called it, or called something else; and in debug mode the ranks compare every
-// collective before it runs (as TORCH_DISTRIBUTED_DEBUG=DETAIL does).
+// communicator, the process's one listener thread answers the other ranks' questions about
+// them. So a rank whose collective timed out can name the ranks that never called it, or
+// called something else; and in debug mode the ranks compare every collective before it
+// runs (as TORCH_DISTRIBUTED_DEBUG=DETAIL does).
 // The normal path costs one counter and a 24-byte copy under an uncontended mutex per
 // collective; the listener wakes every kListenInterval to test one receive per group.
 #pragma once
@@ -12,38 +12,38 @@
 
 #include <array>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace dpt::dist {
 
-// What tells one collective call from another across ranks: the backend's operation code,
-// reduce op, dtype, root and element count. Its text comes from the group (describe below).
+// What tells one collective call from another across ranks: the operation (OpKind, mpi_op.h),
+// reduce op, dtype, root and element count.
 struct CallSignature {
   int32_t op = 0, reduce = 0, dtype = 0, root = 0;
   int64_t count = 0;
   bool operator==(const CallSignature&) const = default;
 };
+// "all_reduce(sum) of 1000 f32", "broadcast of 10 f32 from rank 0", "gather of 3 f32 per
+// rank to rank 1", "all_to_all of f32", "barrier": a collective's signature as text, for
+// messages on every rank alike. all_to_all's counts differ between ranks: its signature has
+// none (debug: collectives checks its splits apart). Defined in mpi_op.cpp.
+std::string signature_text(const CallSignature& sig);
 
 class ControlChannel {
  public:
   using Clock = std::chrono::steady_clock;
-  using Describe = std::function<std::string(const CallSignature&)>;
   static constexpr std::chrono::milliseconds kListenInterval{50};
   // How long diagnose() waits for the other ranks' answers.
   static constexpr std::chrono::milliseconds kAnswerWait{1500};
 
   // Collective over `comm` (it is duplicated, not kept). requires: MPI initialised;
-  // world_ranks[r] the world rank of comm's rank r; group_name for messages ("world");
-  // describe gives a call's text ("all_reduce(sum) of 10 f32").
+  // world_ranks[r] the world rank of comm's rank r; group_name for messages ("world").
   // ensures: the process's listener serves it when the group has more than one rank.
-  ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name, Describe describe);
+  ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name);
   ~ControlChannel();  // shutdown()
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
@@ -108,7 +108,6 @@ class ControlChannel {
   MPI_Comm control_ = MPI_COMM_NULL;
   std::vector<int> world_ranks_;
   std::string group_name_;
-  Describe describe_;
   int rank_ = 0, size_ = 1;
 
   std::mutex mutex_;  // the records; shut_down_

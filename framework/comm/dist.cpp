@@ -64,20 +64,6 @@ int thread_level_requested() {
   DPT_FAIL() << "DPT_MPI_THREAD_LEVEL must be 'multiple' or 'serialized', got '" << level << "'";
 }
 
-const char* thread_level_name(int level) {
-  switch (level) {
-    case MPI_THREAD_SINGLE:
-      return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED:
-      return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED:
-      return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE:
-      return "MPI_THREAD_MULTIPLE";
-  }
-  return "an unknown thread level";
-}
-
 std::shared_ptr<MpiProcessGroup> world_checked(const char* what) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -173,8 +159,8 @@ const InitInfo& init() {
     MPI_CHECK(MPI_Query_thread(&provided));
   }
   DPT_CHECK(provided >= MPI_THREAD_SERIALIZED)
-      << "MPI grants " << thread_level_name(provided) << "; dpt's communication threads need "
-      << "MPI_THREAD_MULTIPLE (or at least MPI_THREAD_SERIALIZED)";
+      << "MPI grants " << (provided == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : "MPI_THREAD_FUNNELED")
+      << "; dpt's communication threads need MPI_THREAD_MULTIPLE (or at least MPI_THREAD_SERIALIZED)";
   detail::mpi_serialized = provided < MPI_THREAD_MULTIPLE;
 
   InitInfo info;
@@ -250,37 +236,36 @@ void abort_all(const std::string& message, int code) {
   std::_Exit(code);
 }
 
+namespace {
+
+// A setting of every group: kept in `field` for groups made later, applied to the live ones.
+template <class T>
+void set_everywhere(const char* what, std::optional<T> State::*field, T value,
+                    void (MpiProcessGroup::*apply)(T)) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  DPT_CHECK(s.initialized) << what << " requires dist::init()";
+  s.*field = value;
+  for (auto& weak : s.groups)
+    if (auto group = weak.lock()) (group.get()->*apply)(value);
+}
+
+}  // namespace
+
 void set_timeout(double seconds) {
   DPT_CHECK(seconds >= 0 && seconds <= 1e9)
       << "dist::set_timeout: expected seconds in [0, 1e9], got " << seconds;
   const std::chrono::milliseconds timeout(static_cast<int64_t>(seconds * 1000));
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  DPT_CHECK(s.initialized) << "dist::set_timeout() requires dist::init()";
-  s.timeout = timeout;
-  for (auto& weak : s.groups) {
-    if (auto group = weak.lock()) group->set_timeout(timeout);
-  }
+  set_everywhere("dist::set_timeout()", &State::timeout, timeout, &MpiProcessGroup::set_timeout);
 }
 
 void set_debug_collectives(bool on) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  DPT_CHECK(s.initialized) << "dist::set_debug_collectives() requires dist::init()";
-  s.debug_collectives = on;
-  for (auto& weak : s.groups) {
-    if (auto group = weak.lock()) group->set_debug_collectives(on);
-  }
+  set_everywhere("dist::set_debug_collectives()", &State::debug_collectives, on,
+                 &MpiProcessGroup::set_debug_collectives);
 }
 
 void set_hierarchical(Hierarchical mode) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  DPT_CHECK(s.initialized) << "dist::set_hierarchical() requires dist::init()";
-  s.hierarchical = mode;
-  for (auto& weak : s.groups) {
-    if (auto group = weak.lock()) group->set_hierarchical(mode);
-  }
+  set_everywhere("dist::set_hierarchical()", &State::hierarchical, mode, &MpiProcessGroup::set_hierarchical);
 }
 
 const InitInfo& info() {
@@ -291,7 +276,7 @@ const InitInfo& info() {
 }
 
 std::vector<std::shared_ptr<MpiProcessGroup>> live_mpi_groups() {
-  world_checked("dist::live_groups()");
+  world_checked("dist's groups");
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   std::vector<std::shared_ptr<MpiProcessGroup>> groups;
@@ -309,15 +294,9 @@ std::shared_ptr<MpiProcessGroup> made_by_dist(const ProcessGroup* group) {
 
 GroupPtr world() { return world_checked("dist::world()"); }
 
-std::vector<GroupPtr> live_groups() {
-  std::vector<GroupPtr> groups;
-  for (auto& group : live_mpi_groups()) groups.push_back(std::move(group));
-  return groups;
-}
-
 CollectiveCounts collective_counts() {
   CollectiveCounts sum;
-  for (const GroupPtr& group : live_groups()) sum += group->counts();
+  for (const auto& group : live_mpi_groups()) sum += group->counts();
   return sum;
 }
 
@@ -383,13 +362,10 @@ DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> names)
 }
 
 GroupPtr DeviceMesh::group(const std::string& axis) const {
+  std::string axes;
   for (size_t a = 0; a < names_.size(); ++a) {
     if (names_[a] == axis) return groups_[a];
-  }
-  std::string axes;
-  for (const auto& name : names_) {
-    if (!axes.empty()) axes += ", ";
-    axes += name;
+    axes += (a ? ", " : "") + names_[a];
   }
   DPT_FAIL() << "DeviceMesh has no axis '" << axis << "' (axes: " << axes << ")";
 }

@@ -1,16 +1,7 @@
 // Process start-up and the ways to make groups. Groups are made collectively: every rank
-// of the parent calls the same function in the same order (as in MPI and PyTorch).
-//
-// Threads: each group's collectives are nonblocking MPI calls on the group's own
-// communicator, made in call order by whichever thread holds the group's poll token
-// (comm_thread.h): the caller when it can (it starts its collective inside the call and
-// polls it inside wait(), as MPI_Iallreduce + MPI_Wait would), else the group's
-// communication thread, which progresses in the background what callers leave in flight
-// (DDP's bucket all-reduces during backward). Groups are made on the calling thread from a
-// second communicator of the parent that no collective uses, so making one needs no
-// ordering against collectives in flight on the parent (legal under MPI_THREAD_MULTIPLE;
-// where MPI grants only MPI_THREAD_SERIALIZED, every MPI call dpt makes takes one
-// process-wide mutex instead).
+// of the parent calls the same function in the same order (as in MPI and PyTorch), on the
+// calling thread, from a second communicator of the parent that no collective uses: making
+// one needs no ordering against collectives in flight (comm_thread.h runs those).
 #pragma once
 
 #include <string>
@@ -57,25 +48,16 @@ void finalize();
 // prefixed with the rank. Used when one rank fails so the others cannot hang.
 [[noreturn]] void abort_all(const std::string& message, int code);
 
-// For every group, those that exist and those made later. set_timeout: a collective whose
-// wait() has not returned after `seconds` throws Error naming the group, the collective, its
-// number and the ranks that did not call it (MpiProcessGroup::set_timeout); 0 waits forever;
-// requires seconds >= 0. set_debug_collectives: before each collective the ranks check they
-// all call the same one (MpiProcessGroup::set_debug_collectives); every rank must agree.
-// requires: init() (else Error).
+// For every group, those that exist and those made later (MpiProcessGroup's setters).
+// set_timeout: seconds >= 0, 0 waits forever. Every rank must agree. requires: init() (else Error).
 void set_timeout(double seconds);
 void set_debug_collectives(bool on);
-// Whether all_reduce on a group whose ranks span hosts is hierarchical (hierarchical.h,
-// MpiProcessGroup::all_reduce); default automatic. Every rank must agree.
 void set_hierarchical(Hierarchical mode);
 
 const InitInfo& info();  // requires init() (else Error)
 GroupPtr world();        // requires init() (else Error)
-// The groups this rank is a member of that are still alive, world first, then in the order
-// they were made. requires: init() (else Error).
-std::vector<GroupPtr> live_groups();
-// The sum of counts() over live_groups(): the collectives this rank has called on any group
-// still alive, and their bytes. requires: init() (else Error).
+// The sum of counts() over the groups this rank is a member of that are still alive: the
+// collectives this rank has called on any of them, and their bytes. requires: init() (else Error).
 CollectiveCounts collective_counts();
 
 // A group of the given world ranks (strictly increasing). Collective over the world.

@@ -26,15 +26,8 @@ int64_t now_us() {
 }
 
 const char* state_name(FlightState state) {
-  switch (state) {
-    case FlightState::queued:
-      return "queued";
-    case FlightState::started:
-      return "started";
-    case FlightState::completed:
-      return "completed";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"queued", "started", "completed"};
+  return kNames[static_cast<int>(state)];
 }
 
 struct Registry {
@@ -85,27 +78,13 @@ void FlightRing::queued(const FlightCall& call) {
   e = Entry{call, FlightState::queued, t, 0, 0};
 }
 
-FlightRing::Entry* FlightRing::find(int64_t seq) {
+void FlightRing::mark(int64_t seq, FlightState state) {
+  const int64_t t = now_us();
+  std::lock_guard<std::mutex> lock(mutex_);
   Entry& e = slots_[static_cast<size_t>(seq) % slots_.size()];
-  return e.call.seq == seq ? &e : nullptr;
-}
-
-void FlightRing::started(int64_t seq) {
-  const int64_t t = now_us();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (Entry* e = find(seq)) {
-    e->state = FlightState::started;
-    e->started_us = t;
-  }
-}
-
-void FlightRing::completed(int64_t seq) {
-  const int64_t t = now_us();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (Entry* e = find(seq)) {
-    e->state = FlightState::completed;
-    e->completed_us = t;
-  }
+  if (e.call.seq != seq) return;
+  e.state = state;
+  (state == FlightState::started ? e.started_us : e.completed_us) = t;
 }
 
 nlohmann::json FlightRing::to_json() const {

@@ -41,8 +41,8 @@ class FlightRing {
   // order). Overwrites the slot of call seq - slots.
   void queued(const FlightCall& call);
   // For a call still in the ring; later calls (or ones overwritten) are ignored.
-  void started(int64_t seq);
-  void completed(int64_t seq);
+  void started(int64_t seq) { mark(seq, FlightState::started); }
+  void completed(int64_t seq) { mark(seq, FlightState::completed); }
 
   // {"group", "rank", "world_ranks", "slots", "entries": [oldest first: {"seq", "op",
   // "reduce"?, "dtype", "count"?, "root"?, "state", "queued_us", "started_us"?,
@@ -55,7 +55,7 @@ class FlightRing {
     FlightState state = FlightState::queued;
     int64_t queued_us = 0, started_us = 0, completed_us = 0;
   };
-  Entry* find(int64_t seq);  // under mutex_
+  void mark(int64_t seq, FlightState state);
 
   const std::string group_;
   const int rank_;

@@ -30,30 +30,18 @@ void widen_from_bf16(const Tensor& out, const Tensor& in) {
   for (int64_t i = 0, n = out.numel(); i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
 
-// acc = op over the `count` blocks of `blocks` (m elements each), in block order.
-template <class T>
-void combine_blocks(T* acc, const T* blocks, int count, int64_t m, ReduceOp op) {
-  std::copy(blocks, blocks + m, acc);
-  for (int h = 1; h < count; ++h) combine(acc, blocks + h * m, m, op);
-}
-
-template <class T>
-void divide(const Tensor& t, int divisor) {
-  T* p = t.data<T>();
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] /= static_cast<T>(divisor);
-}
-
 // What the stages reduce with: avg sums, and divides once at the end.
 ReduceOp stage_op(ReduceOp op) { return op == ReduceOp::avg ? ReduceOp::sum : op; }
 
 }  // namespace
 
 HierarchicalAllReduce::HierarchicalAllReduce(const HostGroups& groups, const Tensor& t, ReduceOp op,
-                                             Compression compress, int group_size)
-    : groups_(groups), t_(t.as_strided({t.numel()}, {1}, t.offset())), op_(op), group_size_(group_size) {
-  const bool compressible = t.dtype() == DType::f32 && (op == ReduceOp::sum || op == ReduceOp::avg);
-  wire_dtype_ = compress == Compression::bf16 && compressible ? DType::bf16 : t.dtype();
-}
+                                             bool bf16, int group_size)
+    : groups_(groups),
+      t_(t.as_strided({t.numel()}, {1}, t.offset())),
+      op_(op),
+      wire_dtype_(bf16 ? DType::bf16 : t.dtype()),
+      group_size_(group_size) {}
 
 bool HierarchicalAllReduce::progress() {
   if (work_) {
@@ -125,18 +113,16 @@ void HierarchicalAllReduce::post_gather() {
   const int64_t m = own.end - own.begin;
   // The reduction over the hosts, in host order, in the share's dtype (f32 for bf16 wires).
   const Tensor sum = slice(share_, own.begin, own.end);
-  if (share_.dtype() == DType::i64) {
-    combine_blocks(sum.data<int64_t>(), blocks_.data<int64_t>(), hosts, m, stage_op(op_));
-    if (op_ == ReduceOp::avg) divide<int64_t>(sum, group_size_);
-  } else {
-    Tensor blocks = blocks_;
-    if (wire_dtype_ != DType::f32) {
-      blocks = Tensor::empty({blocks_.numel()});
-      widen_from_bf16(blocks, blocks_);  // exact
-    }
-    combine_blocks(sum.data<float>(), blocks.data<float>(), hosts, m, stage_op(op_));
-    if (op_ == ReduceOp::avg) divide<float>(sum, group_size_);
+  Tensor blocks = blocks_;
+  if (wire_dtype_ != share_.dtype()) {
+    blocks = Tensor::empty({blocks_.numel()});
+    widen_from_bf16(blocks, blocks_);  // exact
   }
+  with_element_type(share_.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    combine_blocks(sum.data<T>(), [&](int h) { return blocks.data<T>() + h * m; }, hosts, m, stage_op(op_));
+  });
+  if (op_ == ReduceOp::avg) divide(sum, group_size_);
   if (wire_dtype_ == share_.dtype()) {
     // In place: this rank's block of the share is its own chunk of the all-gather's output.
     gathered_ = share_;
@@ -155,11 +141,11 @@ std::string HierarchicalAllReduce::stage_text() const {
   return "; in stage " + std::to_string(stage_) + " of 4" + (what.empty() ? "" : " (" + what + ")");
 }
 
-WorkPtr all_reduce_bf16_across_hosts(ProcessGroup& group, const Tensor& bucket) {
+WorkPtr all_reduce_bf16_across_hosts(ProcessGroup& group, const Tensor& bucket, ReduceOp op) {
   // Looked up per call rather than captured: a hook outliving its group finds none.
   std::shared_ptr<MpiProcessGroup> mpi = made_by_dist(&group);
   DPT_CHECK(mpi) << "bf16 compression on " << group.name() << ": it needs a live group that dist made";
-  return mpi->all_reduce(bucket, ReduceOp::avg, Compression::bf16);
+  return mpi->all_reduce_as(bucket, op, true);
 }
 
 }  // namespace dpt::dist

@@ -1,10 +1,8 @@
-// The all-reduce of a group whose ranks span several hosts, built from sub-groups: the
-// ranks of each host reduce-scatter through shared memory (so each local rank owns 1/P of
-// the tensor), each local rank all-reduces its share across hosts with the ranks of the same
-// local index, and an all-gather within each host completes the tensor. Between hosts the
-// shares can travel as bf16 (half the bytes), summed in f32. Why: across hosts the link, not
-// the cores, is the limit; this way each byte of the tensor crosses it once per host, in
-// P parallel streams, instead of every rank's whole tensor taking its turn.
+// The all-reduce of a group whose ranks span several hosts, built from sub-groups: reduce-
+// scatter within each host (each local rank owns 1/P of the tensor), all-reduce each share
+// across hosts among the ranks of one local index (as bf16 if asked: half the bytes, summed
+// in f32), all-gather within each host. Across hosts the link is the limit: this way each
+// byte crosses it once per host, in P parallel streams.
 #pragma once
 
 #include <memory>
@@ -25,12 +23,10 @@ enum class Compression { none, bf16 };
 // with this rank's local index (in group-rank order on each host). Both ordered by group rank.
 struct HostGroups {
   GroupPtr host, across;
-  int per_host = 1;  // P
 };
 
 // One hierarchical all-reduce of `t`, a stage machine that the parent group's poll token's
-// holder advances (CommTask::progress): each stage is a collective of `host` or `across`,
-// posted once the one before has completed.
+// holder advances (CommTask::progress), each stage a collective of `host` or `across`:
 //   1. host->reduce_scatter: this rank's share, chunk_of(n, P, local rank), summed over its
 //      host (for min/max: reduced) in f32;
 //   2. across->all_to_all of the share as the wire dtype (bf16 when compressed: rounded to
@@ -43,10 +39,9 @@ struct HostGroups {
 // the group ends with the same bits. Compression applies to f32 sum and avg only.
 class HierarchicalAllReduce {
  public:
-  // requires: t contiguous, f32 or i64, on the CPU, the same numel on every rank;
-  // group_size: the parent group's size (avg's divisor).
-  HierarchicalAllReduce(const HostGroups& groups, const Tensor& t, ReduceOp op, Compression compress,
-                        int group_size);
+  // requires: t contiguous, f32 or i64, on the CPU, the same numel on every rank; bf16 only
+  // for f32 sum and avg; group_size: the parent group's size (avg's divisor).
+  HierarchicalAllReduce(const HostGroups& groups, const Tensor& t, ReduceOp op, bool bf16, int group_size);
   // Posts the next stage when the current one is complete; true once all are. Never blocks.
   // Throws the stage's Error (naming the sub-group and its collective).
   bool progress();
@@ -67,9 +62,10 @@ class HierarchicalAllReduce {
 };
 
 // DDP's distributed.compress: bf16, as a Reducer comm hook (reducer.h): bucket = the average
-// over `group`, through its host groups with bf16 on the wire between hosts (the
-// hierarchical all-reduce above), queued with the group's other collectives. On a group
-// without host groups (one host) it is the flat all_reduce. requires: `group` made by dist.
-WorkPtr all_reduce_bf16_across_hosts(ProcessGroup& group, const Tensor& bucket);
+// (`op`) over `group`, through its host groups with bf16 on the wire between hosts (the
+// hierarchical all-reduce above), queued, numbered and recorded with the group's other
+// collectives. Only f32 sum and avg are compressed; anything else, or a group without host
+// groups (one host), is the group's all_reduce. requires: `group` made by dist.
+WorkPtr all_reduce_bf16_across_hosts(ProcessGroup& group, const Tensor& bucket, ReduceOp op = ReduceOp::avg);
 
 }  // namespace dpt::dist

@@ -4,11 +4,11 @@
 #include "comm/mpi_op.h"
 
 #include <cstring>
+#include <numeric>
 #include <sstream>
 
 #include "comm/combine.h"
 #include "comm/mpi_check.h"
-#include "comm/shm_all_reduce.h"
 #include "comm/shm_buffer.h"
 #include "core/error.h"
 
@@ -40,46 +40,16 @@ MPI_Op mpi_op(ReduceOp op) {
 }
 
 int64_t total(const std::vector<int>& counts) {
-  int64_t sum = 0;
-  for (int c : counts) sum += c;
-  return sum;
-}
-
-template <class T>
-void divide(const Tensor& t, int divisor) {
-  T* p = t.data<T>();
-  const T d = static_cast<T>(divisor);
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] /= d;
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
 }
 
 }  // namespace
 
 const char* op_kind_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::all_reduce:
-      return "all_reduce";
-    case OpKind::broadcast:
-      return "broadcast";
-    case OpKind::all_gather:
-      return "all_gather";
-    case OpKind::reduce_scatter:
-      return "reduce_scatter";
-    case OpKind::reduce:
-      return "reduce";
-    case OpKind::gather:
-      return "gather";
-    case OpKind::scatter:
-      return "scatter";
-    case OpKind::all_to_all:
-      return "all_to_all";
-    case OpKind::barrier:
-      return "barrier";
-    case OpKind::send:
-      return "send";
-    case OpKind::recv:
-      return "recv";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
+                                           "reduce",     "gather",    "scatter",    "all_to_all",
+                                           "barrier",    "send",      "recv"};
+  return kNames[static_cast<int>(kind)];
 }
 
 bool is_reduction(OpKind kind) {
@@ -143,14 +113,16 @@ MPI_Request MpiOp::start() {
   switch (kind) {
     case OpKind::all_reduce:
       if (hierarchical) break;  // progress() runs its stages
-      if (shared) {
-        shm_seq = shared->next_sequence();
-        shared->arrive(shm_seq, shared_offset, static_cast<size_t>(n) * dtype_size(dtype));
-        break;  // progress() completes it
-      }
-      if (shm) {
+      if (shm) {  // a copy into this rank's half of the segment for this op's parity
         shm_seq = shm->next_sequence();
-        shm->arrive(shm_seq, out.raw_data(), static_cast<size_t>(n) * dtype_size(dtype));
+        shared_offset = (shm_seq & 1) * (shm->bytes() / 2);
+        std::memcpy(shm->data() + shared_offset, out.raw_data(), static_cast<size_t>(n) * dtype_size(dtype));
+      } else if (shared) {
+        shm_seq = shared->next_sequence();
+      }
+      if (shm || shared) {
+        ShmBuffer* buffer = shm ? shm : shared.get();
+        buffer->arrive(shm_seq, shared_offset, static_cast<size_t>(n) * dtype_size(dtype));
         break;  // progress() completes it
       }
       MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, out.raw_data(), count, type, mpi_op(reduce), comm, &r));
@@ -215,19 +187,21 @@ MPI_Request MpiOp::start() {
 
 void MpiOp::combine_received() {
   const int64_t chunk = counts[rank];
-  const size_t bytes = static_cast<size_t>(chunk) * dtype_size(dtype);
-  std::memcpy(out.raw_data(), received.raw_data(), bytes);
-  for (int j = 1; j < group_size; ++j) {
-    if (dtype == DType::f32)
-      combine(out.data<float>(), received.data<float>() + j * chunk, chunk, reduce);
-    else
-      combine(out.data<int64_t>(), received.data<int64_t>() + j * chunk, chunk, reduce);
-  }
+  with_element_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    auto block = [&](int j) { return received.data<T>() + j * chunk; };
+    combine_blocks(out.data<T>(), block, group_size, chunk, reduce);
+  });
 }
 
 bool MpiOp::progress() {
   if (hierarchical) return hierarchical->progress();
   if (shm_seq == 0) return true;
+  if (shm) {  // other ranks may be at the next op already: their range is not this op's
+    if (!shm->all_arrived(shm_seq, describe(), false)) return false;
+    shm->reduce_range(shm_seq, shared_offset, 0, n, dtype, reduce, out.raw_data());  // divides for avg
+    return true;
+  }
   if (shared) {
     if (!shared_reduced) {
       if (!shared->all_arrived(shm_seq, describe())) return false;
@@ -241,19 +215,15 @@ bool MpiOp::progress() {
     }
     return shared->all_reduced(shm_seq);
   }
-  if (!shm->all_arrived(shm_seq)) return false;
-  shm->reduce(shm_seq, out.raw_data(), n, dtype, reduce);
   return true;
 }
 
 void MpiOp::finish(const MPI_Status& status) {
   if (flight) flight->completed(seq);
   if (received.defined()) combine_received();
-  if (reduce == ReduceOp::avg && group_size > 1 && !shared && !hierarchical && is_reduction(kind) &&
-      (kind != OpKind::reduce || rank == peer)) {
-    if (dtype == DType::f32) divide<float>(out, group_size);
-    if (dtype == DType::i64) divide<int64_t>(out, group_size);
-  }
+  if (reduce == ReduceOp::avg && group_size > 1 && !shm && !shared && !hierarchical && is_reduction(kind) &&
+      (kind != OpKind::reduce || rank == peer))
+    divide(out, group_size);
   if (kind == OpKind::recv && n > 0) {
     int got = 0;
     MPI_CHECK(MPI_Get_count(&status, mpi_type(dtype), &got));

@@ -18,7 +18,6 @@
 
 namespace dpt::dist {
 
-class ShmSegment;
 class ShmBuffer;
 
 enum class OpKind {
@@ -38,11 +37,6 @@ enum class OpKind {
 const char* op_kind_name(OpKind kind);
 bool is_reduction(OpKind kind);
 bool is_rooted(OpKind kind);
-// "all_reduce(sum) of 1000 f32", "broadcast of 10 f32 from rank 0", "gather of 3 f32 per
-// rank to rank 1", "all_to_all of f32", "barrier": a collective's signature as text, for
-// messages on every rank alike. all_to_all's counts differ between ranks: its signature has
-// none (debug: collectives checks its splits apart).
-std::string signature_text(const CallSignature& sig);
 
 // One collective: what to run, on which buffers; the tensors stay alive until it completes.
 struct MpiOp final : public CommTask {
@@ -64,11 +58,12 @@ struct MpiOp final : public CommTask {
   Tensor received;
   std::vector<int> received_counts, received_displs;
   bool in_place = false;      // all_gather's `in` is its own chunk of `out`
-  ShmSegment* shm = nullptr;  // all_reduce: through shared memory instead of MPI
-  uint64_t shm_seq = 0;       // its op number, once started
+  // A small all_reduce: copied into the group's segment (MpiProcessGroup::kShmAllReduceBytes).
+  ShmBuffer* shm = nullptr;
+  uint64_t shm_seq = 0;  // its op number in `shm` or `shared`, once started
   // all_reduce and all_gather in place: `out`, reduce_scatter: `in` lies in this buffer.
   std::shared_ptr<ShmBuffer> shared;
-  size_t shared_offset = 0;     // of that tensor in it, in bytes
+  size_t shared_offset = 0;     // of that tensor in it (in shm: of the copy), in bytes
   bool shared_reduced = false;  // this rank's share is done
   // all_reduce across hosts, in stages (hierarchical.h); null for every other collective.
   std::unique_ptr<HierarchicalAllReduce> hierarchical;

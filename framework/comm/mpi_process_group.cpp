@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <sstream>
 
 #include "core/error.h"
@@ -17,7 +18,6 @@
 #include "comm/hierarchical.h"
 #include "comm/mpi_check.h"
 #include "comm/mpi_op.h"
-#include "comm/shm_all_reduce.h"
 #include "comm/shm_buffer.h"
 #include "comm/watchdog.h"
 
@@ -41,6 +41,18 @@ std::chrono::milliseconds timeout_from_environment() {
   DPT_CHECK(end && *end == '\0' && seconds >= 0)
       << "DPT_DIST_TIMEOUT_S must be a number of seconds >= 0, got '" << text << "'";
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// DPT_SHM_ALLREDUCE_BYTES: the largest small all-reduce through shared memory (0: none).
+unsigned long long shm_bytes_from_environment(size_t fallback) {
+  const char* text = std::getenv("DPT_SHM_ALLREDUCE_BYTES");
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  DPT_CHECK(end && *end == '\0' && value >= 0 && value <= (1ll << 30))
+      << "DPT_SHM_ALLREDUCE_BYTES must be a byte count 0..2^30 (0 disables the shared-memory "
+      << "all-reduce), got '" << text << "'";
+  return static_cast<unsigned long long>(value);
 }
 
 int comm_rank(MPI_Comm comm) {
@@ -88,7 +100,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_dup(comm_, &creation_));
   MPI_CHECK(MPI_Comm_set_errhandler(creation_, MPI_ERRORS_RETURN));
-  control_ = std::make_shared<ControlChannel>(comm_, this->world_ranks(), this->name(), signature_text);
+  control_ = std::make_shared<ControlChannel>(comm_, this->world_ranks(), this->name());
   flight_ = std::make_shared<FlightRing>(this->name(), rank(), this->world_ranks());
   flight_register(flight_);
   int* tag_ub = nullptr;
@@ -96,7 +108,12 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
   if (found && tag_ub) tag_ub_ = *tag_ub;
   on_one_node_ = size() > 1 && all_on_this_node(creation_);
-  if (on_one_node_) shm_ = ShmSegment::create(creation_, kShmAllReduceBytes);
+  if (on_one_node_) {
+    // The smallest limit any rank asks for, so all ranks take the same path for a message.
+    unsigned long long bytes = shm_bytes_from_environment(kShmAllReduceBytes);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, creation_));
+    if (bytes > 0) shm_ = ShmBuffer::create(creation_, 2 * round_up(bytes, 64), true);
+  }
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
@@ -178,7 +195,6 @@ void MpiProcessGroup::make_host_groups(int node) {
   };
   MPI_Comm across = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(creation_, local_rank, rank(), &across));
-  host_groups_.per_host = local_size;
   host_groups_.across = sub_group(across, ".across");
   if (local_size > 1) {
     host_groups_.host = sub_group(host, ".host");
@@ -190,9 +206,9 @@ void MpiProcessGroup::make_host_groups(int node) {
 std::string MpiProcessGroup::all_reduce_text() const {
   if (!flat_reason_.empty()) return "flat all-reduce: " + flat_reason_;
   if (!host_groups_.across) return "";
-  const std::string layout = std::to_string(host_groups_.across->size()) + " hosts x " +
-                             std::to_string(host_groups_.per_host) + " rank" +
-                             (host_groups_.per_host == 1 ? "" : "s");
+  const bool many = host_groups_.host != nullptr;  // more than one rank per host
+  const std::string per_host = many ? std::to_string(host_groups_.host->size()) + " ranks" : "1 rank";
+  const std::string layout = std::to_string(host_groups_.across->size()) + " hosts x " + per_host;
   switch (hierarchical_.load()) {
     case Hierarchical::on:
       return "hierarchical all-reduce: " + layout;
@@ -201,7 +217,7 @@ std::string MpiProcessGroup::all_reduce_text() const {
     case Hierarchical::automatic:
       break;
   }
-  return (host_groups_.per_host > 1 ? "hierarchical all-reduce: " : "flat all-reduce: ") + layout;
+  return (many ? "hierarchical all-reduce: " : "flat all-reduce: ") + layout;
 }
 
 DeviceCollectives& MpiProcessGroup::nccl(const Tensor& t) {
@@ -230,15 +246,15 @@ MPI_Comm MpiProcessGroup::creation_comm() const {
   return creation_;
 }
 
-WorkPtr MpiProcessGroup::post(std::shared_ptr<CommTask> task) {
-  DPT_CHECK(!shut_down_) << task->describe()
-                         << ": the group was used after it was shut down (dist::finalize())";
+WorkPtr MpiProcessGroup::post(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout) {
+  announce(*task, layout);
   thread_.post(task, timeout());
   return task;
 }
 
 void MpiProcessGroup::announce(MpiOp& call, const AllToAllLayout* layout) {
   DPT_CHECK(!shut_down_) << call.describe() << ": the group was used after it was shut down (dist::finalize())";
+  if (call.kind == OpKind::send || call.kind == OpKind::recv) return;
   const CallSignature signature = call.signature();
   call.control = control_.get();
   call.seq = control_->record(signature);
@@ -256,17 +272,12 @@ void MpiProcessGroup::announce(MpiOp& call, const AllToAllLayout* layout) {
   }
 }
 
-WorkPtr MpiProcessGroup::post_collective(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout) {
-  announce(*task, layout);
-  return post(std::move(task));
-}
-
 WorkPtr MpiProcessGroup::post_nccl(std::shared_ptr<MpiOp> call, const Tensor& t,
                                    const std::function<WorkPtr(DeviceCollectives&)>& launch,
                                    const AllToAllLayout* layout) {
   DeviceCollectives& backend = nccl(t);  // first: made collectively, and refused after shutdown
   const bool collective = call->kind != OpKind::send && call->kind != OpKind::recv;
-  if (collective) announce(*call, layout);
+  announce(*call, layout);
   // From here the call only describes, for the watchdog, which may outlive this group: it
   // gets its own copy of the name, and the backend keeps the tensors alive.
   auto group_name = std::make_shared<const std::string>(name());
@@ -324,17 +335,8 @@ void MpiProcessGroup::check_tag(const char* op, int tag) const {
 
 namespace {
 
-std::shared_ptr<MpiOp> make_op(OpKind kind, MPI_Comm comm, const ProcessGroup& group) {
-  auto op = std::make_shared<MpiOp>();
-  op->kind = kind;
-  op->comm = comm;
-  op->group_name = &group.name();
-  op->group_size = group.size();
-  op->rank = group.rank();
-  return op;
-}
-
 ByteSpan span_of(const Tensor& t) {
+  if (!t.defined()) return {};
   const char* begin = static_cast<const char*>(t.raw_data());
   return {begin, begin + t.numel() * dtype_size(t.dtype())};
 }
@@ -349,6 +351,76 @@ void set_chunks(MpiOp& op, int64_t n, int size) {
   }
 }
 
+// Whether the bytes of a and b overlap (false when either is empty).
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const size_t na = a.numel() * dtype_size(a.dtype()), nb = b.numel() * dtype_size(b.dtype());
+  if (na == 0 || nb == 0) return false;
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  return pa < pb + nb && pb < pa + na;
+}
+
+// gather's or scatter's checks; `whole` is the tensor of size() blocks that only root has.
+void check_blocks(const ProcessGroup& group, const char* op, const Tensor& whole, const char* whole_name,
+                  const Tensor& part, const char* part_name, int root) {
+  DPT_CHECK(root >= 0 && root < group.size())
+      << op << " on " << group.name() << ": root " << root << " is not a rank of this group of "
+      << group.size() << " (0.." << group.size() - 1 << ")";
+  if (group.rank() != root) return;
+  DPT_CHECK(whole.dtype() == part.dtype())
+      << op << " on " << group.name() << ": " << whole_name << " is " << dtype_name(whole.dtype()) << " but "
+      << part_name << " is " << dtype_name(part.dtype());
+  DPT_CHECK(whole.numel() == group.size() * part.numel())
+      << op << " on " << group.name() << ": root " << root << "'s " << whole_name << " must hold "
+      << group.size() << " x " << part.numel() << " = " << group.size() * part.numel()
+      << " elements (a block of " << part_name << "'s size per rank), got " << whole.numel();
+  DPT_CHECK(!overlaps(whole, part)) << op << " on " << group.name() << ": out overlaps in";
+}
+
+// One side of all_to_all: `splits` (empty: equal) of n elements, checked.
+void layout_side(const ProcessGroup& group, const char* what, const std::vector<int64_t>& splits, int64_t n,
+                 std::vector<int64_t>& counts, std::vector<int64_t>& offsets) {
+  const int size = group.size();
+  if (splits.empty()) {
+    DPT_CHECK(n % size == 0) << "all_to_all on " << group.name() << ": " << what << " has " << n
+                             << " elements, which do not split equally over " << size
+                             << " ranks (pass the splits)";
+    counts.assign(size, n / size);
+  } else {
+    DPT_CHECK(static_cast<int>(splits.size()) == size)
+        << "all_to_all on " << group.name() << ": " << splits.size() << " " << what
+        << " splits for a group of " << size << " ranks (one per rank)";
+    for (int r = 0; r < size; ++r)
+      DPT_CHECK(splits[r] >= 0) << "all_to_all on " << group.name() << ": " << what << " split " << r
+                                << " is " << splits[r] << " (must be >= 0)";
+    const int64_t total = std::accumulate(splits.begin(), splits.end(), int64_t{0});
+    DPT_CHECK(total == n) << "all_to_all on " << group.name() << ": the " << what << " splits add up to "
+                          << total << " elements, but " << what << " has " << n;
+    counts = splits;
+  }
+  offsets.assign(size, 0);
+  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+}
+
+// all_to_all's blocks, from the splits (empty: equal), checked against the requirements
+// that one rank can check.
+AllToAllLayout all_to_all_layout(const ProcessGroup& group, const Tensor& out, const Tensor& in,
+                                 const std::vector<int64_t>& out_splits,
+                                 const std::vector<int64_t>& in_splits) {
+  DPT_CHECK(in.dtype() == out.dtype()) << "all_to_all on " << group.name() << ": out is "
+                                       << dtype_name(out.dtype()) << " but in is " << dtype_name(in.dtype());
+  DPT_CHECK(!overlaps(in, out)) << "all_to_all on " << group.name() << ": out overlaps in";
+  AllToAllLayout layout;
+  layout_side(group, "out", out_splits, out.numel(), layout.out_counts, layout.out_offsets);
+  layout_side(group, "in", in_splits, in.numel(), layout.in_counts, layout.in_offsets);
+  const int me = group.rank();
+  DPT_CHECK(layout.in_counts[me] == layout.out_counts[me])
+      << "all_to_all on " << group.name() << ": rank " << me << " sends itself " << layout.in_counts[me]
+      << " elements (in split " << me << ") but expects " << layout.out_counts[me] << " (out split " << me
+      << ")";
+  return layout;
+}
+
 // The device a call runs on: its first defined tensor's (CPU for none).
 Device device_of(const Tensor& a, const Tensor& b = Tensor()) {
   if (a.defined()) return a.device();
@@ -357,60 +429,70 @@ Device device_of(const Tensor& a, const Tensor& b = Tensor()) {
 
 }  // namespace
 
-bool MpiProcessGroup::use_hierarchy(const Tensor& t, ReduceOp op, Compression compress) const {
+std::shared_ptr<MpiOp> MpiProcessGroup::make_op(OpKind kind, const Tensor& out, const Tensor& in, int64_t n,
+                                                ReduceOp reduce, int peer) const {
+  auto op = std::make_shared<MpiOp>();
+  op->kind = kind;
+  op->comm = comm_;
+  op->group_name = &name();
+  op->group_size = size();
+  op->rank = rank();
+  op->out = out;
+  op->in = in;
+  op->writes = span_of(out);
+  op->reads = span_of(in);
+  op->dtype = out.defined() ? out.dtype() : in.defined() ? in.dtype() : DType::f32;
+  op->n = n;
+  op->reduce = reduce;
+  op->peer = peer;
+  return op;
+}
+
+bool MpiProcessGroup::use_hierarchy(const Tensor& t, bool bf16) const {
   if (!host_groups_.across || t.numel() == 0) return false;
-  if (compress == Compression::bf16 && t.dtype() == DType::f32 &&
-      (op == ReduceOp::sum || op == ReduceOp::avg))
-    return true;
+  if (bf16) return true;
   switch (hierarchical_.load()) {
     case Hierarchical::on:
       return true;
     case Hierarchical::off:
       return false;
     case Hierarchical::automatic:
-      return host_groups_.per_host > 1;
+      return host_groups_.host != nullptr;
   }
   return false;
 }
 
-WorkPtr MpiProcessGroup::all_reduce(const Tensor& t, ReduceOp op, Compression compress) {
+WorkPtr MpiProcessGroup::all_reduce_as(const Tensor& t, ReduceOp op, bool bf16) {
   count_collective(t);
   check_tensor("all_reduce", t, "the tensor", device_of(t));
   check_reduce("all_reduce", t, op);
-  auto task = make_op(OpKind::all_reduce, comm_, *this);
-  task->reduce = op;
-  task->out = t;
-  task->writes = span_of(t);
-  task->dtype = t.dtype();
-  task->n = t.numel();
+  auto task = make_op(OpKind::all_reduce, t, Tensor(), t.numel(), op);
   if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.all_reduce(t, op); });
-  if (use_hierarchy(t, op, compress)) {
-    task->hierarchical = std::make_unique<HierarchicalAllReduce>(host_groups_, t, op, compress, size());
+  bf16 = bf16 && t.dtype() == DType::f32 && (op == ReduceOp::sum || op == ReduceOp::avg);
+  if (use_hierarchy(t, bf16)) {
+    task->hierarchical = std::make_unique<HierarchicalAllReduce>(host_groups_, t, op, bf16, size());
     task->scratch = {&hierarchy_token_, &hierarchy_token_ + 1};  // its sub-groups' calls must not interleave
-    return post_collective(std::move(task));
+    return post(std::move(task));
   }
   const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
-  const bool small = shm_ && bytes <= shm_->capacity();
+  const bool small = shm_ && bytes <= shm_->bytes() / 2;
   // In a collective_buffer the in-place path needs two meetings of the ranks (arrived,
   // reduced) and the small-message one a copy and one meeting: below ~4 KB the copy is cheaper.
-  std::shared_ptr<ShmBuffer> buffer =
-      small && bytes <= kCopyBelowBytes ? nullptr : shared_buffer_of(t.raw_data(), bytes);
-  if (buffer) {
-    task->shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
-    task->scratch = {buffer->control_begin(), buffer->control_end()};
-    task->shared = std::move(buffer);
-  } else if (small) {
+  if (!small || bytes > kCopyBelowBytes) share_buffer(*task, t);
+  if (!task->shared && small) {
     task->shm = shm_.get();
-    task->scratch = {shm_->begin(), shm_->end()};
+    task->scratch = {shm_->control_begin(), shm_->control_end()};
   }
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device device) {
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
-  if (!device.is_cpu() || !on_one_node_ || numel == 0)
-    return ProcessGroup::collective_buffer(numel, dtype, device);
-  std::shared_ptr<ShmBuffer> buffer = ShmBuffer::create(creation_comm(), bytes);
+  std::shared_ptr<ShmBuffer> buffer;
+  if (device.is_cpu() && on_one_node_ && numel > 0) {
+    const char* off = std::getenv("DPT_SHM_BUFFERS");
+    buffer = ShmBuffer::create(creation_comm(), bytes, !off || std::strcmp(off, "0") != 0);
+  }
   if (!buffer) return ProcessGroup::collective_buffer(numel, dtype, device);
   {
     std::lock_guard<std::mutex> lock(buffers_mutex_);
@@ -423,34 +505,26 @@ Tensor MpiProcessGroup::collective_buffer(int64_t numel, DType dtype, Device dev
 }
 
 void MpiProcessGroup::share_buffer(MpiOp& task, const Tensor& t) {
-  std::shared_ptr<ShmBuffer> buffer =
-      shared_buffer_of(t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
-  if (!buffer) return;
-  task.shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
-  task.scratch = {buffer->control_begin(), buffer->control_end()};
-  task.shared = std::move(buffer);
-}
-
-std::shared_ptr<ShmBuffer> MpiProcessGroup::shared_buffer_of(const void* data, size_t bytes) {
-  if (bytes == 0) return nullptr;
+  const size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+  if (bytes == 0) return;
   std::lock_guard<std::mutex> lock(buffers_mutex_);
-  for (const auto& weak : buffers_)
-    if (auto buffer = weak.lock(); buffer && buffer->contains(data, bytes)) return buffer;
-  return nullptr;
+  for (const auto& weak : buffers_) {
+    std::shared_ptr<ShmBuffer> buffer = weak.lock();
+    if (!buffer || !buffer->contains(t.raw_data(), bytes)) continue;
+    task.shared_offset = static_cast<size_t>(static_cast<const char*>(t.raw_data()) - buffer->data());
+    task.scratch = {buffer->control_begin(), buffer->control_end()};
+    task.shared = std::move(buffer);
+    return;
+  }
 }
 
 WorkPtr MpiProcessGroup::broadcast(const Tensor& t, int root) {
   count_collective(t);
   check_tensor("broadcast", t, "the tensor", device_of(t), true);
   check_peer("broadcast", "root", root);
-  auto task = make_op(OpKind::broadcast, comm_, *this);
-  task->peer = root;
-  task->out = t;
-  task->writes = span_of(t);
-  task->dtype = t.dtype();
-  task->n = t.numel();
+  auto task = make_op(OpKind::broadcast, t, Tensor(), t.numel(), ReduceOp::sum, root);
   if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.broadcast(t, root); });
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
@@ -465,22 +539,16 @@ WorkPtr MpiProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
   DPT_CHECK(in.numel() == mine.end - mine.begin)
       << "all_gather on " << name() << ": out has " << n << " elements, so rank " << rank()
       << "'s in must have " << mine.end - mine.begin << " (chunk_of), got " << in.numel();
-  auto task = make_op(OpKind::all_gather, comm_, *this);
+  auto task = make_op(OpKind::all_gather, out, in, n);
   const char* own_chunk = static_cast<const char*>(out.raw_data()) + mine.begin * dtype_size(out.dtype());
   task->in_place = in.numel() > 0 && in.raw_data() == own_chunk;
   DPT_CHECK(task->in_place || !overlaps(in, out))
       << "all_gather on " << name() << ": in overlaps out other than as rank " << rank()
       << "'s own chunk (elements " << mine.begin << ".." << mine.end << ")";
-  task->out = out;
-  task->in = in;
-  task->writes = span_of(out);
-  task->reads = span_of(in);
-  task->dtype = out.dtype();
-  task->n = n;
   if (device.is_cuda()) return post_nccl(task, out, [&](DeviceCollectives& b) { return b.all_gather(out, in); });
   set_chunks(*task, n, size());
   share_buffer(*task, out);
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
@@ -497,19 +565,12 @@ WorkPtr MpiProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, Red
       << "reduce_scatter on " << name() << ": in has " << n << " elements, so rank " << rank()
       << "'s out must have " << mine.end - mine.begin << " (chunk_of), got " << out.numel();
   DPT_CHECK(!overlaps(in, out)) << "reduce_scatter on " << name() << ": out overlaps in";
-  auto task = make_op(OpKind::reduce_scatter, comm_, *this);
-  task->reduce = op;
-  task->out = out;
-  task->in = in;
-  task->writes = span_of(out);
-  task->reads = span_of(in);
-  task->dtype = in.dtype();
-  task->n = n;
+  auto task = make_op(OpKind::reduce_scatter, out, in, n, op);
   if (device.is_cuda())
     return post_nccl(task, out, [&](DeviceCollectives& b) { return b.reduce_scatter(out, in, op); });
   set_chunks(*task, n, size());
   share_buffer(*task, in);
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
@@ -517,15 +578,10 @@ WorkPtr MpiProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
   check_tensor("reduce", t, "the tensor", device_of(t));
   check_reduce("reduce", t, op);
   check_peer("reduce", "root", root);
-  auto task = make_op(OpKind::reduce, comm_, *this);
-  task->reduce = op;
-  task->peer = root;
-  task->out = t;
-  (rank() == root ? task->writes : task->reads) = span_of(t);
-  task->dtype = t.dtype();
-  task->n = t.numel();
+  auto task = make_op(OpKind::reduce, t, Tensor(), t.numel(), op, root);
+  if (rank() != root) std::swap(task->reads, task->writes);  // only read there
   if (t.device().is_cuda()) return post_nccl(task, t, [&](DeviceCollectives& b) { return b.reduce(t, root, op); });
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
@@ -533,19 +589,10 @@ WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
   const Device device = device_of(in);
   check_tensor("gather", in, "in", device, true);
   if (rank() == root) check_tensor("gather", out, "out", device, true);
-  check_gather(*this, out, in, root);
-  auto task = make_op(OpKind::gather, comm_, *this);
-  task->peer = root;
-  task->in = in;
-  task->reads = span_of(in);
-  if (rank() == root) {
-    task->out = out;
-    task->writes = span_of(out);
-  }
-  task->dtype = in.dtype();
-  task->n = in.numel();
+  check_blocks(*this, "gather", out, "out", in, "in", root);
+  auto task = make_op(OpKind::gather, rank() == root ? out : Tensor(), in, in.numel(), ReduceOp::sum, root);
   if (device.is_cuda()) return post_nccl(task, in, [&](DeviceCollectives& b) { return b.gather(out, in, root); });
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) {
@@ -553,19 +600,10 @@ WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) 
   const Device device = device_of(out);
   check_tensor("scatter", out, "out", device, true);
   if (rank() == root) check_tensor("scatter", in, "in", device, true);
-  check_scatter(*this, out, in, root);
-  auto task = make_op(OpKind::scatter, comm_, *this);
-  task->peer = root;
-  task->out = out;
-  task->writes = span_of(out);
-  if (rank() == root) {
-    task->in = in;
-    task->reads = span_of(in);
-  }
-  task->dtype = out.dtype();
-  task->n = out.numel();
+  check_blocks(*this, "scatter", in, "in", out, "out", root);
+  auto task = make_op(OpKind::scatter, out, rank() == root ? in : Tensor(), out.numel(), ReduceOp::sum, root);
   if (device.is_cuda()) return post_nccl(task, out, [&](DeviceCollectives& b) { return b.scatter(out, in, root); });
-  return post_collective(std::move(task));
+  return post(std::move(task));
 }
 
 WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
@@ -576,12 +614,7 @@ WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
   check_tensor("all_to_all", out, "out", device, true);
   check_tensor("all_to_all", in, "in", device, true);
   const AllToAllLayout layout = all_to_all_layout(*this, out, in, out_splits, in_splits);
-  auto task = make_op(OpKind::all_to_all, comm_, *this);
-  task->out = out;
-  task->in = in;
-  task->writes = span_of(out);
-  task->reads = span_of(in);
-  task->dtype = out.dtype();
+  auto task = make_op(OpKind::all_to_all, out, in, 0);
   // Each count and offset is at most numel() <= INT_MAX (check_tensor).
   auto as_int = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
   task->counts = as_int(layout.out_counts);
@@ -590,12 +623,12 @@ WorkPtr MpiProcessGroup::all_to_all(const Tensor& out, const Tensor& in,
   task->in_displs = as_int(layout.in_offsets);
   if (device.is_cuda())
     return post_nccl(task, out, [&](DeviceCollectives& b) { return b.all_to_all(out, in, layout); }, &layout);
-  return post_collective(std::move(task), &layout);
+  return post(std::move(task), &layout);
 }
 
 WorkPtr MpiProcessGroup::barrier() {
   count_collective();
-  return post_collective(make_op(OpKind::barrier, comm_, *this));
+  return post(make_op(OpKind::barrier, Tensor(), Tensor(), 0));
 }
 
 std::shared_ptr<MpiOp> MpiProcessGroup::make_message(const P2POp& m) {
@@ -607,13 +640,10 @@ std::shared_ptr<MpiOp> MpiProcessGroup::make_message(const P2POp& m) {
   check_tag(op, m.tag);
   DPT_CHECK(m.tag == 0 || !m.tensor.device().is_cuda())
       << op << " on " << name() << " (NCCL): tag " << m.tag << "; NCCL has no tags, use 0";
-  auto task = make_op(m.send ? OpKind::send : OpKind::recv, comm_, *this);
-  task->peer = m.peer;
+  const OpKind kind = m.send ? OpKind::send : OpKind::recv;
+  auto task = make_op(kind, m.tensor, Tensor(), m.tensor.numel(), ReduceOp::sum, m.peer);
+  if (m.send) std::swap(task->reads, task->writes);  // only read
   task->tag = m.tag;
-  task->out = m.tensor;
-  (m.send ? task->reads : task->writes) = span_of(m.tensor);
-  task->dtype = m.tensor.dtype();
-  task->n = m.tensor.numel();
   return task;
 }
 

@@ -2,6 +2,7 @@
 // stream by events (see the header for the waiting rules).
 #include "comm/nccl_backend.h"
 
+#include <functional>
 #include <mutex>
 
 #include "backend/cuda/check.h"
@@ -65,32 +66,15 @@ class NcclWork final : public Work {
 
 namespace {
 
+// Indexed by DType {f32, bf16, f16, i64} and ReduceOp {sum, avg, min, max}.
 ncclDataType_t nccl_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return ncclFloat32;
-    case DType::bf16:
-      return ncclBfloat16;
-    case DType::f16:
-      return ncclFloat16;
-    case DType::i64:
-      return ncclInt64;
-  }
-  return ncclFloat32;
+  static constexpr ncclDataType_t kTypes[] = {ncclFloat32, ncclBfloat16, ncclFloat16, ncclInt64};
+  return kTypes[static_cast<int>(dtype)];
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return ncclSum;
-    case ReduceOp::avg:
-      return ncclAvg;
-    case ReduceOp::min:
-      return ncclMin;
-    case ReduceOp::max:
-      return ncclMax;
-  }
-  return ncclSum;
+  static constexpr ncclRedOp_t kOps[] = {ncclSum, ncclAvg, ncclMin, ncclMax};
+  return kOps[static_cast<int>(op)];
 }
 
 char* byte_ptr(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
@@ -184,22 +168,29 @@ std::shared_ptr<NcclWork> NcclBackend::end(std::vector<Tensor> tensors) {
   return work;
 }
 
-WorkPtr NcclBackend::all_reduce(const Tensor& t, ReduceOp op) {
+WorkPtr NcclBackend::launch(std::vector<Tensor> tensors, const std::function<void()>& calls) {
   cuda::DeviceGuard guard(device_);
   begin();
-  if (t.numel() > 0)
-    NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
-                             nccl_op(op), comm_->comm, stream_.get()));
-  return end({t});
+  calls();
+  return end(std::move(tensors));
+}
+
+WorkPtr NcclBackend::all_reduce(const Tensor& t, ReduceOp op) {
+  const size_t n = static_cast<size_t>(t.numel());
+  return launch({t}, [&] {
+    if (n > 0)
+      NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), n, nccl_type(t.dtype()), nccl_op(op), comm_->comm,
+                               stream_.get()));
+  });
 }
 
 WorkPtr NcclBackend::broadcast(const Tensor& t, int root) {
-  cuda::DeviceGuard guard(device_);
-  begin();
-  if (t.numel() > 0)
-    NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
-                             root, comm_->comm, stream_.get()));
-  return end({t});
+  const size_t n = static_cast<size_t>(t.numel());
+  return launch({t}, [&] {
+    if (n > 0)
+      NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), n, nccl_type(t.dtype()), root, comm_->comm,
+                               stream_.get()));
+  });
 }
 
 WorkPtr NcclBackend::all_gather(const Tensor& out, const Tensor& in) {
@@ -252,12 +243,11 @@ WorkPtr NcclBackend::reduce_scatter(const Tensor& out, const Tensor& in, ReduceO
 }
 
 WorkPtr NcclBackend::reduce(const Tensor& t, int root, ReduceOp op) {
-  cuda::DeviceGuard guard(device_);
-  begin();
-  if (t.numel() > 0)
-    NCCL_CHECK(ncclReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
-                          nccl_op(op), root, comm_->comm, stream_.get()));
-  return end({t});
+  return launch({t}, [&] {
+    if (t.numel() > 0)
+      NCCL_CHECK(ncclReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
+                            nccl_op(op), root, comm_->comm, stream_.get()));
+  });
 }
 
 void NcclBackend::exchange(const Tensor& out, const std::vector<int64_t>& out_counts,
@@ -284,47 +274,37 @@ void NcclBackend::exchange(const Tensor& out, const std::vector<int64_t>& out_co
   NCCL_CHECK(ncclGroupEnd());
 }
 
-WorkPtr NcclBackend::gather(const Tensor& out, const Tensor& in, int root) {
-  // Root receives block r from rank r (its own by a copy); every other rank sends root its in.
-  const int64_t m = in.numel();
-  std::vector<int64_t> out_counts(size(), 0), out_offsets(size(), 0), in_counts(size(), 0),
-      in_offsets(size(), 0);
+WorkPtr NcclBackend::rooted(const Tensor& whole, const Tensor& part, int root, bool gather) {
+  // Root exchanges block r of `whole` with rank r (its own by a copy); every other rank sends
+  // root its part (gather) or receives it from root (scatter).
+  const int64_t m = part.numel();
+  std::vector<int64_t> whole_counts(size(), 0), offsets(size(), 0), part_counts(size(), 0), zeros(size(), 0);
   if (rank() == root) {
     for (int r = 0; r < size(); ++r) {
-      out_counts[r] = m;
-      out_offsets[r] = r * m;
+      whole_counts[r] = m;
+      offsets[r] = r * m;
     }
   }
-  in_counts[root] = m;
-  cuda::DeviceGuard guard(device_);
-  begin();
-  exchange(out, out_counts, out_offsets, in, in_counts, in_offsets);
-  return end(rank() == root ? std::vector<Tensor>{out, in} : std::vector<Tensor>{in});
+  part_counts[root] = m;
+  return launch(rank() == root ? std::vector<Tensor>{whole, part} : std::vector<Tensor>{part}, [&] {
+    if (gather)
+      exchange(whole, whole_counts, offsets, part, part_counts, zeros);
+    else
+      exchange(part, part_counts, zeros, whole, whole_counts, offsets);
+  });
+}
+
+WorkPtr NcclBackend::gather(const Tensor& out, const Tensor& in, int root) {
+  return rooted(out, in, root, true);
 }
 
 WorkPtr NcclBackend::scatter(const Tensor& out, const Tensor& in, int root) {
-  // Root sends block r to rank r (its own by a copy); every other rank receives its out from root.
-  const int64_t m = out.numel();
-  std::vector<int64_t> out_counts(size(), 0), out_offsets(size(), 0), in_counts(size(), 0),
-      in_offsets(size(), 0);
-  if (rank() == root) {
-    for (int r = 0; r < size(); ++r) {
-      in_counts[r] = m;
-      in_offsets[r] = r * m;
-    }
-  }
-  out_counts[root] = m;
-  cuda::DeviceGuard guard(device_);
-  begin();
-  exchange(out, out_counts, out_offsets, in, in_counts, in_offsets);
-  return end(rank() == root ? std::vector<Tensor>{out, in} : std::vector<Tensor>{out});
+  return rooted(in, out, root, false);
 }
 
 WorkPtr NcclBackend::all_to_all(const Tensor& out, const Tensor& in, const AllToAllLayout& l) {
-  cuda::DeviceGuard guard(device_);
-  begin();
-  exchange(out, l.out_counts, l.out_offsets, in, l.in_counts, l.in_offsets);
-  return end({out, in});
+  return launch({out, in},
+                [&] { exchange(out, l.out_counts, l.out_offsets, in, l.in_counts, l.in_offsets); });
 }
 
 WorkPtr NcclBackend::send_recv(const std::vector<P2POp>& ops) {

@@ -1,10 +1,8 @@
 // The NCCL backend, for CUDA tensors (built only with DPT_WITH_CUDA): it only moves bytes.
-// Users never see it: a process group hands its CUDA tensors to the NcclBackend it makes on
-// first use (mpi_process_group.cpp), after the front end there has checked the call,
-// numbered it, recorded it in the flight ring and, in debug mode, compared it across ranks;
-// the process watchdog (watchdog.h) then holds it to the group's timeout. So DDP, sync
-// batch-norm and the Trainer run unchanged on GPUs — the PyTorch "cpu:gloo,cuda:nccl"
-// arrangement.
+// A process group hands its CUDA tensors to the NcclBackend it makes on first use, after its
+// front end has checked, numbered, recorded and (debug mode) compared the call; the process
+// watchdog holds it to the timeout. So DDP, sync batch-norm and the Trainer run unchanged on
+// GPUs — the PyTorch "cpu:gloo,cuda:nccl" arrangement.
 //
 // Streams: each backend owns a communication stream on its device. A collective waits (on
 // the GPU, through an event) for everything already queued on the device's compute stream,
@@ -25,6 +23,7 @@
 #include <nccl.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +78,10 @@ class NcclBackend final : public DeviceCollectives {
   void exchange(const Tensor& out, const std::vector<int64_t>& out_counts,
                 const std::vector<int64_t>& out_offsets, const Tensor& in,
                 const std::vector<int64_t>& in_counts, const std::vector<int64_t>& in_offsets);
+  // begin(), `calls` (on the communication stream), end(tensors).
+  WorkPtr launch(std::vector<Tensor> tensors, const std::function<void()>& calls);
+  // gather (whole = out, part = in) or scatter (whole = in, part = out).
+  WorkPtr rooted(const Tensor& whole, const Tensor& part, int root, bool gather);
   // Orders the communication stream after the compute stream's queued work.
   void begin();
   // Records the completion event, keeps `tensors` alive until it completes.

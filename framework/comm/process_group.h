@@ -1,9 +1,7 @@
 // ProcessGroup: a set of ranks and the collectives among them. Collectives are
-// asynchronous: each returns a Work at once and starts in call order; the group's
-// communication thread progresses it in the background, so a gradient all-reduce
-// overlaps the rest of backward.
-// Backends: MPI (and shared memory) for CPU tensors, NCCL for CUDA tensors
-// (nccl_backend.h), behind the one front end of mpi_process_group.h.
+// asynchronous: each returns a Work at once and progresses in the background, so a gradient
+// all-reduce overlaps the rest of backward. One implementation, mpi_process_group.h: MPI
+// and shared memory for CPU tensors, NCCL for CUDA tensors.
 #pragma once
 
 #include <atomic>
@@ -27,8 +25,7 @@ class Work {
   virtual void wait() = 0;
   virtual bool is_completed() = 0;
   // is_completed(), after progressing the collective on the calling thread where the
-  // backend can (the MPI backend's CommTask): for a caller that polls one collective from
-  // inside another (the hierarchical all-reduce's stages).
+  // backend can: for one collective polled from inside another (hierarchical.h's stages).
   virtual bool test() { return is_completed(); }
   // For messages: "all_reduce(sum) of 1000 f32 on world (collective #3)"; "" where the
   // backend does not say.
@@ -74,10 +71,11 @@ class ProcessGroup {
   // Every collective below requires contiguous tensors of the same dtype and element
   // count on every member (except as noted); tensors must stay alive, untouched, until
   // wait() returns. Ranks (root, dst, src, and the order of blocks) are group ranks. A
-  // collective's tensors must not overlap each other (except all_gather's in place). Collectives start in
-  // call order and complete in call order: when wait() returns, every earlier Work of the group is complete
-  // too. Ones on disjoint tensors may be in flight together; one that touches a tensor an earlier one writes
-  // starts after it, so all_reduce(t) then broadcast(t) needs no wait.
+  // collective's tensors must not overlap each other (except all_gather's in place).
+  // Collectives start and complete in call order: when wait() returns, every earlier Work of
+  // the group is complete too. Ones on disjoint tensors may be in flight together; one that
+  // touches a tensor an earlier one writes starts after it (all_reduce(t) then broadcast(t)
+  // needs no wait).
   virtual WorkPtr all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;  // in place
   virtual WorkPtr broadcast(const Tensor& t, int root) = 0;                      // in place
   // out (n elements, the same n everywhere) = concatenation over ranks r of each rank's
@@ -144,26 +142,12 @@ class ProcessGroup {
 };
 using GroupPtr = std::shared_ptr<ProcessGroup>;
 
-// The argument checks that do not depend on the backend; each throws Error naming the op
-// and the group. gather and scatter: root is a rank of the group, and on root the whole
-// (gather's out, scatter's in) has the part's dtype, holds size() blocks of the part's
-// numel() elements and does not overlap the part
-// (the backend checks each tensor itself first: defined, device, contiguous).
-void check_gather(const ProcessGroup& group, const Tensor& out, const Tensor& in, int root);
-void check_scatter(const ProcessGroup& group, const Tensor& out, const Tensor& in, int root);
-// all_to_all: the element count and offset of each rank's block of `out` and of `in`,
-// from the splits (empty: equal), checked against all_to_all's requirements that one rank
-// can check.
+// all_to_all: the element count and offset of each rank's block of `out` and of `in`.
 struct AllToAllLayout {
   std::vector<int64_t> out_counts, out_offsets, in_counts, in_offsets;
 };
-AllToAllLayout all_to_all_layout(const ProcessGroup& group, const Tensor& out, const Tensor& in,
-                                 const std::vector<int64_t>& out_splits,
-                                 const std::vector<int64_t>& in_splits);
 // ": not complete after 5 s (distributed.timeout_s, DPT_DIST_TIMEOUT_S)": how a collective
 // that timed out is reported, after its description, on every backend.
 std::string timeout_text(std::chrono::milliseconds timeout);
-// Whether the bytes of a and b overlap (false when either is empty).
-bool overlaps(const Tensor& a, const Tensor& b);
 
 }  // namespace dpt::dist

@@ -1,5 +1,6 @@
 #include "comm/rank_device.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -33,13 +34,6 @@ std::string rank_list(const std::vector<RankView>& views) {
   return s.str();
 }
 
-// The first rank (in world order) without a device, or -1.
-int first_without_device(const std::vector<RankView>& views) {
-  for (size_t r = 0; r < views.size(); ++r)
-    if (views[r].device_count <= 0) return static_cast<int>(r);
-  return -1;
-}
-
 // "ranks 0 and 2 would both use cuda:0 (GPU-...)", or "" when every rank has a GPU of its own.
 std::string shared_gpu(const std::vector<RankView>& views) {
   for (size_t a = 0; a < views.size(); ++a)
@@ -61,7 +55,10 @@ DeviceChoice device_choose(DeviceSetting setting, bool deterministic, const std:
   DPT_CHECK(rank >= 0 && static_cast<size_t>(rank) < views.size())
       << "device_choose: rank " << rank << " of " << views.size() << " views";
   if (setting == DeviceSetting::cpu) return {Device::cpu(), "device: cpu"};
-  const int missing = first_without_device(views);
+  // The first rank (in world order) without a device, or -1.
+  auto no_device = [](const RankView& v) { return v.device_count <= 0; };
+  const auto none = std::find_if(views.begin(), views.end(), no_device);
+  const int missing = none == views.end() ? -1 : static_cast<int>(none - views.begin());
   const std::string shared = views.size() > 1 ? shared_gpu(views) : "";
   const std::string why_missing = missing == rank
                                       ? "no CUDA device: " + reason

@@ -24,25 +24,18 @@ namespace {
 
 constexpr size_t kPage = 4096;
 
-bool wanted_by_environment() {
-  const char* text = std::getenv("DPT_SHM_BUFFERS");
-  return !text || std::strcmp(text, "0") != 0;
-}
-
 // The reduction of elements [begin, end) over every rank's buffer (regions[r] + offset) goes
 // into `dest` (from its element 0), or with no dest back into every rank's buffer: a block at
 // a time through a buffer that stays in L1, so each byte is read and written once.
-template <class T>
-void reduce_into(char* const* regions, int size, size_t offset, int64_t begin, int64_t end, ReduceOp op,
-                 T* dest) {
+template <class T, class Region>
+void reduce_into(Region region, int size, size_t offset, int64_t begin, int64_t end, ReduceOp op, T* dest) {
   constexpr int64_t kBlock = 2048;
   alignas(64) T acc[kBlock];
   const T divisor = static_cast<T>(size);
-  auto at = [&](int r, int64_t i) { return reinterpret_cast<T*>(regions[r] + offset) + i; };
+  auto at = [&](int r, int64_t i) { return reinterpret_cast<T*>(region(r) + offset) + i; };
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t n = std::min(kBlock, end - b);
-    std::memcpy(acc, at(0, b), static_cast<size_t>(n) * sizeof(T));
-    for (int r = 1; r < size; ++r) combine(acc, at(r, b), n, op);
+    combine_blocks(acc, [&](int r) { return at(r, b); }, size, n, op);
     if (op == ReduceOp::avg)
       for (int64_t i = 0; i < n; ++i) acc[i] /= divisor;  // as the MPI path divides its sum
     if (dest) {
@@ -55,14 +48,14 @@ void reduce_into(char* const* regions, int size, size_t offset, int64_t begin, i
 
 }  // namespace
 
-std::shared_ptr<ShmBuffer> ShmBuffer::create(MPI_Comm comm, size_t bytes) {
+std::shared_ptr<ShmBuffer> ShmBuffer::create(MPI_Comm comm, size_t bytes, bool want) {
   int size = 0, rank = 0;
   MPI_CHECK(MPI_Comm_size(comm, &size));
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   // Pages apart: no two ranks' buffers share a cache line or a page.
   const size_t header = round_up(sizeof(RankControl) * static_cast<size_t>(size), kPage);
   const size_t stride = round_up(std::max<size_t>(bytes, 1), kPage);
-  auto memory = SharedMapping::create(comm, header + stride * static_cast<size_t>(size), wanted_by_environment());
+  auto memory = SharedMapping::create(comm, header + stride * static_cast<size_t>(size), want);
   if (!memory) return nullptr;
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters live in memory shared by processes");
   return std::shared_ptr<ShmBuffer>(new ShmBuffer(std::move(memory), bytes, header, stride, size, rank));
@@ -71,9 +64,7 @@ std::shared_ptr<ShmBuffer> ShmBuffer::create(MPI_Comm comm, size_t bytes) {
 ShmBuffer::ShmBuffer(std::unique_ptr<SharedMapping> memory, size_t bytes, size_t header_bytes, size_t stride,
                      int size, int rank)
     : memory_(std::move(memory)), bytes_(bytes), header_bytes_(header_bytes), stride_(stride), size_(size),
-      rank_(rank) {
-  for (int r = 0; r < size_; ++r) regions_.push_back(region(r));
-}
+      rank_(rank) {}
 
 ShmBuffer::RankControl& ShmBuffer::control(int rank) const {
   // The pages start zeroed, a valid atomic 0 on this platform.
@@ -87,12 +78,12 @@ void ShmBuffer::arrive(uint64_t seq, size_t offset, size_t bytes) {
   mine.arrived.store(seq, std::memory_order_release);
 }
 
-bool ShmBuffer::all_arrived(uint64_t seq, const std::string& what) const {
+bool ShmBuffer::all_arrived(uint64_t seq, const std::string& what, bool same_range) const {
   const RankControl& mine = control(rank_);
   for (int r = 0; r < size_; ++r) {
     const RankControl& other = control(r);
     if (other.arrived.load(std::memory_order_acquire) < seq) return false;
-    DPT_CHECK(other.offset == mine.offset && other.bytes == mine.bytes)
+    DPT_CHECK(!same_range || (other.offset == mine.offset && other.bytes == mine.bytes))
         << what << ": rank " << r << " reduces bytes " << other.offset << ".." << other.offset + other.bytes
         << " of its shared buffer, this rank " << mine.offset << ".." << mine.offset + mine.bytes
         << " (a collective_buffer must be used alike on every rank)";
@@ -105,19 +96,20 @@ void ShmBuffer::reduce_share(uint64_t seq, size_t offset, int64_t count, DType d
   const int64_t per_block = static_cast<int64_t>(64 / dtype_size(dtype));
   const Chunk mine = chunk_of((count + per_block - 1) / per_block, size_, rank_);
   const int64_t begin = std::min(count, mine.begin * per_block), end = std::min(count, mine.end * per_block);
-  if (dtype == DType::i64)
-    reduce_into<int64_t>(regions_.data(), size_, offset, begin, end, op, nullptr);
-  else
-    reduce_into<float>(regions_.data(), size_, offset, begin, end, op, nullptr);
-  control(rank_).reduced.store(seq, std::memory_order_release);
+  reduce_range(seq, offset, begin, end, dtype, op, nullptr);
 }
 
 void ShmBuffer::reduce_chunk(uint64_t seq, size_t offset, int64_t count, DType dtype, ReduceOp op, void* out) {
   const Chunk mine = chunk_of(count, size_, rank_);
-  if (dtype == DType::i64)
-    reduce_into<int64_t>(regions_.data(), size_, offset, mine.begin, mine.end, op, static_cast<int64_t*>(out));
-  else
-    reduce_into<float>(regions_.data(), size_, offset, mine.begin, mine.end, op, static_cast<float*>(out));
+  reduce_range(seq, offset, mine.begin, mine.end, dtype, op, out);
+}
+
+void ShmBuffer::reduce_range(uint64_t seq, size_t offset, int64_t begin, int64_t end, DType dtype,
+                             ReduceOp op, void* dest) {
+  with_element_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    reduce_into([this](int r) { return region(r); }, size_, offset, begin, end, op, static_cast<T*>(dest));
+  });
   control(rank_).reduced.store(seq, std::memory_order_release);
 }
 

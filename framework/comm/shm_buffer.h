@@ -17,6 +17,14 @@
 // reduce_scatter and all_gather (in place) follow the same steps, but each rank writes only
 // its own memory: the reduction of its chunk_of(count) into its `out`, or the other ranks'
 // chunks, read from their buffers, into its own.
+//
+// Small all-reduces of a group on one machine (up to MpiProcessGroup::kShmAllReduceBytes)
+// use one buffer of two halves as a segment: below ~64 KB an all-reduce is all latency, and
+// Open MPI's MPI_Iallreduce costs 2-3x its blocking MPI_Allreduce there. Each rank copies its
+// input into the half of op s's parity and arrives; once all have, each reduces every rank's
+// copy into its output itself (reduce_range), with no second meeting. A rank starts op s only
+// after its op s-1 completed, that is after every rank arrived at s-1 and so finished op s-2,
+// the last reader of that half: no rank overwrites what another still reads.
 #pragma once
 
 #include <mpi.h>
@@ -38,8 +46,8 @@ class ShmBuffer {
  public:
   // Collective over comm (its calling thread; no collective in flight on it). requires: 2 or
   // more ranks, all on this machine. nullptr on every rank alike when shared memory cannot
-  // be had or some rank has DPT_SHM_BUFFERS=0 (the caller then uses private memory).
-  static std::shared_ptr<ShmBuffer> create(MPI_Comm comm, size_t bytes);
+  // be had or some rank passes want = false (the caller then uses private memory).
+  static std::shared_ptr<ShmBuffer> create(MPI_Comm comm, size_t bytes, bool want);
 
   char* data() const { return region(rank_); }  // this rank's buffer, zeroed at first
   size_t bytes() const { return bytes_; }
@@ -55,9 +63,9 @@ class ShmBuffer {
   uint64_t next_sequence() { return ++sequence_; }
   // Publishes that this rank's bytes [offset, offset + bytes) are ready for op seq.
   void arrive(uint64_t seq, size_t offset, size_t bytes);
-  // Whether every rank has arrived at op seq. Throws Error when a rank reduces another
-  // byte range than this one (the buffers must be used alike on every rank).
-  bool all_arrived(uint64_t seq, const std::string& what) const;
+  // Whether every rank has arrived at op seq. With same_range, throws Error when a rank
+  // reduces another byte range than this one (the buffers must be used alike on every rank).
+  bool all_arrived(uint64_t seq, const std::string& what, bool same_range = true) const;
   // Reduces this rank's chunk of the op's range over every rank's buffer (rank order; avg
   // divides by the group size as the MPI path does) into every buffer, then publishes it.
   // requires all_arrived.
@@ -69,6 +77,10 @@ class ShmBuffer {
   // all_gather in place: copies every other rank r's chunk_of(count, size, r) of the op's
   // range from its buffer into this rank's, then publishes it. requires all_arrived.
   void gather_chunks(uint64_t seq, size_t offset, int64_t count, DType dtype);
+  // Elements [begin, end) of the op's range, reduced over every rank's buffer (as
+  // reduce_share), into dest, or with no dest into every buffer; then publishes it.
+  void reduce_range(uint64_t seq, size_t offset, int64_t begin, int64_t end, DType dtype, ReduceOp op,
+                    void* dest);
   // Whether every rank has finished its part of op seq (reduce_share, reduce_chunk or
   // gather_chunks): only then may a rank change its buffer again.
   bool all_reduced(uint64_t seq) const;
@@ -83,7 +95,6 @@ class ShmBuffer {
   std::unique_ptr<SharedMapping> memory_;
   size_t bytes_, header_bytes_, stride_;
   int size_, rank_;
-  std::vector<char*> regions_;  // every rank's buffer, in this process's mapping
   uint64_t sequence_ = 0;
 };
 

@@ -1,6 +1,6 @@
 // One block of POSIX shared memory mapped by every rank of a communicator whose ranks all
-// run on this machine: the plumbing under the shared-memory all-reduces (shm_all_reduce.h
-// for small messages, shm_buffer.h for buffers reduced in place).
+// run on this machine: the plumbing under the shared-memory all-reduces (shm_buffer.h,
+// for small messages and for buffers reduced in place).
 //
 // Why POSIX shared memory and not an MPI window: unmapping is local, so groups and buffers
 // may be freed in any order on each rank, without a collective MPI_Win_free that could

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -43,12 +44,14 @@ std::string describe_rank(const std::string& device) {
   return text.str();
 }
 
-std::vector<std::string> split_fields(const std::string& line, char separator) {
-  std::vector<std::string> fields;
-  std::istringstream in(line);
-  for (std::string field; std::getline(in, field, separator);)
-    if (!field.empty()) fields.push_back(field);
-  return fields;
+// The tab-separated fields of a line, empty ones included.
+std::vector<std::string> fields_of(const std::string& line) {
+  std::vector<std::string> f;
+  for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
+    end = line.find('\t', begin);
+    f.push_back(line.substr(begin, end == std::string::npos ? end : end - begin));
+  }
+  return f;
 }
 
 // "  host groups: world.host[0,1] world.host[2,3]" (the names hold the members' world ranks in
@@ -94,18 +97,14 @@ std::string pad(const std::string& text, size_t width, bool right) {
 std::string world_table(const std::string& device) {
   const std::vector<std::string> texts = gather_on_rank0(describe_rank(device));
   if (texts.empty()) return "";
-  struct Row {
-    std::vector<std::string> fields;  // host, node, local rank, device
-  };
-  std::vector<Row> rows;
   struct Group {
     std::string name, note;
     std::vector<std::string> members;          // world ranks
-    std::vector<std::string> hosts, acrosses;  // its host groups' names
     std::vector<std::string> group_ranks;      // by member: the rank its group gave it ("?": no report)
+    std::vector<std::string> hosts, acrosses;  // its host groups' names
   };
+  std::vector<std::vector<std::string>> rows;  // by world rank: host, node, local rank, device
   std::vector<Group> groups;
-  std::set<std::string> seen;
   auto group_named = [&](const std::string& name) {
     return std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.name == name; });
   };
@@ -113,47 +112,44 @@ std::string world_table(const std::string& device) {
     std::istringstream lines(texts[world_rank]);
     std::string line;
     std::getline(lines, line);
-    rows.push_back({split_fields(line, '\t')});
-    rows.back().fields.resize(4);
+    rows.push_back(fields_of(line));
+    rows.back().resize(4);
     while (std::getline(lines, line)) {
-      // name, world ranks, note, parent: split by hand, as note and parent may be empty.
-      std::vector<std::string> f;
-      for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
-        end = line.find('\t', begin);
-        f.push_back(line.substr(begin, end == std::string::npos ? end : end - begin));
-      }
+      std::vector<std::string> f = fields_of(line);  // name, world ranks, note, parent, group rank
       f.resize(5);
+      auto group = group_named(f[0]);
       if (f[3].empty()) {
-        if (seen.insert(f[0]).second) {
-          std::vector<std::string> members = split_fields(f[1], ' ');
-          groups.push_back({f[0], f[2], members, {}, {}, std::vector<std::string>(members.size(), "?")});
+        if (group == groups.end()) {
+          std::istringstream ranks(f[1]);
+          std::vector<std::string> members{std::istream_iterator<std::string>(ranks), {}};
+          groups.push_back({f[0], f[2], members, std::vector<std::string>(members.size(), "?"), {}, {}});
+          group = groups.end() - 1;
         }
-        Group& group = *group_named(f[0]);
-        auto member = std::find(group.members.begin(), group.members.end(), std::to_string(world_rank));
-        if (member != group.members.end()) group.group_ranks[member - group.members.begin()] = f[4];
-      } else if (auto parent = group_named(f[3]); parent != groups.end() && seen.insert(f[0]).second) {
-        (f[2] == "host" ? parent->hosts : parent->acrosses).push_back(f[0]);
+        auto member = std::find(group->members.begin(), group->members.end(), std::to_string(world_rank));
+        if (member != group->members.end()) group->group_ranks[member - group->members.begin()] = f[4];
+      } else if (auto parent = group_named(f[3]); parent != groups.end()) {
+        std::vector<std::string>& names = f[2] == "host" ? parent->hosts : parent->acrosses;
+        if (std::find(names.begin(), names.end(), f[0]) == names.end()) names.push_back(f[0]);
       }
     }
   }
   std::set<std::string> hosts;
-  size_t host_width = 4, device_width = 6;
-  for (const Row& row : rows) {
-    hosts.insert(row.fields[0]);
-    host_width = std::max(host_width, row.fields[0].size());
-    device_width = std::max(device_width, row.fields[3].size());
+  size_t host_width = 4;
+  for (const auto& row : rows) {
+    hosts.insert(row[0]);
+    host_width = std::max(host_width, row[0].size());
   }
   std::ostringstream out;
   out << "world: " << rows.size() << " rank" << (rows.size() == 1 ? "" : "s") << " on " << hosts.size()
       << " host" << (hosts.size() == 1 ? "" : "s") << '\n';
   out << "  rank  " << pad("host", host_width, false) << "  node  local rank  device\n";
   for (size_t r = 0; r < rows.size() && r < kListed; ++r) {
-    const auto& f = rows[r].fields;
+    const auto& f = rows[r];
     out << "  " << pad(std::to_string(r), 4, true) << "  " << pad(f[0], host_width, false) << "  "
         << pad(f[1], 4, true) << "  " << pad(f[2], 10, true) << "  " << f[3] << '\n';
   }
   if (rows.size() > kListed) out << "  ... (" << rows.size() - kListed << " more)\n";
-  for (const auto& [name, note, members, host_groups, across_groups, group_ranks] : groups) {
+  for (const auto& [name, note, members, group_ranks, host_groups, across_groups] : groups) {
     size_t width = 1;
     for (const std::string& m : members) width = std::max(width, m.size());
     out << "group " << name << ": " << members.size() << " rank" << (members.size() == 1 ? "" : "s")

@@ -74,7 +74,10 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr 
       << "for CPU tensors, but the model is on " << params.front().second.device().str()
       << " (NCCL all-reduces CUDA tensors): set distributed.compress: none";
   reducer_ = std::make_unique<Reducer>(params, group_, options_);
-  if (options_.compress == Compression::bf16) reducer_->set_comm_hook(all_reduce_bf16_across_hosts);
+  if (options_.compress == Compression::bf16)
+    reducer_->set_comm_hook([](ProcessGroup& g, const Tensor& bucket) {
+      return all_reduce_bf16_across_hosts(g, bucket);
+    });
 
   if (options_.broadcast_buffers && !options_.sync_bn && !module_->named_buffers().empty()) {
     buffers_ = std::make_unique<BufferBroadcast>(module_->named_buffers(), group_);

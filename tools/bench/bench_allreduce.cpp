@@ -3,13 +3,12 @@
 // the same run, with algbw = bytes / time and busbw = algbw * 2(n-1)/n. Two dpt columns: a
 // tensor in ordinary memory (the caller starts the collective and polls it in wait()), and
 // "shared", a tensor from ProcessGroup::collective_buffer, which ranks on one machine
-// all-reduce in place in shared memory (shm_buffer.h; DDP's buckets). The older design, every
-// MPI call handed to the communication thread, is timed for the 0-element call, the barrier
-// and the overlap section. Across hosts (tools/cluster.sh), three more columns time the
-// shared tensor as DDP's buckets go with each distributed.hierarchical / compress setting. Each measurement
-// repeats its call as often as fills --budget-ms (3 to 2000 calls; 50 in the overlap section). Run:
+// all-reduce in place in shared memory (shm_buffer.h; DDP's buckets). Across hosts
+// (tools/cluster.sh), three more columns time the shared tensor as DDP's buckets go with each
+// distributed.hierarchical / compress setting. Each measurement repeats its call as often as
+// fills --budget-ms (3 to 2000 calls; 50 in the overlap section). Run:
 //   mpirun --oversubscribe -np 2 build/bench_allreduce [--min-bytes 4] [--max-bytes 268435456]
-//     [--budget-ms 100] [--rounds 2] [--min-sleep-us 2] [--max-sleep-us 128] [--idle-yield-us 20]
+//     [--budget-ms 100] [--rounds 2] [--min-sleep-us 2] [--max-sleep-us 128]
 #include <mpi.h>
 
 #include <algorithm>
@@ -70,9 +69,8 @@ float compute(int reps) {
 
 // As in DDP's backward: the caller computes while an all-reduce of `count` floats is in
 // flight, on the same core(s). Compares dpt (started by the caller, progressed in the
-// background by the communication thread's back-off poll), dpt's older hand-off design, dpt
-// with a poll loop that never sleeps, and a helper thread in blocking MPI_Allreduce (MPI's
-// own spinning wait).
+// background by the communication thread's back-off poll), dpt with a poll loop that never
+// sleeps, and a helper thread in blocking MPI_Allreduce (MPI's own spinning wait).
 void overlap_section(ProcessGroup& group, MpiProcessGroup& mpi_group, const Tensor& t,
                      const PollPolicy& policy, int rank, double budget_s) {
   const int count = static_cast<int>(t.numel());
@@ -92,13 +90,8 @@ void overlap_section(ProcessGroup& group, MpiProcessGroup& mpi_group, const Tens
     work->wait();
   };
   const double o_dpt = time_per_call(iters, overlapped);
-  PollPolicy handoff = policy;
-  handoff.caller_progress = false;
-  mpi_group.set_poll_policy(handoff);
-  const double o_handoff = time_per_call(iters, overlapped);
   PollPolicy spinning = policy;
   spinning.min_sleep_us = spinning.max_sleep_us = 0;
-  spinning.idle_yield_us = 0;
   mpi_group.set_poll_policy(spinning);
   const double o_spin = time_per_call(iters, overlapped);
   mpi_group.set_poll_policy(policy);
@@ -130,9 +123,8 @@ void overlap_section(ProcessGroup& group, MpiProcessGroup& mpi_group, const Tens
         "spare core; sum %.0f)\n",
         count * 4, c * 1e6, m * 1e6, std::max(c, m) * 1e6, (c + m) * 1e6);
     std::printf(
-        "#   compute with the all_reduce in flight: dpt %.0f us, dpt thread hand-off %.0f us, dpt polling "
-        "without sleeps %.0f us,\n",
-        o_dpt * 1e6, o_handoff * 1e6, o_spin * 1e6);
+        "#   compute with the all_reduce in flight: dpt %.0f us, dpt polling without sleeps %.0f us,\n",
+        o_dpt * 1e6, o_spin * 1e6);
     std::printf("#   helper thread in blocking MPI_Allreduce %.0f us\n", o_blocking * 1e6);
   }
 }
@@ -158,9 +150,6 @@ int main(int argc, char** argv) {
   PollPolicy fast;
   fast.min_sleep_us = static_cast<int>(arg_int(argc, argv, "--min-sleep-us", fast.min_sleep_us));
   fast.max_sleep_us = static_cast<int>(arg_int(argc, argv, "--max-sleep-us", fast.max_sleep_us));
-  fast.idle_yield_us = static_cast<int>(arg_int(argc, argv, "--idle-yield-us", fast.idle_yield_us));
-  PollPolicy handoff = fast;  // every MPI call on the communication thread
-  handoff.caller_progress = false;
   mpi_group->set_poll_policy(fast);
 
   Tensor buffer = Tensor::zeros({std::max<int64_t>(max_bytes / 4, 1)});
@@ -169,14 +158,10 @@ int main(int argc, char** argv) {
   const bool across_hosts = mpi_group->host_groups().across != nullptr;
 
   // The fixed cost alone: a 0-element all_reduce makes no MPI call, so call + wait is dpt's
-  // bookkeeping (and, handed off, the queue and two thread wake-ups).
+  // bookkeeping.
   Tensor empty = Tensor::zeros({0});
   for (int i = 0; i < 100; ++i) group->all_reduce(empty)->wait();
   const double overhead = time_in_budget(budget_s, 2000, [&] { group->all_reduce(empty)->wait(); });
-  mpi_group->set_poll_policy(handoff);
-  const double overhead_handoff = time_in_budget(budget_s, 2000, [&] { group->all_reduce(empty)->wait(); });
-  const double barrier_handoff = time_in_budget(budget_s, 2000, [&] { group->barrier()->wait(); });
-  mpi_group->set_poll_policy(fast);
   const double barrier_mpi = time_in_budget(budget_s, 2000, [&] { MPI_Barrier(MPI_COMM_WORLD); });
   const double barrier_dpt = time_in_budget(budget_s, 2000, [&] { group->barrier()->wait(); });
 
@@ -185,10 +170,9 @@ int main(int argc, char** argv) {
         "# dpt all_reduce benchmark: %d ranks, f32 sum, in place; per call, slowest rank, best of %d "
         "rounds\n",
         n, rounds);
-    std::printf("# 0-element all_reduce (no MPI call): dpt %.2f us, thread hand-off %.2f us\n",
-                overhead * 1e6, overhead_handoff * 1e6);
-    std::printf("# barrier: MPI_Barrier %.1f us, dpt barrier %.1f us, thread hand-off %.1f us\n",
-                barrier_mpi * 1e6, barrier_dpt * 1e6, barrier_handoff * 1e6);
+    std::printf("# 0-element all_reduce (no MPI call): dpt %.2f us\n", overhead * 1e6);
+    std::printf("# barrier: MPI_Barrier %.1f us, dpt barrier %.1f us\n", barrier_mpi * 1e6,
+                barrier_dpt * 1e6);
     std::printf(
         "# MPI: blocking MPI_Allreduce; I+W: MPI_Iallreduce + MPI_Wait on the caller; dpt: all_reduce + "
         "wait\n");
@@ -217,7 +201,9 @@ int main(int argc, char** argv) {
     // Across hosts also each way DDP's buckets can go (small integers: exact in bf16 too).
     auto shared_as = [&](Hierarchical mode, Compression compress) {
       mpi_group->set_hierarchical(mode);
-      mpi_group->all_reduce(s, ReduceOp::sum, compress)->wait();
+      (compress == Compression::bf16 ? all_reduce_bf16_across_hosts(*mpi_group, s, ReduceOp::sum)
+                                     : mpi_group->all_reduce(s))
+          ->wait();
       mpi_group->set_hierarchical(Hierarchical::automatic);
     };
     std::vector<std::pair<Tensor, std::function<void()>>> checks = {
