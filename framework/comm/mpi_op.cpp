@@ -198,13 +198,13 @@ bool MpiOp::progress() {
   if (hierarchical) return hierarchical->progress();
   if (shm_seq == 0) return true;
   if (shm) {  // other ranks may be at the next op already: their range is not this op's
-    if (!shm->all_arrived(shm_seq, describe(), false)) return false;
+    if (!shm->all_arrived(shm_seq, *this, false)) return false;
     shm->reduce_range(shm_seq, shared_offset, 0, n, dtype, reduce, out.raw_data());  // divides for avg
     return true;
   }
   if (shared) {
     if (!shared_reduced) {
-      if (!shared->all_arrived(shm_seq, describe())) return false;
+      if (!shared->all_arrived(shm_seq, *this)) return false;
       if (kind == OpKind::reduce_scatter)
         shared->reduce_chunk(shm_seq, shared_offset, n, dtype, reduce, out.raw_data());  // divides for avg
       else if (kind == OpKind::all_gather)

@@ -78,13 +78,13 @@ void ShmBuffer::arrive(uint64_t seq, size_t offset, size_t bytes) {
   mine.arrived.store(seq, std::memory_order_release);
 }
 
-bool ShmBuffer::all_arrived(uint64_t seq, const std::string& what, bool same_range) const {
+bool ShmBuffer::all_arrived(uint64_t seq, const Work& task, bool same_range) const {
   const RankControl& mine = control(rank_);
   for (int r = 0; r < size_; ++r) {
     const RankControl& other = control(r);
     if (other.arrived.load(std::memory_order_acquire) < seq) return false;
     DPT_CHECK(!same_range || (other.offset == mine.offset && other.bytes == mine.bytes))
-        << what << ": rank " << r << " reduces bytes " << other.offset << ".." << other.offset + other.bytes
+        << task.describe() << ": rank " << r << " reduces bytes " << other.offset << ".." << other.offset + other.bytes
         << " of its shared buffer, this rank " << mine.offset << ".." << mine.offset + mine.bytes
         << " (a collective_buffer must be used alike on every rank)";
   }

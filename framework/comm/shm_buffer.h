@@ -65,7 +65,7 @@ class ShmBuffer {
   void arrive(uint64_t seq, size_t offset, size_t bytes);
   // Whether every rank has arrived at op seq. With same_range, throws Error when a rank
   // reduces another byte range than this one (the buffers must be used alike on every rank).
-  bool all_arrived(uint64_t seq, const std::string& what, bool same_range = true) const;
+  bool all_arrived(uint64_t seq, const Work& task, bool same_range = true) const;
   // Reduces this rank's chunk of the op's range over every rank's buffer (rank order; avg
   // divides by the group size as the MPI path does) into every buffer, then publishes it.
   // requires all_arrived.
