@@ -13,20 +13,20 @@ import re
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
-BLOCK = re.compile(r"^```layers\s*$(.*?)^```\s*$", re.M | re.S)
+def read_block(design, name, tool):
+    """The 'key: value' lines of design.md's ```name block as (key, value) pairs; exits
+    naming `tool` when there is none."""
+    with open(design, encoding="utf-8") as f:
+        match = re.search(rf"^```{name}\s*$(.*?)^```\s*$", f.read(), re.M | re.S)
+    if not match:
+        sys.exit(f"{tool}: {design} has no ```{name} block")
+    return [(key.strip(), value) for key, _, value in
+            (line.partition(":") for line in match.group(1).strip().splitlines())]
 
 
 def read_layers(design):
     """{top folder: [its layers in order]} from the ```layers block of design.md."""
-    with open(design, encoding="utf-8") as f:
-        match = BLOCK.search(f.read())
-    if not match:
-        sys.exit(f"check_layers: {design} has no ```layers block")
-    layers = {}
-    for line in match.group(1).strip().splitlines():
-        top, _, folders = line.partition(":")
-        layers[top.strip()] = folders.split()
-    return layers
+    return {top: folders.split() for top, folders in read_block(design, "layers", "check_layers")}
 
 
 def allowed(layers, top, folder):

@@ -7,24 +7,18 @@ how many there are. As tinygrad's CI does: the library stays small enough to be 
   tools/check_size.py [ROOT]        # ROOT: the repository (default: this script's ../)
 """
 import os
-import re
 import sys
 
-BLOCK = re.compile(r"^```budget\s*$(.*?)^```\s*$", re.M | re.S)
+from check_layers import read_block
 
 
 def read_budget(design):
     """{top folder: its budget in lines} from the ```budget block of design.md."""
-    with open(design, encoding="utf-8") as f:
-        match = BLOCK.search(f.read())
-    if not match:
-        sys.exit(f"check_size: {design} has no ```budget block")
     budget = {}
-    for line in match.group(1).strip().splitlines():
-        top, _, number = line.partition(":")
+    for top, number in read_block(design, "budget", "check_size"):
         if not number.strip().isdigit():
-            sys.exit(f"check_size: {design}: budget line {line.strip()!r}: expected 'folder: lines'")
-        budget[top.strip()] = int(number)
+            sys.exit(f"check_size: {design}: budget line '{top}:{number}': expected 'folder: lines'")
+        budget[top] = int(number)
     return budget
 
 
