@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -80,7 +82,7 @@ TEST(MpiGroups, NewGroupEvensAndOdds) {
 }
 
 TEST(MpiGroups, CollectivesOnTwoGroupsAndTheWorldAtOnce) {
-  // Each group has its own communication thread: work on all three overlaps.
+  // Each group has its own queue: work on all three overlaps.
   const int me = info().rank, n = info().world_size;
   GroupPtr evens = new_group(ranks_where([](int r) { return r % 2 == 0; }));
   GroupPtr odds = n > 1 ? new_group(ranks_where([](int r) { return r % 2 == 1; })) : nullptr;
@@ -97,7 +99,7 @@ TEST(MpiGroups, CollectivesOnTwoGroupsAndTheWorldAtOnce) {
 TEST(MpiGroups, OneGroupProgressesWhileTheCallerPollsAnother) {
   // Rank 0 waits on (polls) a world all_reduce that rank 1 joins only once their pair's
   // all_reduce is complete; that needs rank 0's pair collective to progress meanwhile, on
-  // the pair's communication thread. Also (CTest) under SERIALIZED.
+  // the process's communication thread. Also (CTest) under SERIALIZED.
   const int me = info().rank, n = info().world_size;
   GroupPtr pair = split(world(), me < 2 ? 0 : -1, me);
   if (n < 2) GTEST_SKIP() << "needs two ranks";
@@ -118,6 +120,38 @@ TEST(MpiGroups, OneGroupProgressesWhileTheCallerPollsAnother) {
     EXPECT_EQ(small.to_vector()[99], static_cast<float>(n));
     if (me < 2) EXPECT_EQ(big.to_vector()[12345], 3.0f);
   }
+}
+
+// Threads of this process named `name` (/proc/self/task/*/comm).
+int threads_named(const std::string& name) {
+  int count = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++count;
+  }
+  return count;
+}
+
+TEST(MpiGroups, OneCommunicationThreadServesEveryGroup) {
+  // World, evens/odds and a split pair, each with big all-reduces left in flight for the
+  // thread to progress while the caller does not wait: one "dpt-comm" thread in all.
+  const int me = info().rank;
+  GroupPtr evens = new_group(ranks_where([](int r) { return r % 2 == 0; }));
+  GroupPtr odds = world()->size() > 1 ? new_group(ranks_where([](int r) { return r % 2 == 1; })) : nullptr;
+  GroupPtr parity = me % 2 == 0 ? evens : odds;
+  GroupPtr pair = split(world(), me / 2, me);
+  std::vector<Tensor> tensors;
+  std::vector<WorkPtr> works;
+  for (const GroupPtr& g : {world(), parity, pair}) {
+    tensors.push_back(Tensor::full({1 << 18}, 1.0f));
+    works.push_back(g->all_reduce(tensors.back()));
+  }
+  EXPECT_EQ(threads_named("dpt-comm"), 1);
+  for (const WorkPtr& w : works) w->wait();
+  EXPECT_EQ(tensors[0].to_vector()[7], static_cast<float>(world()->size()));
+  EXPECT_EQ(tensors[1].to_vector()[7], static_cast<float>(parity->size()));
+  EXPECT_EQ(tensors[2].to_vector()[7], static_cast<float>(pair->size()));
 }
 
 TEST(MpiGroups, NewGroupWhileTheWorldHasWorkInFlight) {

@@ -1,4 +1,4 @@
-// The poll token, the queue, the communication thread's loop and the waiting of
+// The poll token, the queue, the process's communication thread's loop and the waiting of
 // comm_thread.h. The thread sleeps between polls (PollPolicy) because a spinning progress
 // loop would steal the core that compute runs on; a waiter polls without sleeping, as
 // MPI_Wait does, because nothing of its rank computes while it waits.
@@ -26,19 +26,19 @@ void CommTask::wait() {
         timeout_.count() > 0 ? Clock::now() + timeout_ : Clock::time_point::max();
     std::unique_lock<std::mutex> lock(mutex_);
     if (!finished()) {
-      // thread_ is valid here: the task is not complete, and completing needs mutex_. Once
-      // enter_polling() succeeds the thread does not exit before leave_polling().
-      CommThread* thread = thread_;
+      // queue_ is valid here: the task is not complete, and completing needs mutex_. Once
+      // enter_polling() succeeds the queue's stop() does not return before leave_polling().
+      CommQueue* queue = queue_;
       bool finished;
-      if (thread->enter_polling()) {
+      if (queue->enter_polling()) {
         lock.unlock();
         try {
-          finished = thread->poll_until_done(*this, deadline);
+          finished = queue->poll_until_done(*this, deadline);
         } catch (...) {
-          thread->leave_polling();
+          queue->leave_polling();
           throw;
         }
-        thread->leave_polling();
+        queue->leave_polling();
       } else {
         finished = sleep_until_done(lock, deadline);
         lock.unlock();
@@ -54,7 +54,7 @@ void CommTask::wait() {
 bool CommTask::sleep_until_done(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
   auto done = [&] { return finished(); };
   waiters_.fetch_add(1, std::memory_order_relaxed);
-  thread_->poke();
+  queue_->poke();
   bool finished = true;
   if (deadline == Clock::time_point::max()) {
     cv_.wait(lock, done);
@@ -69,19 +69,19 @@ bool CommTask::is_completed() {
   if (finished()) return true;
   std::lock_guard<std::mutex> lock(mutex_);
   if (done_.load(std::memory_order_relaxed)) return true;
-  thread_->poke();  // valid: not complete, and completing needs mutex_
+  queue_->poke();  // valid: not complete, and completing needs mutex_
   return false;
 }
 
 bool CommTask::test() {
   if (finished()) return true;
-  CommThread* thread = nullptr;
+  CommQueue* queue = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_.load(std::memory_order_relaxed)) return true;
-    thread = thread_;
+    queue = queue_;
   }
-  thread->try_round();  // the group, which owns its thread, outlives its pending tasks
+  queue->try_round();  // the group, which owns its queue, outlives its pending tasks
   return is_completed();
 }
 
@@ -92,41 +92,42 @@ void CommTask::fail(const std::string& why) {
 void CommTask::complete() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    thread_ = nullptr;
+    queue_ = nullptr;
     done_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }
 
-CommThread::CommThread() : thread_([this] { run(); }) {}
+CommQueue::CommQueue() : thread_(CommThread::acquire()) { thread_->add(this); }
 
-CommThread::~CommThread() {
+CommQueue::~CommQueue() {
   try {
     stop(std::chrono::milliseconds(0));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dpt: stopping a communication thread: %s\n", e.what());
+    std::fprintf(stderr, "dpt: stopping a group's communication: %s\n", e.what());
   }
+  thread_->remove(this);
 }
 
-void CommThread::post(const std::shared_ptr<CommTask>& task, std::chrono::milliseconds timeout) {
-  task->thread_ = this;
+void CommQueue::post(const std::shared_ptr<CommTask>& task, std::chrono::milliseconds timeout) {
+  task->queue_ = this;
   task->timeout_ = timeout;
   if (!post_started(task)) post_queued(task);
 }
 
-bool CommThread::post_started(const std::shared_ptr<CommTask>& task) {
+bool CommQueue::post_started(const std::shared_ptr<CommTask>& task) {
   std::unique_lock<std::mutex> token(token_, std::try_to_lock);
   if (!token.owns_lock()) return false;
   bool was_blocked;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(thread_->mutex_);
     check_running(*task);
     take_queue_locked();  // earlier collectives first: the order of starts is the order of calls
     waiting_.push_back(task);
     ++in_flight_count_;
     // Blocked now, the thread stays blocked until notified; not blocked, it sees the count
-    // above before it next blocks (both under mutex_), so no wake-up can be lost.
-    was_blocked = blocked_;
+    // above before it next blocks (both under the mutex), so no wake-up can be lost.
+    was_blocked = thread_->blocked_;
   }
   // Earlier tasks without a request may be done by now and let this one start (no MPI
   // call here: testing MPI requests is the waiters' and the thread's job).
@@ -137,55 +138,133 @@ bool CommThread::post_started(const std::shared_ptr<CommTask>& task) {
   // What is left needs a thread that is awake (one in a back-off sleep is): MPI requests,
   // and tasks that cannot start yet. A task without a request left alone is progressed by
   // the next wait(), post() or is_completed() of the group, or by stop().
-  if (was_blocked && (!waiting_.empty() || mpi_in_flight())) cv_.notify_one();
+  if (was_blocked && (!waiting_.empty() || mpi_in_flight())) thread_->cv_.notify_one();
   return true;
 }
 
-void CommThread::post_queued(const std::shared_ptr<CommTask>& task) {
+void CommQueue::post_queued(const std::shared_ptr<CommTask>& task) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(thread_->mutex_);
     check_running(*task);
     queue_.push_back(task);
     queued_.store(true, std::memory_order_relaxed);
-    if (polling_waiter_) return;  // it takes the queue in its next round, or wakes us on leaving
+    if (polling_waiter_) return;  // it takes the queue in its next round, or wakes the thread on leaving
+    thread_->poked_ = true;
   }
-  cv_.notify_one();
+  thread_->cv_.notify_one();
 }
 
-void CommThread::check_running(const CommTask& task) const {
-  DPT_CHECK(!stopping_) << task.describe() << ": the group's communication thread has stopped "
+void CommQueue::check_running(const CommTask& task) const {
+  DPT_CHECK(!stopping_) << task.describe() << ": the group's communication has stopped "
                         << "(dist::finalize() or the group was destroyed)";
 }
 
-bool CommThread::stop(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (stopped_) return true;
-  stopping_ = true;
-  cv_.notify_one();
-  auto exited = [&] { return exited_; };
-  if (timeout.count() > 0) {
-    if (!drained_cv_.wait_for(lock, timeout, exited)) return false;
-  } else {
-    drained_cv_.wait(lock, exited);
+bool CommQueue::stop(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(thread_->mutex_);
+  if (!stopping_) {
+    stopping_ = true;
+    ++thread_->draining_;
+    thread_->cv_.notify_one();
   }
-  lock.unlock();
-  thread_.join();
-  lock.lock();
-  stopped_ = true;
+  auto is_drained = [&] { return drained(); };
+  if (timeout.count() > 0) return thread_->drained_cv_.wait_for(lock, timeout, is_drained);
+  thread_->drained_cv_.wait(lock, is_drained);
   return true;
 }
 
-void CommThread::set_poll_policy(const PollPolicy& policy) {
+void CommQueue::set_poll_policy(const PollPolicy& policy) {
   DPT_CHECK(policy.min_sleep_us >= 0 && policy.max_sleep_us >= policy.min_sleep_us && policy.growth >= 1.0)
       << "PollPolicy needs 0 <= min_sleep_us <= max_sleep_us and growth >= 1, got " << policy.min_sleep_us
       << ", " << policy.max_sleep_us << ", " << policy.growth;
-  std::lock_guard<std::mutex> lock(mutex_);
-  policy_ = policy;
+  std::lock_guard<std::mutex> lock(thread_->mutex_);
+  thread_->policy_ = policy;
 }
 
-size_t CommThread::pending() {
-  std::lock_guard<std::mutex> lock(mutex_);
+size_t CommQueue::pending() {
+  std::lock_guard<std::mutex> lock(thread_->mutex_);
   return queue_.size() + in_flight_count_;
+}
+
+void CommQueue::poke() { thread_->poke(); }
+
+bool CommQueue::enter_polling() {
+  std::lock_guard<std::mutex> lock(thread_->mutex_);
+  if (polling_waiter_) return false;
+  polling_waiter_ = true;
+  return true;
+}
+
+bool CommQueue::poll_until_done(CommTask& task, Clock::time_point deadline) {
+  // Blocks for at most one round of the thread's: it takes the token no more once it sees
+  // polling_waiter_, and a caller in post() holds it only to start a collective.
+  std::lock_guard<std::mutex> token(token_);
+  const bool timed = deadline != Clock::time_point::max();
+  while (!task.finished()) {
+    const bool progressed = round();
+    if (timed && !task.finished() && Clock::now() >= deadline) return false;
+    // Under MPI_THREAD_SERIALIZED each poll takes the process-wide MPI mutex, which is not
+    // fair: let the other threads have it between polls.
+    if (detail::mpi_serialized && !progressed) sched_yield();
+  }
+  return true;
+}
+
+void CommQueue::leave_polling() {
+  std::lock_guard<std::mutex> lock(thread_->mutex_);
+  polling_waiter_ = false;
+  // What is left needs the thread now; a stop() waits for the queue to drain. Notified under
+  // the lock: once it is released stop() may return and this queue be destroyed.
+  if (!queue_.empty() || in_flight_count_ > 0) thread_->cv_.notify_one();
+  if (stopping_) thread_->drained_cv_.notify_all();
+}
+
+bool CommQueue::has_work() const {
+  // While a waiter polls, what is in flight is its to progress.
+  return !polling_waiter_ && (!queue_.empty() || in_flight_count_ > 0);
+}
+
+bool CommQueue::drained() const { return !polling_waiter_ && queue_.empty() && in_flight_count_ == 0; }
+
+CommQueue::Round CommQueue::try_round() {
+  std::unique_lock<std::mutex> token(token_, std::try_to_lock);
+  if (!token.owns_lock()) return {};
+  const bool progressed = round();
+  return {true, progressed, waited()};
+}
+
+std::shared_ptr<CommThread> CommThread::acquire() {
+  static std::mutex mutex;
+  static std::weak_ptr<CommThread> running;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<CommThread> thread = running.lock();
+  if (!thread) {
+    thread.reset(new CommThread());
+    running = thread;
+  }
+  return thread;
+}
+
+CommThread::CommThread() : thread_([this] { run(); }) {}
+
+CommThread::~CommThread() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    quit_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void CommThread::add(CommQueue* queue) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  queues_.push_back(queue);
+}
+
+void CommThread::remove(CommQueue* queue) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  queues_.erase(std::find(queues_.begin(), queues_.end(), queue));
+  if (queue->stopping_) --draining_;
+  swept_cv_.wait(lock, [&] { return !sweeping_; });
 }
 
 void CommThread::poke() {
@@ -196,92 +275,68 @@ void CommThread::poke() {
   cv_.notify_one();
 }
 
-bool CommThread::enter_polling() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (polling_waiter_) return false;
-  polling_waiter_ = true;
-  return true;
-}
-
-bool CommThread::poll_until_done(CommTask& task, Clock::time_point deadline) {
-  // Blocks for at most one round of the thread's: it takes the token no more once it sees
-  // polling_waiter_, and a caller in post() holds it only to start a collective.
-  std::lock_guard<std::mutex> token(token_);
-  const bool timed = deadline != Clock::time_point::max();
-  while (!task.finished()) {
-    const bool progressed = round();
-    if (timed && !task.finished() && Clock::now() >= deadline) return false;
-    // Under MPI_THREAD_SERIALIZED each poll takes the process-wide MPI mutex, which is not
-    // fair: let the other groups' threads have it between polls.
-    if (detail::mpi_serialized && !progressed) sched_yield();
-  }
-  return true;
-}
-
-void CommThread::leave_polling() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  polling_waiter_ = false;
-  // What is left needs the thread now. Notified under the lock: once it is released the
-  // thread may exit (stop()) and this object be destroyed.
-  if (!queue_.empty() || in_flight_count_ > 0 || stopping_) cv_.notify_one();
-}
-
 bool CommThread::has_work() const {
-  // While a waiter polls, what is in flight is its to progress.
-  return !polling_waiter_ && (!queue_.empty() || in_flight_count_ > 0);
+  return std::any_of(queues_.begin(), queues_.end(), [](const CommQueue* q) { return q->has_work(); });
+}
+
+bool CommThread::queued() const {
+  return std::any_of(queues_.begin(), queues_.end(), [](const CommQueue* q) { return !q->queue_.empty(); });
 }
 
 void CommThread::run() {
   // The default 50 us timer slack would round every short back-off sleep up to ~50 us.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+  prctl(PR_SET_NAME, "dpt-comm", 0UL, 0UL, 0UL);  // as top -H and /proc name it
   std::unique_lock<std::mutex> lock(mutex_);
   double sleep_us = policy_.min_sleep_us;
+  std::vector<CommQueue*> busy;
   for (;;) {
+    if (draining_ > 0) drained_cv_.notify_all();
     const PollPolicy policy = policy_;
     if (!has_work()) {
-      if (stopping_ && !polling_waiter_ && queue_.empty() && in_flight_count_ == 0) break;
+      if (quit_) break;
       blocked_ = true;
-      cv_.wait(lock, [&] { return has_work() || (stopping_ && !polling_waiter_); });
+      cv_.wait(lock, [&] { return has_work() || quit_; });
       blocked_ = false;
       sleep_us = policy.min_sleep_us;
       continue;
     }
+    busy.clear();
+    for (CommQueue* queue : queues_) {
+      if (queue->has_work()) busy.push_back(queue);
+    }
+    sweeping_ = true;  // remove() waits for the end of the sweep: the queues stay valid
     lock.unlock();
-    const Round r = try_round();
-    if (!r.ran || r.waited) {
-      // The token was busy (a caller starting a collective, or one that just began to poll),
+    CommQueue::Round all{true, false, false};
+    for (CommQueue* queue : busy) {
+      const CommQueue::Round r = queue->try_round();
+      all.ran = all.ran && r.ran;
+      all.progressed = all.progressed || r.progressed;
+      all.waited = all.waited || r.waited;
+    }
+    lock.lock();
+    sweeping_ = false;
+    swept_cv_.notify_all();
+    if (!all.ran || all.waited) {
+      // A token was busy (a caller starting a collective, or one that just began to poll),
       // or a caller blocked in wait() computes nothing: poll again at once, but let any
       // other runnable thread go first.
+      lock.unlock();
       sched_yield();
       lock.lock();
       continue;
     }
-    lock.lock();
-    if (r.progressed) sleep_us = policy.min_sleep_us;
-    if (!has_work() || !queue_.empty()) continue;
-    back_off(lock, sleep_us);
+    if (all.progressed) sleep_us = policy.min_sleep_us;
+    if (!has_work() || queued()) continue;
+    poked_ = false;
+    cv_.wait_for(lock, std::chrono::duration<double, std::micro>(sleep_us), [&] { return poked_; });
     sleep_us = std::min(sleep_us * policy.growth, static_cast<double>(policy.max_sleep_us));
   }
-  exited_ = true;
-  drained_cv_.notify_all();
 }
 
-void CommThread::back_off(std::unique_lock<std::mutex>& lock, double sleep_us) {
-  poked_ = false;
-  cv_.wait_for(lock, std::chrono::duration<double, std::micro>(sleep_us),
-               [&] { return !queue_.empty() || poked_; });
-}
-
-CommThread::Round CommThread::try_round() {
-  std::unique_lock<std::mutex> token(token_, std::try_to_lock);
-  if (!token.owns_lock()) return {};
-  const bool progressed = round();
-  return {true, progressed, waited()};
-}
-
-bool CommThread::round() {
+bool CommQueue::round() {
   if (queued_.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(thread_->mutex_);
     take_queue_locked();
   }
   bool progressed = start_ready();
@@ -292,20 +347,20 @@ bool CommThread::round() {
   return progressed;
 }
 
-void CommThread::take_queue_locked() {
+void CommQueue::take_queue_locked() {
   for (auto& task : queue_) waiting_.push_back(std::move(task));
   in_flight_count_ += queue_.size();
   queue_.clear();
   queued_.store(false, std::memory_order_relaxed);
 }
 
-bool CommThread::waited() const {
+bool CommQueue::waited() const {
   auto is_waited = [](const auto& task) { return task->waiters_.load(std::memory_order_relaxed) > 0; };
   return std::any_of(in_flight_.begin(), in_flight_.end(), is_waited) ||
          std::any_of(waiting_.begin(), waiting_.end(), is_waited);
 }
 
-bool CommThread::conflicts(const CommTask& task) const {
+bool CommQueue::conflicts(const CommTask& task) const {
   for (const auto& other : in_flight_) {
     if (task.writes.overlaps(other->reads) || task.writes.overlaps(other->writes) ||
         task.reads.overlaps(other->writes) || task.scratch.overlaps(other->scratch)) {
@@ -315,7 +370,7 @@ bool CommThread::conflicts(const CommTask& task) const {
   return false;
 }
 
-bool CommThread::start_ready() {
+bool CommQueue::start_ready() {
   bool started = false;
   while (!waiting_.empty() && !conflicts(*waiting_.front())) {
     start_task(std::move(waiting_.front()));
@@ -325,7 +380,7 @@ bool CommThread::start_ready() {
   return started;
 }
 
-void CommThread::start_task(std::shared_ptr<CommTask> task) {
+void CommQueue::start_task(std::shared_ptr<CommTask> task) {
   MPI_Request request = MPI_REQUEST_NULL;
   bool local = false;
   try {
@@ -339,11 +394,11 @@ void CommThread::start_task(std::shared_ptr<CommTask> task) {
   local_.push_back(local);
 }
 
-bool CommThread::mpi_in_flight() const {
+bool CommQueue::mpi_in_flight() const {
   return std::any_of(requests_.begin(), requests_.end(), [](MPI_Request r) { return r != MPI_REQUEST_NULL; });
 }
 
-bool CommThread::progress_local() {
+bool CommQueue::progress_local() {
   bool completed = false;
   for (size_t i = 0; i < in_flight_.size(); ++i) {
     if (!local_[i]) continue;
@@ -359,7 +414,7 @@ bool CommThread::progress_local() {
   return completed;
 }
 
-bool CommThread::test_in_flight() {
+bool CommQueue::test_in_flight() {
   bool progressed = progress_local();
   progressed = complete_prefix() || progressed;
   if (!mpi_in_flight()) return progressed;
@@ -393,7 +448,7 @@ bool CommThread::test_in_flight() {
   return complete_prefix() || progressed;
 }
 
-bool CommThread::complete_prefix() {
+bool CommQueue::complete_prefix() {
   size_t k = 0;
   while (k < in_flight_.size() && requests_[k] == MPI_REQUEST_NULL && !local_[k]) {
     CommTask& task = *in_flight_[k];

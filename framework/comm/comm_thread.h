@@ -1,21 +1,22 @@
 // The collectives of one process group: queued in call order, started in that order as
 // nonblocking MPI operations, progressed (MPI_Testsome) and completed in call order.
 //
-// Who makes the MPI calls. MPI forbids two threads touching one request at once, so the
+// Who makes the MPI calls. MPI forbids two threads touching one request at once, so a
 // group's in-flight state belongs to whoever holds the group's poll token, a mutex:
 //  - the caller, in post(), when the token is free: it starts its collective itself (a
 //    small all_reduce costs what MPI_Iallreduce costs); else its holder starts it;
 //  - the caller, in wait(): one waiter at a time polls the group's requests itself until
 //    its task is complete (like MPI_Wait); another sleeps on a condition variable;
-//  - the communication thread, otherwise: it polls what callers left in flight (DDP's
-//    bucket all-reduces during backward) with a back-off sleep, so it does not take a core
-//    from compute. While a waiter polls, or nothing is in flight, it blocks: no timed
-//    wake-ups that would preempt a polling rank (on a 2-core VM they cost ~20% of a
-//    64 KB - 4 MB all_reduce). A caller that leaves a collective in flight wakes it.
+//  - the process's one communication thread, otherwise: it polls what callers of every group
+//    left in flight (DDP's bucket all-reduces during backward) with a back-off sleep, so it
+//    does not take a core from compute. While nothing is in flight that a waiter does not
+//    poll, it blocks: no timed wake-ups that would preempt a polling rank (on a 2-core VM
+//    they cost ~20% of a 64 KB - 4 MB all_reduce). A caller that leaves a collective in
+//    flight wakes it.
 // The token's holder starts and completes tasks in call order, whichever thread it is.
 // Under MPI_THREAD_SERIALIZED each MPI call also takes the process-wide mutex (mpi_check.h),
-// and a polling waiter yields between fruitless polls so other groups' threads get it.
-// Locks, outermost first: the token, a task's mutex_, the CommThread's mutex_.
+// and a polling waiter yields between fruitless polls so other threads get it.
+// Locks, outermost first: a group's token, a task's mutex_, the CommThread's mutex_.
 #pragma once
 
 #include <mpi.h>
@@ -34,6 +35,7 @@
 
 namespace dpt::dist {
 
+class CommQueue;
 class CommThread;
 
 // How the communication thread waits for requests in flight: after an MPI_Testsome that
@@ -93,14 +95,14 @@ class CommTask : public Work {
   virtual void finish(const MPI_Status& status) = 0;
 
  private:
-  friend class CommThread;
+  friend class CommQueue;
   bool finished() const { return done_.load(std::memory_order_acquire); }
   void fail(const std::string& why);  // by the token's holder: error_, unless set already
   void complete();                    // by the token's holder, after error_ is set (or left empty)
   // Blocks on cv_ while the thread (or the polling waiter) progresses the task; false: timed out.
   bool sleep_until_done(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline);
 
-  CommThread* thread_ = nullptr;  // valid while the task is not complete
+  CommQueue* queue_ = nullptr;  // valid while the task is not complete
   std::chrono::milliseconds timeout_{0};
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -110,29 +112,31 @@ class CommTask : public Work {
   MPI_Status status_{};          // of the completed request
 };
 
-// Tasks start in post() order, each as soon as no earlier task in flight conflicts with its
-// buffers (so independent ones overlap, and a send and a recv in a ring cannot deadlock);
-// they complete in post() order.
-class CommThread {
+// One group's tasks. They start in post() order, each as soon as no earlier task in flight
+// conflicts with its buffers (so independent ones overlap, and a send and a recv in a ring
+// cannot deadlock); they complete in post() order.
+class CommQueue {
  public:
-  CommThread();
-  ~CommThread();  // stop(0): drains the queue, however long that takes
-  CommThread(const CommThread&) = delete;
-  CommThread& operator=(const CommThread&) = delete;
+  CommQueue();   // joins the process's communication thread (starts it when it is the first)
+  ~CommQueue();  // stop(0): drains the queue, however long that takes; then leaves the thread
+  CommQueue(const CommQueue&) = delete;
+  CommQueue& operator=(const CommQueue&) = delete;
 
   // Queues `task` behind every earlier one, or starts it at once on the calling thread when
   // the poll token is free. requires: stop() not called (else Error).
   // ensures: the task starts after, and completes no earlier than, every earlier task.
   void post(const std::shared_ptr<CommTask>& task, std::chrono::milliseconds timeout);
-  // Lets every queued task complete, then joins the thread. With timeout > 0, returns
-  // false (thread left running) when the tasks are not complete by then. Idempotent.
+  // Refuses new tasks and returns once every queued one is complete. With timeout > 0,
+  // returns false when they are not complete by then (the thread goes on with them).
   bool stop(std::chrono::milliseconds timeout);
+  // For every group of the process: it has one communication thread.
   void set_poll_policy(const PollPolicy& policy);
   // How many tasks are queued or in flight (for messages).
   size_t pending();
 
  private:
   friend class CommTask;
+  friend class CommThread;
   using Clock = std::chrono::steady_clock;
   struct Round {
     bool ran = false;         // the token was free
@@ -143,22 +147,19 @@ class CommThread {
   // Callers.
   bool post_started(const std::shared_ptr<CommTask>& task);  // false: the token is busy
   void post_queued(const std::shared_ptr<CommTask>& task);
-  void check_running(const CommTask& task) const;  // under mutex_: Error once stop() began
+  void check_running(const CommTask& task) const;  // under the thread's mutex_: Error once stop() began
   void poke();                         // a caller began to sleep in wait()
   bool enter_polling();                // from wait(), under the task's mutex; true: this caller polls
   bool poll_until_done(CommTask& task, Clock::time_point deadline);  // false: timed out
   void leave_polling();
-
-  // The communication thread.
-  void run();
-  bool has_work() const;  // under mutex_
-  void back_off(std::unique_lock<std::mutex>& lock, double sleep_us);
-  Round try_round();
+  bool has_work() const;  // under the thread's mutex_: something for the thread to poll
+  bool drained() const;   // under the thread's mutex_: nothing queued, in flight or polled
 
   // The token's holder.
+  Round try_round();  // round() when the token is free
   // Takes the queue, starts what may start, tests what is in flight; whether any progressed.
   bool round();
-  void take_queue_locked();  // moves queue_ to waiting_, under mutex_
+  void take_queue_locked();  // moves queue_ to waiting_, under the thread's mutex_
   bool start_ready();    // starts waiting tasks while they do not conflict; returns whether any
   bool conflicts(const CommTask& task) const;
   void start_task(std::shared_ptr<CommTask> task);
@@ -168,16 +169,14 @@ class CommThread {
   bool complete_prefix();  // completes the finished tasks at the front; returns whether any
   bool waited() const;     // whether a caller sleeps on a task not complete
 
-  std::mutex mutex_;  // the fields below up to policy_, and the thread's sleeps
-  std::condition_variable cv_, drained_cv_;
+  // First: the thread outlives what it polls. Its mutex_ guards the fields below up to queued_.
+  const std::shared_ptr<CommThread> thread_;
   std::deque<std::shared_ptr<CommTask>> queue_;
-  // Taken from queue_ (or started by post) and not complete; raised under mutex_.
+  // Taken from queue_ (or started by post) and not complete; raised under the mutex.
   std::atomic<size_t> in_flight_count_{0};
-  bool stopping_ = false, stopped_ = false, exited_ = false, poked_ = false;
+  bool stopping_ = false;
   bool polling_waiter_ = false;  // a caller polls in wait(): the thread leaves the token alone
-  bool blocked_ = false;         // the thread sleeps until notified (not a back-off sleep)
-  PollPolicy policy_;
-  std::atomic<bool> queued_{false};  // queue_ is not empty: lets the token's holder skip mutex_
+  std::atomic<bool> queued_{false};  // queue_ is not empty: lets the token's holder skip the mutex
 
   // The poll token: whoever holds it owns the fields below and makes the group's MPI calls.
   std::mutex token_;
@@ -187,6 +186,38 @@ class CommThread {
   std::vector<char> local_;            // parallel to in_flight_: progress() not yet true
   std::vector<int> indices_;           // MPI_Testsome's output
   std::vector<MPI_Status> statuses_;   // MPI_Testsome's output
+};
+
+// The process's communication thread: one for all its groups, so a hybrid job with host,
+// tensor- and data-parallel groups runs one such thread, not one a group. It sweeps the
+// groups that have work, each with try_round(); while none has, it blocks.
+class CommThread {
+ public:
+  // The running one, or a new one when no group holds one; joined when the last lets go.
+  static std::shared_ptr<CommThread> acquire();
+  ~CommThread();
+  CommThread(const CommThread&) = delete;
+  CommThread& operator=(const CommThread&) = delete;
+
+ private:
+  friend class CommQueue;
+  CommThread();
+  void run();
+  bool has_work() const;  // under mutex_: some group has work
+  bool queued() const;    // under mutex_: some group has a task not yet taken
+  void add(CommQueue* queue);
+  void remove(CommQueue* queue);  // returns once no sweep touches `queue`
+  void poke();
+
+  std::mutex mutex_;  // the fields below, and each queue's up to its queued_
+  std::condition_variable cv_, drained_cv_, swept_cv_;
+  std::vector<CommQueue*> queues_;
+  int draining_ = 0;      // queues in stop(): drained_cv_ is notified each time round
+  bool quit_ = false;
+  bool poked_ = false;    // a task was queued, or a caller sleeps in wait(): skip the back-off
+  bool blocked_ = false;  // the thread sleeps until notified (not a back-off sleep)
+  bool sweeping_ = false; // the thread is in try_round() of the queues it took
+  PollPolicy policy_;
 
   std::thread thread_;  // last: starts once the members above exist
 };

@@ -6,6 +6,7 @@
 #include "comm/control_channel.h"
 
 #include <sched.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -86,6 +87,7 @@ class Listener {
     std::function<bool()> serve;  // false: MPI failed, stop serving it
   };
   void run() {
+    prctl(PR_SET_NAME, "dpt-listen", 0UL, 0UL, 0UL);  // as top -H and /proc name it
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       cv_.wait(lock, [&] { return !channels_.empty(); });

@@ -38,7 +38,7 @@ struct InitInfo {
 // an uncaught exception ends every rank through abort_all() with its message.
 const InitInfo& init();
 bool initialized();  // init() done and finalize() not yet
-// Lets every group's queued collectives complete, stops the communication threads, frees
+// Lets every group's queued collectives complete, stops their communication, frees
 // the communicators and ends MPI; the groups must not be used afterwards (their collectives
 // throw Error). Safe to call twice; registered with std::atexit by init(), so a normal exit
 // without it neither hangs nor crashes (unless a collective is left that other ranks never

@@ -4,6 +4,7 @@
 #include "comm/flight_recorder.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -57,6 +58,7 @@ void on_sigusr2(int) {
 }
 
 void signal_loop(int fd) {
+  prctl(PR_SET_NAME, "dpt-flight", 0UL, 0UL, 0UL);  // as top -H and /proc name it
   char byte = 0;
   while (true) {
     ssize_t n = read(fd, &byte, 1);

@@ -1,6 +1,6 @@
 // MpiProcessGroup, the front end: checks each call's arguments on the calling thread,
 // numbers and records it, then hands it to its backend: CPU tensors as an MpiOp (mpi_op.h,
-// the Work) to the group's CommThread, whose poll token's holder (the caller itself when the
+// the Work) to the group's CommQueue, whose poll token's holder (the caller itself when the
 // token is free, else whoever holds it) starts it; CUDA tensors to the NCCL backend, watched
 // by the process watchdog.
 #include "comm/mpi_process_group.h"
@@ -127,8 +127,8 @@ MpiProcessGroup::~MpiProcessGroup() {
 void MpiProcessGroup::shutdown() {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shut_down_.exchange(true)) return;
-  if (!thread_.stop(timeout())) {
-    abort_all("process group " + name() + ": " + std::to_string(thread_.pending()) +
+  if (!queue_.stop(timeout())) {
+    abort_all("process group " + name() + ": " + std::to_string(queue_.pending()) +
                   " collective(s) still not complete when the group was shut down (dist::finalize() or "
                   "destruction); another rank did not call them",
               1);
@@ -248,7 +248,7 @@ MPI_Comm MpiProcessGroup::creation_comm() const {
 
 WorkPtr MpiProcessGroup::post(std::shared_ptr<MpiOp> task, const AllToAllLayout* layout) {
   announce(*task, layout);
-  thread_.post(task, timeout());
+  queue_.post(task, timeout());
   return task;
 }
 

@@ -3,8 +3,9 @@
 // tensors; CUDA tensors go to the group's DeviceCollectives (NCCL), held to the same timeout
 // by the process watchdog (watchdog.h). Each group owns a communicator for its collectives,
 // a second one from which sub-groups are made, a ControlChannel (control_channel.h) that
-// numbers its collectives and explains a timeout, and a CommThread (comm_thread.h) that runs
-// the collectives as nonblocking MPI calls in call order.
+// numbers its collectives and explains a timeout, and a CommQueue (comm_thread.h) that runs
+// the collectives as nonblocking MPI calls in call order, with the process's one
+// communication thread progressing them.
 #pragma once
 
 #include <mpi.h>
@@ -97,8 +98,8 @@ class MpiProcessGroup final : public ProcessGroup {
   // The communicator that sub-groups are split from, on the calling thread: no collective
   // uses it, so making a group needs no ordering against them. requires: not shut down.
   MPI_Comm creation_comm() const;
-  // Tuning, for benchmarks (PollPolicy in comm_thread.h).
-  void set_poll_policy(const PollPolicy& policy) { thread_.set_poll_policy(policy); }
+  // Tuning, for benchmarks (PollPolicy in comm_thread.h): for every group of the process.
+  void set_poll_policy(const PollPolicy& policy) { queue_.set_poll_policy(policy); }
   // wait() throws Error after this long, naming the collective, its number and the ranks
   // that did not call it or called it otherwise (ControlChannel::diagnose); 0 waits forever.
   // Default: DPT_DIST_TIMEOUT_S (seconds), else 0. A timed-out collective leaves the group
@@ -172,7 +173,7 @@ class MpiProcessGroup final : public ProcessGroup {
   std::string flat_reason_;  // why a group across hosts has no host groups
   std::atomic<Hierarchical> hierarchical_{Hierarchical::automatic};
   char hierarchy_token_ = 0;  // the scratch of hierarchical all-reduces: one at a time
-  CommThread thread_;
+  CommQueue queue_;
   std::mutex nccl_mutex_;
   std::shared_ptr<DeviceCollectives> nccl_;  // stays null in CPU builds
 };
