@@ -1,4 +1,4 @@
-// ReLU and add + ReLU kernels (see kernels.h): flat loops over dense buffers, f32 or bf16.
+// ReLU and add + ReLU kernels (see kernel_list.h): flat loops over dense buffers, f32 or bf16.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"

@@ -1,4 +1,4 @@
-// cuDNN spatial batch norm, and the eval-mode backward kernel (see kernels.h). cuDNN's
+// cuDNN spatial batch norm, and the eval-mode backward kernel (see kernel_list.h). cuDNN's
 // calls take no ReLU, so on this path it runs as the separate relu kernels.
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/kernels.h"
@@ -146,7 +146,7 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
 
 // Training keeps cuDNN's saved batch mean and 1/sqrt(var + eps); the backward of a fused
 // ReLU reads the output, whose > 0 is the mask.
-Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
+Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               const Tensor& running_mean, const Tensor& running_var, bool,
                               BatchNormSaved& s) {
   const BatchNormParams& p = s.params;
@@ -163,7 +163,7 @@ Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tenso
   return out;
 }
 
-void batch_norm_backward_run(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
+void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
                              const Tensor& grad_weight, const Tensor& grad_bias) {
   if (s.params.training)
     batch_norm_backward_training(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x,

@@ -1,7 +1,8 @@
-// cuDNN convolution (see kernels.h). A Plan per (device, shapes, parameters, dtype, layout, math settings)
-// holds the descriptors and the three algorithms cuDNN's heuristics rank first among those
-// whose workspace fits kWorkspaceLimit; it is made on the shape's first use and kept, so
-// the steady state only queues cuDNN calls. Workspaces come from the caching allocator.
+// cuDNN convolution (see kernel_list.h). A Plan per (device, shapes, parameters, dtype,
+// layout, math settings) holds the descriptors and the three algorithms cuDNN's heuristics
+// rank first among those whose workspace fits kWorkspaceLimit; it is made on the shape's
+// first use and kept, so the steady state only queues cuDNN calls. Workspaces come from the
+// caching allocator.
 #include <array>
 #include <map>
 #include <memory>
@@ -225,7 +226,7 @@ Tensor in_layout(const Tensor& t, bool nhwc) {
 
 // cuDNN runs NCHW with OIHW weights, or NHWC with OHWI weights: NHWC when asked for or
 // when the input already is; f32, or bf16 on tensor cores.
-ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
+ConvForward conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
                                const ConvParams& p, bool relu, const Shape& out_shape) {
   ConvForward run;
   run.params = p;
