@@ -67,10 +67,4 @@ void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad
   });
 }
 
-Tensor relu_backward(const Tensor& out, const Tensor& grad_out) {
-  Tensor grad_in = Tensor::empty_like(out);
-  relu_backward(out, grad_out, grad_in);
-  return grad_in;
-}
-
 }  // namespace dpt::cuda

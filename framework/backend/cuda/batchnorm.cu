@@ -53,7 +53,10 @@ bool uses_cudnn(const Tensor& x) { return x.dtype() == DType::f32 && x.is_contig
 
 // The gradient the normalisation sees: grad_out masked by a fused ReLU's output, if any.
 Tensor relu_masked(const Tensor& grad_out, const Tensor& relu_out) {
-  return relu_out.defined() ? relu_backward(relu_out, grad_out) : grad_out;
+  if (!relu_out.defined()) return grad_out;
+  Tensor g = Tensor::empty_like(relu_out);
+  relu_backward(relu_out, grad_out, g);
+  return g;
 }
 
 // Requires: N H W > 1. Ensures: out = weight (x - mean) / sqrt(var + eps) + bias with the
@@ -106,8 +109,8 @@ void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const
                                   float eps, const Tensor& grad_x, const Tensor& grad_weight,
                                   const Tensor& grad_bias) {
   if (!uses_cudnn(x))
-    return bn_kernels::backward_training(x, grad_out, relu_out, weight, save_mean, save_invstd, grad_x,
-                                         grad_weight, grad_bias);
+    return bn_kernels::backward(x, grad_out, relu_out, weight, save_mean, save_invstd, Tensor(), 0.0f, true,
+                                grad_x, grad_weight, grad_bias);
   check_layout(x,
                {&grad_out, &relu_out, &weight, &save_mean, &save_invstd, &grad_x, &grad_weight, &grad_bias});
   Tensor g = relu_masked(grad_out, relu_out);
@@ -128,8 +131,8 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
                                    const Tensor& weight, const Tensor& mean, const Tensor& var, float eps,
                                    const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   if (!uses_cudnn(x))
-    return bn_kernels::backward_inference(x, grad_out, relu_out, weight, mean, var, eps, grad_x, grad_weight,
-                                          grad_bias);
+    return bn_kernels::backward(x, grad_out, relu_out, weight, mean, Tensor(), var, eps, false, grad_x,
+                                grad_weight, grad_bias);
   check_layout(x, {&grad_out, &relu_out, &weight, &mean, &var, &grad_x, &grad_weight, &grad_bias});
   int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
   if (c == 0) return;

@@ -15,7 +15,6 @@
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/layout.h"
 #include "backend/cuda/math_settings.h"
 
 namespace dpt::cuda {
@@ -233,7 +232,8 @@ ConvForward conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor&
   run.params.nhwc = p.nhwc || (x_in.is_channels_last() && !x_in.is_contiguous());
   run.x = in_layout(x_in, run.params.nhwc);
   run.w = in_layout(w_in, run.params.nhwc);
-  run.out = empty_in_layout(out_shape, x_in.dtype(), x_in.device(), run.params.nhwc);
+  run.out = run.params.nhwc ? Tensor::empty_channels_last(out_shape, x_in.dtype(), x_in.device())
+                            : Tensor::empty(out_shape, x_in.dtype(), x_in.device());
   conv2d_forward(run.x, run.w, bias.defined() ? contiguous(bias) : Tensor(), run.params, relu, run.out);
   return run;
 }

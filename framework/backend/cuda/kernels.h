@@ -24,10 +24,6 @@ Tensor contiguous(const Tensor& t);
 // rounded to nearest, ties to even). One flat pass when both share dense strides.
 void cast_copy(const Tensor& src, const Tensor& dst);
 
-// --- activation.cu: relu_backward into a new tensor, the backward of a ReLU fused into
-// conv, linear or BN.
-Tensor relu_backward(const Tensor& out, const Tensor& grad_out);
-
 // --- channel.cu: per-channel bias for the convolutions cuDNN's bias call does not cover
 // here (bf16 or channels-last); the bias and its gradient stay f32.
 // Requires: out [N, C, H, W]; bias f32 [C]. Ensures: out += bias[c], then max(0, .) when relu.
@@ -45,12 +41,10 @@ void forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
                       const Tensor& save_mean, const Tensor& save_invstd);
 void forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                        const Tensor& var, float eps, bool relu, const Tensor& out);
-void backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, const Tensor& weight,
-                       const Tensor& save_mean, const Tensor& save_invstd, const Tensor& grad_x,
-                       const Tensor& grad_weight, const Tensor& grad_bias);
-void backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, const Tensor& weight,
-                        const Tensor& mean, const Tensor& var, float eps, const Tensor& grad_x,
-                        const Tensor& grad_weight, const Tensor& grad_bias);
+// Training: mean and invstd the forward saved (var undefined); inference: mean, var and eps.
+void backward(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, const Tensor& weight,
+              const Tensor& mean, const Tensor& invstd, const Tensor& var, float eps, bool training,
+              const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias);
 }  // namespace bn_kernels
 
 }  // namespace dpt::cuda
