@@ -96,7 +96,7 @@ struct FiniteSlot {
 };
 
 // Host bytes copied to a device without stalling the host, ordered before the work queued
-// after the copy (backend/cuda/upload.h).
+// after the copy (backend/cuda/batch_upload.h).
 class Upload {
  public:
   virtual ~Upload() = default;

@@ -6,7 +6,6 @@
 #include "backend/cuda/batch_upload.h"
 #include "backend/cuda/graph.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/upload.h"
 
 namespace dpt::cuda {
 namespace {
