@@ -183,7 +183,7 @@ void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
 
 // Max pooling keeps oneDNN's argmax workspace for the backward; average pooling needs none.
 void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                        bool keep_for_backward, PoolSaved& saved) {
+                    bool keep_for_backward, PoolSaved& saved) {
   if (keep_for_backward) {
     size_t bytes =
         pool2d_workspace_bytes(kind, x.shape(), out.shape(), p, onednn::layout_of(x) == onednn::Layout::nhwc);
@@ -193,7 +193,7 @@ void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const T
 }
 
 void pool2d_backward(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
-                         const Tensor& grad_x) {
+                     const Tensor& grad_x) {
   pool2d_backward(kind, grad_x.shape(), grad_out, p, saved.workspace, grad_x);
 }
 

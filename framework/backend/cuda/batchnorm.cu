@@ -150,8 +150,7 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
 // Training keeps cuDNN's saved batch mean and 1/sqrt(var + eps); the backward of a fused
 // ReLU reads the output, whose > 0 is the mask.
 Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              const Tensor& running_mean, const Tensor& running_var, bool,
-                              BatchNormSaved& s) {
+                          const Tensor& running_mean, const Tensor& running_var, bool, BatchNormSaved& s) {
   const BatchNormParams& p = s.params;
   Tensor out = Tensor::empty_like(x);
   if (p.training) {
@@ -167,7 +166,7 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
 }
 
 void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
-                             const Tensor& grad_weight, const Tensor& grad_bias) {
+                         const Tensor& grad_weight, const Tensor& grad_bias) {
   if (s.params.training)
     batch_norm_backward_training(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x,
                                  grad_weight, grad_bias);

@@ -225,8 +225,8 @@ Tensor in_layout(const Tensor& t, bool nhwc) {
 
 // cuDNN runs NCHW with OIHW weights, or NHWC with OHWI weights: NHWC when asked for or
 // when the input already is; f32, or bf16 on tensor cores.
-ConvForward conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
-                               const ConvParams& p, bool relu, const Shape& out_shape) {
+ConvForward conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p,
+                           bool relu, const Shape& out_shape) {
   ConvForward run;
   run.params = p;
   run.params.nhwc = p.nhwc || (x_in.is_channels_last() && !x_in.is_contiguous());

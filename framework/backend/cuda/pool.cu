@@ -251,13 +251,13 @@ void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
 
 // cuDNN's pooling backward rereads the input and the output.
 void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                        bool keep_for_backward, PoolSaved& saved) {
+                    bool keep_for_backward, PoolSaved& saved) {
   pool2d_forward(kind, x, p, out);
   if (keep_for_backward) saved = {x.detach(), out.detach(), Tensor()};
 }
 
 void pool2d_backward(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
-                         const Tensor& grad_x) {
+                     const Tensor& grad_x) {
   pool2d_backward(kind, saved.x, saved.out, grad_out, p, grad_x);
 }
 
