@@ -22,10 +22,10 @@ TEST(CudaGraph, GpuTests) { GTEST_SKIP() << dpt::testing::kNoCudaBackend; }
 
 #include "autograd/node.h"
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/batch_upload.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/graph.h"
 #include "backend/cuda/math_settings.h"
-#include "backend/cuda/upload.h"
 #include "parallel/ddp.h"
 #include "comm/dist.h"
 #include "error_of.h"

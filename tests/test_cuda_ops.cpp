@@ -7,10 +7,9 @@
 // Adding an op touches its op file, its kernels and its tests, nothing else:
 //   1. framework/ops/<family>.{h,cpp}: checks (op_device), then the forward and the backward
 //      rule side by side, once for every device, calling kernels_for(device).<entry>;
-//   2. framework/backend/kernels.h: the kernel entries the rule needs (a contract in a line
-//      or two), and each device's kernels beside their twins: backend/cpu/<family>.cpp
-//      (oneDNN or plain loops) and backend/cuda/<family>.cu, listed in the two tables
-//      backend/cpu/kernels.cpp and backend/cuda/kernels.cpp;
+//   2. framework/backend/kernel_list.h: a line per kernel entry the rule needs (its contract
+//      in a line or two), defined by each device beside its twins: backend/cpu/<family>.cpp
+//      (oneDNN or plain loops) and backend/cuda/<family>.cu;
 //   3. tests: its finite-difference check on the CPU (test_ops_*.cpp), and here one
 //      expect_cuda_matches_cpu per interesting shape (and test_cuda_gradcheck.cpp on CUDA).
 #include <gtest/gtest.h>

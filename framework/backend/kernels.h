@@ -1,8 +1,9 @@
 // The kernels a device offers: one table per device type, filled by backend/cpu/kernels.cpp
-// and backend/cuda/kernels.cpp, chosen by a tensor's device (kernels_for). Ops, autograd,
-// optimizers and the trainer state each rule once and call through this table, so the
-// CPU-only and the CUDA build compile the same code above backend/, and the CPU suite runs
-// every rule that is not a kernel launch.
+// and backend/cuda/kernels.cpp from the functions kernel_list.h declares in each device's
+// namespace, chosen by a tensor's device (kernels_for). Ops, autograd, optimizers and the
+// trainer state each rule once and call through this table, so the CPU-only and the CUDA
+// build compile the same code above backend/, and the CPU suite runs every rule that is
+// not a kernel launch.
 //
 // Conventions for every entry: tensors are on the table's device; outputs are allocated by
 // the caller (unless an entry returns a tensor) and every element of them is written;
@@ -95,7 +96,7 @@ struct FiniteSlot {
 };
 
 // Host bytes copied to a device without stalling the host, ordered before the work queued
-// after the copy (backend/cuda/upload.h).
+// after the copy (backend/cuda/batch_upload.h).
 class Upload {
  public:
   virtual ~Upload() = default;
@@ -139,97 +140,9 @@ struct Kernels {
   // null where there are no graphs (the CPU).
   std::unique_ptr<StepGraph> (*step_graph_make)(int device, int warmup, std::function<void()> step);
 
-  // --- elementwise (ops/elementwise.h): a, b and out dense; b broadcast to out's shape.
-  void (*binary)(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
-  void (*affine)(const Tensor& a, float scale, float shift, const Tensor& out);  // out = a scale + shift
-  void (*add_inplace)(const Tensor& dst, const Tensor& src);    // dst += src, one dense layout
-  Tensor (*sum_to_shape)(const Tensor& t, const Shape& shape);  // the broadcast's backward
-  // Whole-tensor sum times scale into the one-element out; out = scalar * scale everywhere.
-  void (*sum_scaled)(const Tensor& x, double scale, const Tensor& out);
-  void (*fill_scaled)(const Tensor& out, const Tensor& scalar, float scale);
-
-  // --- activations: x, out and gradients of one dense layout
-  void (*relu_forward)(const Tensor& x, const Tensor& out);
-  void (*add_relu_forward)(const Tensor& a, const Tensor& b, const Tensor& out);
-  void (*relu_backward)(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in);  // g where out > 0
-  void (*dropout_forward)(const Tensor& x, float p, Rng& rng, const Tensor& mask, const Tensor& out);
-
-  // --- matrix products (backend/*/kernels.h): out = op(a) op(b) + bias, then ReLU
-  void (*matmul)(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias,
-                 bool relu, const Tensor& out);
-  void (*sum_rows)(const Tensor& t, const Tensor& out);
-
-  // --- convolution (backend/*/kernels.h). x comes contiguous or channels-last; the forward
-  // chooses the layouts it runs in (the CPU keeps x's and makes the output channels-last
-  // unless DPT_CHANNELS_LAST=0; CUDA's follow the input or params.nhwc).
-  ConvForward (*conv2d_forward)(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p,
-                                bool relu, const Shape& out_shape);
-  // Gradients allocated by the caller in the layouts of the forward's x and w (undefined:
-  // not computed); grad_out already masked by a fused ReLU.
-  void (*conv2d_backward)(const Shape& x_shape, const Shape& w_shape, const Tensor& x, const Tensor& w,
-                          const Tensor& grad_out, const ConvParams& p, const Tensor& grad_x,
-                          const Tensor& grad_w, const Tensor& grad_bias);
-
-  // --- batch norm: x contiguous or channels-last; out (returned) in x's layout. Training
-  // updates running_mean/var when defined.
-  Tensor (*batch_norm_forward)(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                               const Tensor& running_mean, const Tensor& running_var, bool keep_for_backward,
-                               BatchNormSaved& saved);
-  // grad_out in saved.x's layout; all three gradients written.
-  void (*batch_norm_backward)(const BatchNormSaved& saved, const Tensor& grad_out, const Tensor& grad_x,
-                              const Tensor& grad_weight, const Tensor& grad_bias);
-
-  // --- synchronised batch norm's passes (backend/cuda/kernels.h has the contract):
-  // contiguous NCHW f32; the cross-rank sums happen between them, in ops/sync_batch_norm.cpp.
-  void (*sync_bn_sum)(const Tensor& x, const Tensor& stats);
-  void (*sync_bn_sum_sq_dev)(const Tensor& x, const Tensor& stats, const Tensor& sq);
-  void (*sync_bn_finish_stats)(const Tensor& stats, const Tensor& sq, float eps, float momentum,
-                               const Tensor& running_mean, const Tensor& running_var, const Tensor& saved);
-  void (*sync_bn_normalize)(const Tensor& x, const Tensor& saved, const Tensor& weight, const Tensor& bias,
-                            const Tensor& xhat, const Tensor& out);
-  void (*sync_bn_grad_sums)(const Tensor& grad_out, const Tensor& xhat, const Tensor& sums,
-                            const Tensor& grad_bias, const Tensor& grad_weight);
-  void (*sync_bn_grad_input)(const Tensor& grad_out, const Tensor& xhat, const Tensor& weight,
-                             const Tensor& saved, const Tensor& stats, const Tensor& sums,
-                             const Tensor& grad_x);
-
-  // --- pooling: x and out contiguous or channels-last, one layout
-  void (*pool2d_forward)(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                         bool keep_for_backward, PoolSaved& saved);
-  void (*pool2d_backward)(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
-                          const Tensor& grad_x);
-  void (*global_avg_pool2d_forward)(const Tensor& x, const Tensor& out);             // out [N, C]
-  void (*global_avg_pool2d_backward)(const Tensor& grad_out, const Tensor& grad_x);  // grad_out contiguous
-  // ResNet's option-A shortcut: out[:, :C] = x[:, :, ::stride, ::stride], the other channels 0.
-  void (*shortcut_pad_forward)(const Tensor& x, int64_t stride, const Tensor& out);
-  void (*shortcut_pad_backward)(const Tensor& grad_out, int64_t stride, const Tensor& grad_x);
-
-  // --- losses: contiguous [rows, cols] f32, labels contiguous i64 [rows], losses [] f32
-  // First row whose label is outside [0, classes), its label in *label; -1 when none.
-  int64_t (*first_bad_label)(const Tensor& labels, int64_t classes, int64_t* label);
-  void (*log_softmax_forward)(const Tensor& x, const Tensor& out);
-  void (*log_softmax_backward)(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in);
-  void (*nll_forward)(const Tensor& log_probs, const Tensor& labels, const Tensor& loss);
-  void (*nll_backward)(const Tensor& labels, const Tensor& grad_loss, const Tensor& grad_in);
-  void (*cross_entropy_forward)(const Tensor& logits, const Tensor& labels, float smoothing,
-                                const Tensor& log_probs, const Tensor& loss);
-  void (*cross_entropy_backward)(const Tensor& log_probs, const Tensor& labels, float smoothing,
-                                 const Tensor& grad_loss, const Tensor& grad);
-  int64_t (*count_correct)(const Tensor& logits, const Tensor& labels);
-  // totals [3] += (loss rows, correct rows, rows) (train/evaluate.cpp).
-  void (*eval_totals_add)(const Tensor& totals, const Tensor& loss, const Tensor& logits,
-                          const Tensor& labels);
-
-  // --- optimizers (optim/): one fused update over the slots of one device. A non-null
-  // *_on_device pointer is read as the kernel runs instead of the value (CUDA graphs).
-  void (*sgd_update)(const std::vector<SgdSlot>& slots, int device, float lr, float weight_decay,
-                     float momentum, bool nesterov, const float* lr_on_device);
-  // scalars_on_device: lr, decay, c1, c2.
-  void (*adamw_update)(const std::vector<AdamWSlot>& slots, int device, float lr, float decay, float beta1,
-                       float beta2, float eps, float c1, float c2, const float* scalars_on_device);
-  void (*ema_update)(const Tensor& average, const Tensor& current, float decay, const float* decay_on_device);
-  // *flag (one f32 on the device) = 1 when an element is Inf or NaN; left as it was otherwise.
-  void (*flag_nonfinite)(const std::vector<FiniteSlot>& slots, int device, float* flag);
+  // --- the kernels (kernel_list.h): one function pointer each
+#define DPT_KERNEL(ret, name, params) ret(*name) params;
+#include "backend/kernel_list.h"
 };
 
 // Registers `device`'s table (backend/cuda does at load time). Never called for the CPU.

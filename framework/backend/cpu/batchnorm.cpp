@@ -157,9 +157,9 @@ void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& 
 
 // oneDNN keeps the batch statistics it computed (mean, variance) and, with a fused ReLU and
 // a backward to follow, its mask in a workspace.
-Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              const Tensor& running_mean, const Tensor& running_var, bool keep_for_backward,
-                              BatchNormSaved& s) {
+Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          const Tensor& running_mean, const Tensor& running_var, bool keep_for_backward,
+                          BatchNormSaved& s) {
   const BatchNormParams& p = s.params;
   BatchNormKernelParams params{p.eps, !p.training, p.relu};
   onednn::Layout layout = onednn::layout_of(x);
@@ -179,8 +179,8 @@ Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tenso
   return out;
 }
 
-void batch_norm_backward_run(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
-                             const Tensor& grad_weight, const Tensor& grad_bias) {
+void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias) {
   BatchNormKernelParams params{s.params.eps, !s.params.training, s.params.relu};
   batch_norm_backward(s.x, grad_out, s.weight, s.bias, s.mean, s.stat, params, s.workspace, grad_x,
                       grad_weight, grad_bias);

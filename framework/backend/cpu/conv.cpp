@@ -195,8 +195,8 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
 // x stays in its layout (NCHW or channels-last), weights are plain OIHW, and the output is
 // channels-last unless DPT_CHANNELS_LAST=0: a network converts once, at its first
 // convolution, and its activations stay NHWC from there.
-ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
-                               const ConvParams& p, bool relu, const Shape& out_shape) {
+ConvForward conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p,
+                           bool relu, const Shape& out_shape) {
   ConvForward run{Tensor(), x_in, w_in.contiguous(), p};
   run.params.nhwc = onednn::channels_last_enabled();
   run.out = onednn::empty_in(out_shape, run.params.nhwc ? onednn::Layout::nhwc : onednn::Layout::nchw);

@@ -182,8 +182,8 @@ void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
 }
 
 // Max pooling keeps oneDNN's argmax workspace for the backward; average pooling needs none.
-void pool2d_forward_run(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                        bool keep_for_backward, PoolSaved& saved) {
+void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
+                    bool keep_for_backward, PoolSaved& saved) {
   if (keep_for_backward) {
     size_t bytes =
         pool2d_workspace_bytes(kind, x.shape(), out.shape(), p, onednn::layout_of(x) == onednn::Layout::nhwc);
@@ -192,8 +192,8 @@ void pool2d_forward_run(PoolKind kind, const Tensor& x, const PoolParams& p, con
   pool2d_forward(kind, x, p, out, saved.workspace);
 }
 
-void pool2d_backward_run(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
-                         const Tensor& grad_x) {
+void pool2d_backward(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
+                     const Tensor& grad_x) {
   pool2d_backward(kind, grad_x.shape(), grad_out, p, saved.workspace, grad_x);
 }
 

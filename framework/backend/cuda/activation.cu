@@ -1,4 +1,4 @@
-// ReLU and add + ReLU kernels (see kernels.h): flat loops over dense buffers, f32 or bf16.
+// ReLU and add + ReLU kernels (see kernel_list.h): flat loops over dense buffers, f32 or bf16.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/layout.h"
@@ -65,12 +65,6 @@ void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad
     relu_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(elements<T>(out), elements<T>(grad_out),
                                                              elements<T>(grad_in), n);
   });
-}
-
-Tensor relu_backward(const Tensor& out, const Tensor& grad_out) {
-  Tensor grad_in = Tensor::empty_like(out);
-  relu_backward(out, grad_out, grad_in);
-  return grad_in;
 }
 
 }  // namespace dpt::cuda

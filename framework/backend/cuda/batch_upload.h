@@ -1,10 +1,7 @@
-// Host-to-device copies of the data loader's batches that overlap compute. A batch is
-// copied into pinned staging memory on the host, then by cudaMemcpyAsync on a copy stream
-// of its own, while the compute stream is still busy with the step before; the compute
-// stream waits for that copy only when the batch is taken. Tensor::to(cuda) instead waits
-// for everything queued on the device, every step.
+// Host-to-device copies through pinned staging memory that do not stall the host.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -14,6 +11,35 @@
 
 namespace dpt::cuda {
 
+// Small uploads (a graphed step's inputs and scalars): the bytes go through a pinned staging
+// block and are copied on the compute stream, ordered before the work queued after them (a
+// graph replay that reads them). The staging block is rewritten only once its previous copy
+// has run (an event), so the host stays free to queue up to one step ahead.
+class Upload final : public dpt::Upload {
+ public:
+  // Staging for up to `capacity` bytes for copies to `device`. Requires a CUDA device.
+  Upload(size_t capacity, int device);
+  ~Upload() override;
+  Upload(const Upload&) = delete;
+  Upload& operator=(const Upload&) = delete;
+
+  // Requires: bytes <= capacity, dst device memory on device(), no capture in progress
+  // there (an upload changes what a graph reads; it is not part of the graph). Copies
+  // `bytes` from host `src` (any host memory; free to reuse on return) to `dst`.
+  void copy(void* dst, const void* src, size_t bytes) override;
+  int device() const { return device_; }
+
+ private:
+  int device_;
+  size_t capacity_;
+  void* staging_;
+  Event copied_;
+};
+
+// The data loader's batches, copied while compute is still busy with the step before: into
+// pinned staging memory on the host, then by cudaMemcpyAsync on a copy stream of its own;
+// the compute stream waits for that copy only when the batch is taken. Tensor::to(cuda)
+// instead waits for everything queued on the device, every step.
 class BatchUploader final : public dpt::BatchUploader {
  public:
   // Requires a valid device.

@@ -1,4 +1,4 @@
-// cuDNN spatial batch norm, and the eval-mode backward kernel (see kernels.h). cuDNN's
+// cuDNN spatial batch norm, and the eval-mode backward kernel (see kernel_list.h). cuDNN's
 // calls take no ReLU, so on this path it runs as the separate relu kernels.
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/kernels.h"
@@ -53,7 +53,10 @@ bool uses_cudnn(const Tensor& x) { return x.dtype() == DType::f32 && x.is_contig
 
 // The gradient the normalisation sees: grad_out masked by a fused ReLU's output, if any.
 Tensor relu_masked(const Tensor& grad_out, const Tensor& relu_out) {
-  return relu_out.defined() ? relu_backward(relu_out, grad_out) : grad_out;
+  if (!relu_out.defined()) return grad_out;
+  Tensor g = Tensor::empty_like(relu_out);
+  relu_backward(relu_out, grad_out, g);
+  return g;
 }
 
 // Requires: N H W > 1. Ensures: out = weight (x - mean) / sqrt(var + eps) + bias with the
@@ -106,8 +109,8 @@ void batch_norm_backward_training(const Tensor& x, const Tensor& grad_out, const
                                   float eps, const Tensor& grad_x, const Tensor& grad_weight,
                                   const Tensor& grad_bias) {
   if (!uses_cudnn(x))
-    return bn_kernels::backward_training(x, grad_out, relu_out, weight, save_mean, save_invstd, grad_x,
-                                         grad_weight, grad_bias);
+    return bn_kernels::backward(x, grad_out, relu_out, weight, save_mean, save_invstd, Tensor(), 0.0f, true,
+                                grad_x, grad_weight, grad_bias);
   check_layout(x,
                {&grad_out, &relu_out, &weight, &save_mean, &save_invstd, &grad_x, &grad_weight, &grad_bias});
   Tensor g = relu_masked(grad_out, relu_out);
@@ -128,8 +131,8 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
                                    const Tensor& weight, const Tensor& mean, const Tensor& var, float eps,
                                    const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   if (!uses_cudnn(x))
-    return bn_kernels::backward_inference(x, grad_out, relu_out, weight, mean, var, eps, grad_x, grad_weight,
-                                          grad_bias);
+    return bn_kernels::backward(x, grad_out, relu_out, weight, mean, Tensor(), var, eps, false, grad_x,
+                                grad_weight, grad_bias);
   check_layout(x, {&grad_out, &relu_out, &weight, &mean, &var, &grad_x, &grad_weight, &grad_bias});
   int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
   if (c == 0) return;
@@ -146,9 +149,8 @@ void batch_norm_backward_inference(const Tensor& x, const Tensor& grad_out, cons
 
 // Training keeps cuDNN's saved batch mean and 1/sqrt(var + eps); the backward of a fused
 // ReLU reads the output, whose > 0 is the mask.
-Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              const Tensor& running_mean, const Tensor& running_var, bool,
-                              BatchNormSaved& s) {
+Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          const Tensor& running_mean, const Tensor& running_var, bool, BatchNormSaved& s) {
   const BatchNormParams& p = s.params;
   Tensor out = Tensor::empty_like(x);
   if (p.training) {
@@ -163,8 +165,8 @@ Tensor batch_norm_forward_run(const Tensor& x, const Tensor& weight, const Tenso
   return out;
 }
 
-void batch_norm_backward_run(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
-                             const Tensor& grad_weight, const Tensor& grad_bias) {
+void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias) {
   if (s.params.training)
     batch_norm_backward_training(s.x, grad_out, s.out, s.weight, s.mean, s.stat, s.params.eps, grad_x,
                                  grad_weight, grad_bias);

@@ -208,12 +208,8 @@ __global__ void grad_x_kernel(const T* x, const T* g, const T* relu_out, const f
 // Calls f(T{}, std::bool_constant<nhwc>{}) for x's dtype and layout.
 template <class F>
 void dispatch(const Geometry& geo, const Tensor& x, F&& f) {
-  dispatch_float(x.dtype(), "batch_norm2d", [&](auto tag) {
-    if (geo.nhwc)
-      f(tag, std::true_type{});
-    else
-      f(tag, std::false_type{});
-  });
+  dispatch_float(x.dtype(), "batch_norm2d",
+                 [&](auto tag) { dispatch_bool(geo.nhwc, [&](auto nhwc) { f(tag, nhwc); }); });
 }
 
 template <Sums kind, class T>
@@ -262,6 +258,8 @@ void normalize(const Geometry& geo, const Tensor& x, const float* scale, const f
   DPT_CUDA_LAUNCH_CHECK();
 }
 
+}  // namespace
+
 void backward(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, const Tensor& weight,
               const Tensor& mean, const Tensor& invstd, const Tensor& var, float eps, bool training,
               const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
@@ -291,8 +289,6 @@ void backward(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, c
   });
   DPT_CUDA_LAUNCH_CHECK();
 }
-
-}  // namespace
 
 void forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                       const Tensor& running_var, float momentum, float eps, bool relu, const Tensor& out,
@@ -330,19 +326,6 @@ void forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias
       coef.as<float>() + geo.c, geo.c);
   DPT_CUDA_LAUNCH_CHECK();
   normalize(geo, x, coef.as<float>(), coef.as<float>() + geo.c, relu, out, scope.stream());
-}
-
-void backward_training(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, const Tensor& weight,
-                       const Tensor& save_mean, const Tensor& save_invstd, const Tensor& grad_x,
-                       const Tensor& grad_weight, const Tensor& grad_bias) {
-  backward(x, grad_out, relu_out, weight, save_mean, save_invstd, Tensor(), 0.0f, true, grad_x, grad_weight,
-           grad_bias);
-}
-
-void backward_inference(const Tensor& x, const Tensor& grad_out, const Tensor& relu_out, const Tensor& weight,
-                        const Tensor& mean, const Tensor& var, float eps, const Tensor& grad_x,
-                        const Tensor& grad_weight, const Tensor& grad_bias) {
-  backward(x, grad_out, relu_out, weight, mean, Tensor(), var, eps, false, grad_x, grad_weight, grad_bias);
 }
 
 }  // namespace dpt::cuda::bn_kernels

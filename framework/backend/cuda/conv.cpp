@@ -1,7 +1,8 @@
-// cuDNN convolution (see kernels.h). A Plan per (device, shapes, parameters, dtype, layout, math settings)
-// holds the descriptors and the three algorithms cuDNN's heuristics rank first among those
-// whose workspace fits kWorkspaceLimit; it is made on the shape's first use and kept, so
-// the steady state only queues cuDNN calls. Workspaces come from the caching allocator.
+// cuDNN convolution (see kernel_list.h). A Plan per (device, shapes, parameters, dtype,
+// layout, math settings) holds the descriptors and the three algorithms cuDNN's heuristics
+// rank first among those whose workspace fits kWorkspaceLimit; it is made on the shape's
+// first use and kept, so the steady state only queues cuDNN calls. Workspaces come from the
+// caching allocator.
 #include <array>
 #include <map>
 #include <memory>
@@ -14,7 +15,6 @@
 #include "backend/cuda/cudnn_desc.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/layout.h"
 #include "backend/cuda/math_settings.h"
 
 namespace dpt::cuda {
@@ -225,14 +225,15 @@ Tensor in_layout(const Tensor& t, bool nhwc) {
 
 // cuDNN runs NCHW with OIHW weights, or NHWC with OHWI weights: NHWC when asked for or
 // when the input already is; f32, or bf16 on tensor cores.
-ConvForward conv2d_forward_run(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
-                               const ConvParams& p, bool relu, const Shape& out_shape) {
+ConvForward conv2d_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p,
+                           bool relu, const Shape& out_shape) {
   ConvForward run;
   run.params = p;
   run.params.nhwc = p.nhwc || (x_in.is_channels_last() && !x_in.is_contiguous());
   run.x = in_layout(x_in, run.params.nhwc);
   run.w = in_layout(w_in, run.params.nhwc);
-  run.out = empty_in_layout(out_shape, x_in.dtype(), x_in.device(), run.params.nhwc);
+  run.out = run.params.nhwc ? Tensor::empty_channels_last(out_shape, x_in.dtype(), x_in.device())
+                            : Tensor::empty(out_shape, x_in.dtype(), x_in.device());
   conv2d_forward(run.x, run.w, bias.defined() ? contiguous(bias) : Tensor(), run.params, relu, run.out);
   return run;
 }

@@ -1,6 +1,6 @@
-// The dropout kernel (see kernels.h): splitmix64 of (seed, pair index) gives 64 bits,
-// the low half for the even element of the pair and the high half for the odd one, as
-// the CPU uses each 64-bit draw for two elements.
+// The dropout kernel: splitmix64 of (seed, pair index) gives 64 bits, the low half for the
+// even element of the pair and the high half for the odd one, as the CPU uses each 64-bit
+// draw for two elements. The seed is one draw of the caller's Rng per call.
 #include "backend/cuda/kernels.h"
 
 #include "backend/cuda/launch.h"
@@ -28,7 +28,8 @@ __global__ void dropout_kernel(const float* x, float* mask, float* out, int64_t 
 
 }  // namespace
 
-void dropout_forward(const Tensor& x, float p, uint64_t seed, const Tensor& mask, const Tensor& out) {
+void dropout_forward(const Tensor& x, float p, Rng& rng, const Tensor& mask, const Tensor& out) {
+  const uint64_t seed = rng.next_u64();
   DPT_CHECK(x.is_contiguous() && mask.is_contiguous() && out.is_contiguous() && x.shape() == out.shape() &&
             mask.shape() == out.shape())
       << "dropout on cuda: needs contiguous x, mask and out of one shape";

@@ -1,4 +1,4 @@
-// Elementwise kernels (see kernels.h). Three shapes of binary op, fastest first: both
+// Elementwise kernels (see kernel_list.h). Three shapes of binary op, fastest first: both
 // inputs read in the same order as the output (one flat loop), a scalar second operand,
 // and the general broadcast, which turns each output index into two input offsets. Each
 // is instantiated for f32 and bf16 (computing in f32 either way).

@@ -1,4 +1,4 @@
-// eval_totals_add (see kernels.h). Correct rows are counted with atomicAdd of 1.0f: every partial count
+// eval_totals_add (see kernel_list.h). Correct rows are counted with atomicAdd of 1.0f: every partial count
 // is an integer below 2^24, exact in f32, so the result does not depend on the order.
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"

@@ -5,7 +5,7 @@
 //
 // What a captured step must respect (checked where it can be, with a clear dpt::Error):
 // - no host synchronisation, read-back or copy from host memory inside it (the values that
-//   change per step are uploaded into device buffers before each replay: upload.h);
+//   change per step are uploaded into device buffers before each replay: batch_upload.h);
 // - no data-dependent host control flow: the host code runs once, at capture;
 // - the same shapes and the same tensors every replay: inputs are copied into static
 //   buffers, and outputs (the loss) are read from the tensors the capture produced;

@@ -30,9 +30,4 @@ inline bool same_dense_layout(const Tensor& a, const Tensor& b) {
   return true;
 }
 
-// A new uninitialised 4-D tensor in NHWC when `nhwc`, else NCHW.
-inline Tensor empty_in_layout(const Shape& shape, DType dtype, Device device, bool nhwc) {
-  return nhwc ? Tensor::empty_channels_last(shape, dtype, device) : Tensor::empty(shape, dtype, device);
-}
-
 }  // namespace dpt::cuda

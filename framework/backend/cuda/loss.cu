@@ -1,4 +1,4 @@
-// Loss kernels (see kernels.h). One warp per row: a row's classes are read by the warp's
+// Loss kernels (see kernel_list.h). One warp per row: a row's classes are read by the warp's
 // 32 lanes together and combined with shuffles, which suits the usual 10 to 1000 classes.
 // The formulas, and the places where they round to f32, are those of the CPU kernels.
 #include "backend/cuda/kernels.h"

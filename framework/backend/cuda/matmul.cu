@@ -1,4 +1,4 @@
-// cuBLAS GEMM for row-major tensors (see kernels.h). cuBLAS is column-major, and a
+// cuBLAS GEMM for row-major tensors (see kernel_list.h). cuBLAS is column-major, and a
 // row-major [M, N] matrix is its column-major transpose, so out = op(a) op(b) is computed
 // as out^T = op(b)^T op(a)^T: the operands swap places and keep their transpose flags.
 // bf16 operands run on tensor cores with f32 accumulation (CUBLAS_COMPUTE_32F); bias,

@@ -1,4 +1,4 @@
-// Multi-tensor optimizer kernels (see kernels.h). A launch takes up to kMaxTensors slots by
+// Multi-tensor optimizer kernels (see kernel_list.h). A launch takes up to kMaxTensors slots by
 // value (well under the 4 KiB kernel-parameter limit); blockIdx.y picks the slot and the
 // x blocks stride over its elements, so no per-launch table has to be copied to the GPU.
 #include "backend/cuda/kernels.h"

@@ -1,4 +1,4 @@
-// cuDNN pooling and the global-average kernels (see kernels.h). Max pooling uses cuDNN's
+// cuDNN pooling and the global-average kernels (see kernel_list.h). Max pooling uses cuDNN's
 // deterministic mode, so a run's gradients do not depend on the order atomics land in.
 // bf16 and channels-last tensors go through the window kernels here instead (cuDNN's
 // legacy pooling is f32 NCHW in this backend); their backward gathers, per input element,
@@ -250,14 +250,14 @@ void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
 }
 
 // cuDNN's pooling backward rereads the input and the output.
-void pool2d_forward_run(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                        bool keep_for_backward, PoolSaved& saved) {
+void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
+                    bool keep_for_backward, PoolSaved& saved) {
   pool2d_forward(kind, x, p, out);
   if (keep_for_backward) saved = {x.detach(), out.detach(), Tensor()};
 }
 
-void pool2d_backward_run(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
-                         const Tensor& grad_x) {
+void pool2d_backward(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
+                     const Tensor& grad_x) {
   pool2d_backward(kind, saved.x, saved.out, grad_out, p, grad_x);
 }
 

@@ -1,4 +1,4 @@
-// shortcut_pad kernels (see kernels.h): one thread per element written, so every
+// shortcut_pad kernels (see kernel_list.h): one thread per element written, so every
 // output element is set, zeros included, with no separate memset. f32 or bf16, NCHW or
 // NHWC: each thread decodes its element's (n, c, y, x) in the layout and reads the one
 // element it copies.

@@ -42,10 +42,6 @@ inline Dims dims_of(const Shape& shape, const Shape& strides, const char* op) {
   return d;
 }
 
-}  // namespace dpt::cuda
-
-namespace dpt::cuda {
-
 // The 4-D index (n, c, y, x) of element i of an [N, C, H, W] tensor stored NCHW (row-major)
 // or NHWC (channels-last), and back.
 struct Index4 {

@@ -1,4 +1,4 @@
-// Kernels of synchronised batch norm (see kernels.h). A channel's N H W values lie
+// Kernels of synchronised batch norm (see kernel_list.h). A channel's N H W values lie
 // in N runs of H W; the sums use a 2-D grid, blockIdx.y the channel and blockIdx.x one of
 // `parts` blocks striding over that channel's values, so a layer with few channels still
 // fills the GPU. Each block leaves a double partial; one block per channel then adds its
