@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "comm/dist.h"
@@ -11,11 +12,12 @@
 #include "core/threading.h"
 #include "datasets/augment.h"
 #include "datasets/sampler.h"
+#include "io/atomic_file.h"
+#include "io/checkpoint.h"
 #include "io/loss_meter.h"
 #include "io/safetensors.h"
 #include "models/summary.h"
 #include "parallel/ddp.h"
-#include "train/metrics.h"
 
 namespace dpt::train {
 namespace {
@@ -104,7 +106,16 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
                                                            io::name_of(config_.optimizer.name), ema_.get()},
                                        progress_, options_.step_hook);
   control_->resume(options_.resume);
-  if (main_rank) metrics_start(config_, control_->resumed(), control_->progress().epoch);
+  // What the run leaves for people and tools, written by rank 0, each file replaced whole
+  // (io/atomic_file.h): config.yaml (resolved), metrics.jsonl (a line per epoch; a resumed
+  // run keeps its finished epochs' lines, a fresh run starts it anew), summary.json.
+  if (main_rank) {
+    const std::string& dir = config_.output.dir;
+    std::filesystem::create_directories(dir);
+    if (!control_->resumed()) std::filesystem::remove(dir + "/metrics.jsonl");
+    io::metrics_keep_epochs(dir + "/metrics.jsonl", control_->progress().epoch);
+    io::write_file_atomic(dir + "/config.yaml", {io::config_to_yaml(config_)});
+  }
 
   profiler_ = std::make_unique<profile::StepProfiler>(
       dynamic_cast<const dist::DistributedDataParallel*>(&plan_->module()), options_.timeline);
@@ -166,16 +177,18 @@ int Trainer::run() {
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
       std::printf("%s", plan_lines.c_str());
       std::fflush(stdout);
-      metrics_add_epoch(config_.output.dir,
-                        {{"epoch", epoch + 1},
-                         {"train_loss", train_loss},
-                         {"test_loss", eval.loss},
-                         {"test_acc", eval.accuracy},
-                         {"images_per_sec", images_per_sec},
-                         {"epoch_time_s", seconds_since(epoch_start)},
-                         {"elapsed_s", seconds_since(run_start)},
-                         {"lr", last_lr}},
-                        phases);
+      // elapsed_s: since the run (or its resumption) started; lr: the epoch's last step's;
+      // then the phases' means per step over the ranks.
+      io::JsonOut line = {{"epoch", epoch + 1},
+                          {"train_loss", train_loss},
+                          {"test_loss", eval.loss},
+                          {"test_acc", eval.accuracy},
+                          {"images_per_sec", images_per_sec},
+                          {"epoch_time_s", seconds_since(epoch_start)},
+                          {"elapsed_s", seconds_since(run_start)},
+                          {"lr", last_lr}};
+      io::append_line(config_.output.dir + "/metrics.jsonl",
+                      io::json_text(io::json_rounded(phases.add_to(line))));
     }
     control_->epoch_end(epoch, last_lr);  // after the metrics line
   }
@@ -262,7 +275,8 @@ int Trainer::finish(Clock::time_point run_start) {
                          {"collectives_per_step", traffic.collectives},
                          {"bytes_per_step", traffic.bytes}};
   if (!ranks.is_null()) summary.update(ranks);
-  summary_write(config_.output.dir, std::move(summary), phases);
+  io::write_file_atomic(config_.output.dir + "/summary.json",
+                        {io::json_text(io::json_rounded(phases.add_to(summary)), 2) + "\n"});
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", at.final_test_acc, at.best_test_acc,
               config_.output.dir.c_str());
   return 0;
