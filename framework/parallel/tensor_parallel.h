@@ -46,11 +46,11 @@ template <class Layer, bool Row>
 class TensorParallel : public Layer {
  public:
   TensorParallel(const Layer& full, dist::GroupPtr tp);
-  Tensor forward(const Tensor& x) override;
-  Tensor forward_relu(const Tensor& x) override;
   std::string describe() const override;
 
  private:
+  Tensor run(const Tensor& x, bool relu) override;
+
   dist::GroupPtr tp_;
   SumAcrossRanks sum_;
   Tensor bias_;  // Row: whole, added after the sum; registered as "bias" (the base layer has none)
