@@ -66,7 +66,6 @@ class Module {
     children_.emplace_back(name, module);
     return module;
   }
-  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   void before_forward() const {
     if (before_forward_) before_forward_();
   }

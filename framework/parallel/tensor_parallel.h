@@ -12,7 +12,7 @@
 
 #include "comm/process_group.h"
 #include "nn/layers.h"
-#include "ops/sum_across_ranks.h"
+#include "ops/parallel_region.h"
 
 namespace dpt::nn {
 
