@@ -22,7 +22,7 @@ class Module {
   virtual Tensor forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) { return forward(x); }
   // Short description for printing, e.g. "Conv2d(1, 32, kernel 3, stride 1, padding 1)".
-  virtual std::string describe() const;
+  virtual std::string describe() const { return "Module"; }
 
   // Recursive, in registration order, names joined with '.': "features.0.weight".
   NamedTensors named_parameters() const;
