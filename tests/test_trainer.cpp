@@ -33,7 +33,6 @@
 #include "optim/sgd.h"
 #include "temp_dir.h"
 #include "train/batch_source.h"
-#include "train/evaluate.h"
 #include "train/parallel_plan.h"
 #include "train/trainer.h"
 

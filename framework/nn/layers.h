@@ -10,75 +10,71 @@
 
 namespace dpt::nn {
 
-// A layer whose kernel can apply ReLU to its own output.
-class ReluFusable {
+// A layer whose kernel can apply ReLU to its own output: both forwards are run(x, relu),
+// which runs the before_forward hook before it reads the parameters.
+class ReluFusable : public Module {
  public:
-  virtual ~ReluFusable() = default;
-  virtual Tensor forward_relu(const Tensor& x) = 0;
+  Tensor forward(const Tensor& x) override { return run(x, false); }
+  Tensor forward_relu(const Tensor& x) { return run(x, true); }
+  bool calls_before_forward() const override { return true; }
+
+ protected:
+  virtual Tensor run(const Tensor& x, bool relu) = 0;
 };
 
 enum class Init { kaiming_normal, kaiming_uniform, xavier_uniform, torch_default };
 
 struct LinearOptions {};  // none: Linear and Conv2d are both made from (weight, bias, options)
 
-class Linear : public Module, public ReluFusable {
+class Linear : public ReluFusable {
  public:
   // Weight [out, in]; init torch_default is U(+-1/sqrt(in)) as PyTorch does.
   Linear(int64_t in, int64_t out, Rng& rng, bool bias = true, Init init = Init::torch_default);
   // With the given parameters: weight [out, in] and bias [out] or undefined (no bias), f32
   // CPU tensors it takes as they are (one rank's part of a wider layer, say).
   Linear(Tensor weight, Tensor bias, LinearOptions = {});
-  Tensor forward(const Tensor& x) override { return run(x, false); }
-  Tensor forward_relu(const Tensor& x) override { return run(x, true); }
   std::string describe() const override;
-  bool calls_before_forward() const override { return true; }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
   LinearOptions options() const { return {}; }
 
- private:
-  Tensor run(const Tensor& x, bool relu);
+ protected:
+  Tensor run(const Tensor& x, bool relu) override;
 
   Tensor weight_, bias_;
   WeightCache weight_cache_;  // the weight in the compute dtype, when that is not f32
 };
 
-class Conv2d : public Module, public ReluFusable {
+class Conv2d : public ReluFusable {
  public:
   Conv2d(int64_t in, int64_t out, int64_t kernel, Rng& rng, Conv2dOptions options = {}, bool bias = true,
          Init init = Init::kaiming_normal);
   // With the given parameters: weight [out, in / groups, k, k] and bias [out] or undefined
   // (no bias), f32 CPU tensors it takes as they are.
   Conv2d(Tensor weight, Tensor bias, Conv2dOptions options);
-  Tensor forward(const Tensor& x) override { return run(x, false); }
-  Tensor forward_relu(const Tensor& x) override { return run(x, true); }
   std::string describe() const override;
-  bool calls_before_forward() const override { return true; }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
   const Conv2dOptions& options() const { return options_; }
 
- private:
-  Tensor run(const Tensor& x, bool relu);
+ protected:
+  Tensor run(const Tensor& x, bool relu) override;
 
   Tensor weight_, bias_;
   Conv2dOptions options_;
   WeightCache weight_cache_;  // the weight in the compute dtype and layout, when not f32 OIHW
 };
 
-class BatchNorm2d : public Module, public ReluFusable {
+class BatchNorm2d : public ReluFusable {
  public:
   explicit BatchNorm2d(int64_t channels, BatchNormOptions options = {});
-  Tensor forward(const Tensor& x) override { return run(x, false); }
-  Tensor forward_relu(const Tensor& x) override { return run(x, true); }
   std::string describe() const override;
-  bool calls_before_forward() const override { return true; }
   // With a sum across ranks set, training uses synchronised batch statistics (DDP's
   // sync_bn); evaluation still uses the running statistics.
   void set_sum_across_ranks(SumAcrossRanks sum) { sum_across_ranks_ = std::move(sum); }
 
- private:
-  Tensor run(const Tensor& x, bool relu);
+ protected:
+  Tensor run(const Tensor& x, bool relu) override;
 
   Tensor weight_, bias_, running_mean_, running_var_;
   BatchNormOptions options_;

@@ -6,8 +6,6 @@
 
 namespace dpt::nn {
 
-std::string Module::describe() const { return "Module"; }
-
 const Tensor& Module::register_parameter(const std::string& name, Tensor value) {
   value.set_requires_grad(true);
   parameters_.emplace_back(name, std::move(value));

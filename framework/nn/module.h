@@ -22,7 +22,7 @@ class Module {
   virtual Tensor forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) { return forward(x); }
   // Short description for printing, e.g. "Conv2d(1, 32, kernel 3, stride 1, padding 1)".
-  virtual std::string describe() const;
+  virtual std::string describe() const { return "Module"; }
 
   // Recursive, in registration order, names joined with '.': "features.0.weight".
   NamedTensors named_parameters() const;
@@ -66,7 +66,6 @@ class Module {
     children_.emplace_back(name, module);
     return module;
   }
-  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   void before_forward() const {
     if (before_forward_) before_forward_();
   }

@@ -3,13 +3,10 @@
 #include "nn/layers.h"
 
 namespace dpt::nn {
+namespace {
 
-Sequential& Sequential::add(ModulePtr module) {
-  register_module(std::to_string(layers_.size()), module);
-  layers_.push_back(std::move(module));
-  return *this;
-}
-
+// `layers` applied in order to x, each ReLU that follows a ReluFusable layer fused into it:
+// Sequential's forward, and a unit's.
 Tensor forward_layers(const std::vector<ModulePtr>& layers, const Tensor& x) {
   Tensor h = x;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -23,6 +20,14 @@ Tensor forward_layers(const std::vector<ModulePtr>& layers, const Tensor& x) {
     }
   }
   return h;
+}
+
+}  // namespace
+
+Sequential& Sequential::add(ModulePtr module) {
+  register_module(std::to_string(layers_.size()), module);
+  layers_.push_back(std::move(module));
+  return *this;
 }
 
 Tensor Sequential::forward(const Tensor& x) { return forward_layers(layers_, x); }

@@ -28,8 +28,4 @@ class Sequential : public Module, public Splittable {
   std::vector<ModulePtr> layers_;
 };
 
-// `layers` applied in order to x, each ReLU that follows a ReluFusable layer fused into it:
-// Sequential's forward, and a unit's.
-Tensor forward_layers(const std::vector<ModulePtr>& layers, const Tensor& x);
-
 }  // namespace dpt::nn

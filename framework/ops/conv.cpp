@@ -55,7 +55,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
   ConvParams asked{options.stride, options.padding, options.dilation, options.groups, options.channels_last};
   ConvForward run = k.conv2d_forward(kernel_layout_on_device(x_in), w_in, bias_in, asked, fuse_relu, out_shape);
   const Tensor& out = run.out;
-  mac_count_add(out.numel() * run.w.size(1) * run.w.size(2) * run.w.size(3));  // w.size(1) = C / groups
+  MacCounter::add(out.numel() * run.w.size(1) * run.w.size(2) * run.w.size(3));  // w.size(1) = C / groups
 
   bool need_x = x_in.requires_grad(), need_w = w_in.requires_grad();
   bool need_b = bias_in.defined() && bias_in.requires_grad();

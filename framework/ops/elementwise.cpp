@@ -5,6 +5,7 @@
 #include "ops/device_check.h"
 
 namespace dpt {
+namespace {
 
 Shape broadcast_shape(const Shape& a, const Shape& b) {
   size_t nd = std::max(a.size(), b.size());
@@ -18,8 +19,6 @@ Shape broadcast_shape(const Shape& a, const Shape& b) {
   }
   return out;
 }
-
-namespace {
 
 void affine_on(const Tensor& a, float scale, float shift, const Tensor& out) {
   kernels_for(out.device()).affine(a, scale, shift, out);

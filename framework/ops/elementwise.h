@@ -15,6 +15,4 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor affine(const Tensor& a, float scale, float shift = 0.0f);
 Tensor mul(const Tensor& a, float scale);
 
-Shape broadcast_shape(const Shape& a, const Shape& b);
-
 }  // namespace dpt

@@ -72,7 +72,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool fuse_re
   DPT_CHECK(!bias.defined() || bias.shape() == Shape{w.size(0)})
       << "linear: bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(w.shape())
       << ": expected [" << w.size(0) << "]";
-  mac_count_add(x.size(0) * x.size(1) * w.size(0));
+  MacCounter::add(x.size(0) * x.size(1) * w.size(0));
   return product("linear", "linear backward", x, w, true, bias, fuse_relu);
 }
 

@@ -5,10 +5,17 @@
 // so a column/row pair costs one all-reduce forward and one backward.
 #pragma once
 
+#include <functional>
+
 #include "core/tensor.h"
-#include "ops/sum_across_ranks.h"
 
 namespace dpt {
+
+// What the ops that span ranks (these two, synchronised batch norm) need from the
+// distributed layer: a function that sums a contiguous tensor over all ranks in place (on
+// the CPU before returning; on CUDA before any work queued on the compute stream after the
+// call). A function, so the ops stay free of process groups; the caller binds one.
+using SumAcrossRanks = std::function<void(const Tensor&)>;
 
 // f. Requires: x the same on every rank, every rank calling in the same order. Ensures:
 // x's values (sharing storage); the backward sums the gradient across ranks.

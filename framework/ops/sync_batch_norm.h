@@ -5,7 +5,7 @@
 
 #include "core/tensor.h"
 #include "ops/norm.h"
-#include "ops/sum_across_ranks.h"
+#include "ops/parallel_region.h"
 
 namespace dpt {
 

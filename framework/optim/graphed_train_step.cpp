@@ -39,9 +39,6 @@ GraphedTrainStep::GraphedTrainStep(nn::Module& model, const nn::Module& net, Opt
 
 GraphedTrainStep::~GraphedTrainStep() = default;
 
-bool GraphedTrainStep::graphed() const { return step_->graphed(); }
-size_t GraphedTrainStep::graph_nodes() const { return step_->node_count(); }
-
 GraphedStepResult GraphedTrainStep::run(const Tensor& images, const Tensor& labels, float lr) {
   DPT_CHECK(images.shape() == images_.shape() && images.dtype() == DType::f32)
       << "cuda_graphs: a batch of f32 images " << shape_str(images.shape()) << ", the captured step takes "

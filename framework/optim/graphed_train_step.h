@@ -10,7 +10,6 @@
 #include "backend/kernels.h"
 #include "core/tensor.h"
 #include "nn/module.h"
-#include "optim/device_scalars.h"
 #include "optim/ema.h"
 #include "optim/optimizer.h"
 
@@ -44,9 +43,9 @@ class GraphedTrainStep {
   // The update is applied whatever the verdict (a graph cannot branch): the caller stops on
   // a non-finite step. Requires images of images_shape, labels [N] i64 in [0, classes).
   GraphedStepResult run(const Tensor& images, const Tensor& labels, float lr);
-  bool graphed() const;
+  bool graphed() const { return step_->graphed(); }
   // Nodes one replay launches (0 before the capture).
-  size_t graph_nodes() const;
+  size_t graph_nodes() const { return step_->node_count(); }
 
  private:
   void body();  // the captured part: device work only

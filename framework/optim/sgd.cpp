@@ -4,7 +4,6 @@
 
 #include "backend/kernels.h"
 #include "optim/device_scalars.h"
-#include "optim/state_device.h"
 
 namespace dpt::optim {
 

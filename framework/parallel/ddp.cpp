@@ -32,8 +32,8 @@ std::vector<std::vector<std::string>> gather_signatures(const nn::NamedTensors& 
   return out;
 }
 
-}  // namespace
-
+// Throws Error on every rank of `group` unless all ranks hold parameters with the same
+// names and shapes, in the same order.
 void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group) {
   auto all = gather_signatures(params, group);
   for (int r = 1; r < group.size(); ++r) {
@@ -48,6 +48,75 @@ void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group) 
       throw Error(msg.str());
     }
   }
+}
+
+}  // namespace
+
+// DDP's buffers (batch-norm running statistics) kept equal on every rank off the critical
+// path: after each training forward, start() packs them into one flat buffer per dtype and
+// broadcasts rank 0's while backward runs; finish(), at its end (or before the next
+// forward), waits, rethrowing a failed broadcast's error, and copies rank 0's values in.
+// Collective over the group; every rank's buffers in the same order, shapes and dtypes.
+class BufferBroadcast {
+ public:
+  BufferBroadcast(const nn::NamedTensors& buffers, GroupPtr group);
+  void start();
+  void finish();
+
+ private:
+  struct Flat {
+    Tensor flat;
+    std::vector<Tensor> buffers, views;  // each buffer and its place in `flat`
+  };
+  GroupPtr group_;
+  std::vector<Flat> flats_;
+  std::vector<WorkPtr> pending_;
+};
+
+BufferBroadcast::BufferBroadcast(const nn::NamedTensors& buffers, GroupPtr group) : group_(std::move(group)) {
+  // One flat buffer per dtype, in the order the dtypes first appear.
+  std::vector<DType> dtypes;
+  for (const auto& [name, t] : buffers)
+    if (std::find(dtypes.begin(), dtypes.end(), t.dtype()) == dtypes.end()) dtypes.push_back(t.dtype());
+  for (DType dtype : dtypes) {
+    Flat f;
+    int64_t numel = 0;
+    for (const auto& [name, t] : buffers)
+      if (t.dtype() == dtype) numel += t.numel();
+    if (numel == 0) continue;
+    const Device device = buffers.front().second.device();
+    f.flat = group_->collective_buffer(numel, dtype, device);
+    int64_t offset = 0;
+    for (const auto& [name, t] : buffers) {
+      if (t.dtype() != dtype || t.numel() == 0) continue;
+      DPT_CHECK(t.device() == device) << "DDP: buffer '" << name << "' is on " << t.device().str()
+                                      << ", the model's first buffer on " << device.str();
+      f.buffers.push_back(t);
+      f.views.push_back(f.flat.as_strided(t.shape(), shape_contiguous_strides(t.shape()), offset));
+      offset += t.numel();
+    }
+    flats_.push_back(std::move(f));
+  }
+}
+
+void BufferBroadcast::start() {
+  finish();
+  const bool root = group_->rank() == 0;  // the others' flat buffers only receive
+  for (Flat& f : flats_) {
+    if (root)
+      for (size_t i = 0; i < f.buffers.size(); ++i) f.views[i].copy_from(f.buffers[i]);
+    pending_.push_back(group_->broadcast(f.flat, 0));
+  }
+}
+
+void BufferBroadcast::finish() {
+  if (pending_.empty()) return;
+  std::vector<WorkPtr> works = std::move(pending_);
+  pending_.clear();
+  for (WorkPtr& w : works) w->wait();
+  if (group_->rank() == 0) return;  // its buffers are the values broadcast
+  for (Flat& f : flats_)
+    for (size_t i = 0; i < f.buffers.size(); ++i) f.buffers[i].copy_from(f.views[i]);
 }
 
 DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr group, DdpOptions options)
@@ -84,6 +153,8 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, GroupPtr 
     reducer_->set_backward_done([b = buffers_.get()] { b->finish(); });
   }
 }
+
+DistributedDataParallel::~DistributedDataParallel() = default;
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   if (buffers_) buffers_->finish();  // the last training forward's, if its backward did not

@@ -5,18 +5,20 @@
 
 #include <memory>
 
-#include "parallel/buffer_broadcast.h"
 #include "parallel/ddp_options.h"
 #include "parallel/reducer.h"
 #include "nn/module.h"
 
 namespace dpt::dist {
 
+class BufferBroadcast;  // ddp.cpp
+
 class DistributedDataParallel : public nn::Module {
  public:
   // Collective over `group` (the world when null). Throws Error on every rank when the
   // ranks' parameters differ in count, names or shapes, naming the first difference.
   DistributedDataParallel(nn::ModulePtr module, GroupPtr group = nullptr, DdpOptions options = {});
+  ~DistributedDataParallel() override;
   Tensor forward(const Tensor& x) override;
   std::string describe() const override { return "DistributedDataParallel(" + module_->describe() + ")"; }
   nn::Module& module() { return *module_; }
@@ -50,9 +52,5 @@ class DistributedDataParallel : public nn::Module {
   std::unique_ptr<BufferBroadcast> buffers_;  // null without broadcast_buffers (or with sync_bn)
   bool sync_ = true;
 };
-
-// Throws Error on every rank of `group` unless all ranks hold parameters with the same
-// names and shapes, in the same order.
-void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group);
 
 }  // namespace dpt::dist

@@ -13,7 +13,7 @@ struct DdpOptions {
   bool find_unused_parameters = false;  // else a parameter without gradient is an error naming it
   bool sync_bn = false;                 // synchronised batch-norm statistics
   // Without sync_bn: after each training forward every rank takes rank 0's buffers
-  // (buffer_broadcast.h), so all ranks evaluate with the statistics rank 0 saves.
+  // (ddp.cpp), so all ranks evaluate with the statistics rank 0 saves.
   bool broadcast_buffers = true;
   // How the gradient buckets cross between hosts (a comm hook: all_reduce_bf16_across_hosts, hierarchical.h); CPU only.
   Compression compress = Compression::none;

@@ -103,15 +103,10 @@ TensorParallel<Layer, Row>::TensorParallel(const Layer& full, dist::GroupPtr tp)
 }
 
 template <class Layer, bool Row>
-Tensor TensorParallel<Layer, Row>::forward(const Tensor& x) {
-  if (Row) return add_bias(reduce_from_parallel_region(Layer::forward(x), sum_), bias_);
-  return Layer::forward(copy_to_parallel_region(x, sum_));
-}
-
-template <class Layer, bool Row>
-Tensor TensorParallel<Layer, Row>::forward_relu(const Tensor& x) {
-  if (Row) return relu(forward(x));
-  return Layer::forward_relu(copy_to_parallel_region(x, sum_));
+Tensor TensorParallel<Layer, Row>::run(const Tensor& x, bool fuse_relu) {
+  if (!Row) return Layer::run(copy_to_parallel_region(x, sum_), fuse_relu);
+  Tensor y = add_bias(reduce_from_parallel_region(Layer::run(x, false), sum_), bias_);
+  return fuse_relu ? relu(y) : y;
 }
 
 // "ColumnParallelLinear(784, 256, tp 2)": the unsplit layer's sizes and how many ranks share it.

@@ -12,7 +12,7 @@
 
 #include "comm/process_group.h"
 #include "nn/layers.h"
-#include "ops/sum_across_ranks.h"
+#include "ops/parallel_region.h"
 
 namespace dpt::nn {
 
@@ -46,11 +46,11 @@ template <class Layer, bool Row>
 class TensorParallel : public Layer {
  public:
   TensorParallel(const Layer& full, dist::GroupPtr tp);
-  Tensor forward(const Tensor& x) override;
-  Tensor forward_relu(const Tensor& x) override;
   std::string describe() const override;
 
  private:
+  Tensor run(const Tensor& x, bool relu) override;
+
   dist::GroupPtr tp_;
   SumAcrossRanks sum_;
   Tensor bias_;  // Row: whole, added after the sum; registered as "bias" (the base layer has none)

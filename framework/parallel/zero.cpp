@@ -160,12 +160,6 @@ void ZeroOptimizer::step_prepare(float) {
                 "optimizer's step all-gathers the parameters";
 }
 
-void ZeroOptimizer::step_apply() { step_prepare(0.0f); }
-
-std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_tensors() const {
-  return rule_->state_tensors();
-}
-
 std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::segment_state() const {
   const size_t kinds = state_kinds().size();
   std::vector<StateTensor> state = rule_->state_tensors();

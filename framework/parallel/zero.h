@@ -41,9 +41,10 @@ class ZeroOptimizer final : public optim::Optimizer {
   void step(float lr) override;
   // CUDA graphs are not supported (Error): a captured step would need its collectives in the graph.
   void step_prepare(float lr) override;
-  void step_apply() override;
+  void step_apply() override { step_prepare(0.0f); }
 
-  std::vector<StateTensor> state_tensors() const override;  // this rank's shard
+  // this rank's shard
+  std::vector<StateTensor> state_tensors() const override { return rule_->state_tensors(); }
   std::vector<std::string> state_kinds() const override { return rule_->state_kinds(); }
   int64_t step_count() const override { return rule_->step_count(); }
   void set_step_count(int64_t steps) override { rule_->set_step_count(steps); }

@@ -3,9 +3,13 @@
 #include <cmath>
 #include <cstdio>
 
+#include "autograd/node.h"
+#include "backend/kernels.h"
 #include "comm/dist.h"
+#include "datasets/sampler.h"
 #include "nn/pipeline_stage.h"
 #include "ops/loss.h"
+#include "optim/graphed_train_step.h"
 #include "optim/nonfinite.h"
 #include "parallel/ddp.h"
 #include "parallel/pipeline.h"
@@ -35,6 +39,64 @@ void backend_check(Device device, io::CommBackend backend) {
       << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
 }
 
+using StepAction = io::RunControl::StepAction;
+
+class EagerStep : public Step {
+ public:
+  EagerStep(nn::Module& model, nn::Module& net, optim::Optimizer& optimizer, optim::Ema* ema,
+            float label_smoothing)
+      : model_(model), net_(net), optimizer_(optimizer), ema_(ema), label_smoothing_(label_smoothing) {}
+
+  StepAction run(const data::Batch& batch, float lr, StepAt at, StepHooks hooks) override {
+    Tensor loss =
+        hooks.control.loss_hook(cross_entropy(model_(batch.images), batch.labels, label_smoothing_));
+    hooks.profiler.lap(profile::Phase::forward);
+    optimizer_.zero_grad();
+    loss.backward();
+    hooks.profiler.lap(profile::Phase::backward);
+    const StepAction action = hooks.control.after_backward(loss, at.epoch, at.step, at.steps);
+    if (action == StepAction::stop) return action;
+    if (action == StepAction::apply) {
+      optimizer_.step(lr);
+      if (ema_) {
+        optimizer_.parameters_ready();
+        ema_->update(net_);
+      }
+      hooks.losses.add(loss);
+    }
+    hooks.profiler.lap(profile::Phase::optimizer);
+    return action;
+  }
+
+ private:
+  nn::Module& model_;
+  nn::Module& net_;
+  optim::Optimizer& optimizer_;
+  optim::Ema* ema_;
+  float label_smoothing_;
+};
+
+// Forward, backward and update in one replay, timed as forward. A graph cannot branch on
+// the verdict, so its update is made whatever it is: the config refuses cuda_graphs with
+// on_nonfinite: skip, and a non-finite step stops the run.
+class CudaGraphStep : public Step {
+ public:
+  explicit CudaGraphStep(std::unique_ptr<optim::GraphedTrainStep> graphed) : graphed_(std::move(graphed)) {}
+
+  StepAction run(const data::Batch& batch, float lr, StepAt at, StepHooks hooks) override {
+    optim::GraphedStepResult r = graphed_->run(batch.images, batch.labels, lr);
+    hooks.profiler.lap(profile::Phase::forward);
+    if (hooks.control.after_backward(r.finite, r.loss, at.epoch, at.step, at.steps) == StepAction::stop)
+      return StepAction::stop;
+    hooks.losses.add(r.loss);
+    hooks.profiler.lap(profile::Phase::optimizer);  // ends the step's record
+    return StepAction::apply;
+  }
+
+ private:
+  std::unique_ptr<optim::GraphedTrainStep> graphed_;
+};
+
 // The whole model (or its tensor-parallel slices) on every rank, in DDP over the dp group.
 class DataParallelPlan : public ParallelPlan {
  public:
@@ -48,9 +110,21 @@ class DataParallelPlan : public ParallelPlan {
            tp + "): DDP over the groups mesh.dp, the model's layers split over the groups mesh.tp\n";
   }
 
+  // With `cuda_graphs: true` one CUDA graph (an Error unless the model is on a CUDA
+  // device), else eager.
   std::unique_ptr<Step> make_step(optim::Optimizer& optimizer, optim::Ema* ema,
                                   const data::Dataset& train) override {
-    return train::make_step(config_, *module_, *net_, optimizer, ema, train);
+    const float label_smoothing = static_cast<float>(config_.label_smoothing);
+    if (!config_.cuda_graphs)
+      return std::make_unique<EagerStep>(*module_, *net_, optimizer, ema, label_smoothing);
+    const Device device = net_->parameters().front().device();
+    DPT_CHECK(device.is_cuda()) << "cuda_graphs: true needs training on a CUDA device, but rank "
+                                << dist::info().rank << " trains on " << device.str();
+    return std::make_unique<CudaGraphStep>(std::make_unique<optim::GraphedTrainStep>(
+        *module_, *net_, optimizer, ema, Shape{config_.batch_size, train.channels, train.height, train.width},
+        optim::GraphedTrainOptions{.label_smoothing = label_smoothing,
+                                   .classes = train.classes,
+                                   .check_loss = dist::info().world_size == 1}));
   }
 
   EvalResult evaluate(BatchSource& test, optim::Ema* ema) override {
@@ -77,8 +151,7 @@ class PipelineStep : public Step {
         optimizer_(optimizer),
         params_(stage->parameters()) {}
 
-  io::RunControl::StepAction run(const data::Batch& batch, float lr, StepAt at, StepHooks hooks) override {
-    using StepAction = io::RunControl::StepAction;
+  StepAction run(const data::Batch& batch, float lr, StepAt at, StepHooks hooks) override {
     control_ = &hooks.control;
     optimizer_.zero_grad();
     const dist::PipelineStepStats stats = pipeline_.train_step(batch.images, batch.labels);
@@ -203,6 +276,33 @@ class PipelinePlan : public ParallelPlan {
 };
 
 }  // namespace
+
+EvalResult evaluate(nn::Module& model, BatchSource& source, int share, int shares) {
+  autograd::NoGrad no_grad;
+  model.eval();
+  const dist::InitInfo& world = dist::info();
+  data::Loader& loader = source.loader();
+  if (share < 0) share = world.rank, shares = world.world_size;
+  loader.start_epoch(data::eval_shard(loader.dataset().size(), share, shares));
+  source.restart();
+  // The totals (loss summed over samples, correct predictions, samples) stay on the model's
+  // device, are all-reduced there and read back once: a GPU is waited for only at the end.
+  // They cover the whole test set, so every rank decides alike, before any collective.
+  const int64_t samples = loader.dataset().size();
+  DPT_CHECK(samples < (int64_t{1} << 24))
+      << "evaluation: " << samples << " test samples; the counts, kept in f32, are exact below 2^24";
+  const Kernels& k = kernels_for(source.device());
+  Tensor totals = Tensor::zeros({3}, DType::f32, source.device());
+  data::Batch batch;
+  while (source.next(batch)) {
+    Tensor logits = model(batch.images);
+    k.eval_totals_add(totals, cross_entropy(logits, batch.labels), logits, batch.labels);
+  }
+  if (world.world_size > 1) dist::world()->all_reduce(totals, dist::ReduceOp::sum)->wait();
+  const std::vector<float> t = totals.to_vector();
+  model.train();
+  return {t[0] / t[2], t[1] / t[2]};
+}
 
 ParallelLayout parallel_layout(const io::Config& config, const std::string& resume) {
   const io::ParallelConfig& p = config.parallel;

@@ -13,10 +13,22 @@
 #include "optim/ema.h"
 #include "optim/optimizer.h"
 #include "train/batch_source.h"
-#include "train/evaluate.h"
 #include "train/step.h"
 
 namespace dpt::train {
+
+struct EvalResult {
+  double loss = 0;      // mean cross-entropy over the test set
+  double accuracy = 0;  // fraction of samples whose largest logit (the first on ties) is the label
+};
+
+// Evaluates `model` on the whole of `source`'s dataset in eval mode without gradients (back
+// in training mode after); this rank runs part `share` of `shares` (data::eval_shard; -1:
+// one per rank; a tensor-parallel model passes its dp coordinate and size). The totals
+// (loss x samples, correct, samples) stay on the device until they are summed over the
+// ranks. Collective; every rank gets the same result. Throws dpt::Error for 2^24 test
+// samples or more (f32 counts).
+EvalResult evaluate(nn::Module& model, BatchSource& source, int share = -1, int shares = -1);
 
 // How a run lays its ranks out: the `parallel:` section as a device mesh. With tp > 1, dp x
 // tp ranks, tp varying fastest (as Megatron-LM); with pp > 1, pp x dp ranks, rank r holding

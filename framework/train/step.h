@@ -1,18 +1,13 @@
 // One training step on one batch: forward, loss, backward and update. The Trainer knows a
-// step only through this interface.
+// step only through this interface; the plan (parallel_plan.cpp) makes it: eager, one CUDA
+// graph, or the pipeline's.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 
-#include "datasets/dataset.h"
 #include "datasets/loader.h"
-#include "io/config.h"
 #include "io/loss_meter.h"
 #include "io/run_control.h"
-#include "nn/module.h"
-#include "optim/ema.h"
-#include "optim/optimizer.h"
 #include "profile/step_profiler.h"
 
 namespace dpt::train {
@@ -40,11 +35,5 @@ class Step {
   // verdict: apply (the update was made), skip (non-finite gradients, no update) or stop.
   virtual io::RunControl::StepAction run(const data::Batch& batch, float lr, StepAt at, StepHooks hooks) = 0;
 };
-
-// The step the config asks for: with `cuda_graphs: true` one CUDA graph (throws dpt::Error
-// unless `net` is on a CUDA device), else eager. `model` is what the step calls (DDP or the
-// bare model), `net` the bare model; `train` gives the batch shape. Keeps references.
-std::unique_ptr<Step> make_step(const io::Config& config, nn::Module& model, nn::Module& net,
-                                optim::Optimizer& optimizer, optim::Ema* ema, const data::Dataset& train);
 
 }  // namespace dpt::train

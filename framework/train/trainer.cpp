@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "comm/dist.h"
@@ -10,12 +11,19 @@
 #include "comm/world_table.h"
 #include "core/threading.h"
 #include "datasets/augment.h"
+#include "datasets/cifar10.h"
+#include "datasets/mnist.h"
 #include "datasets/sampler.h"
+#include "datasets/synthetic.h"
+#include "io/atomic_file.h"
+#include "io/checkpoint.h"
 #include "io/loss_meter.h"
 #include "io/safetensors.h"
 #include "models/summary.h"
-#include "parallel/ddp.h"
-#include "train/metrics.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
+#include "parallel/tensor_parallel.h"
+#include "parallel/zero.h"
 
 namespace dpt::train {
 namespace {
@@ -32,6 +40,94 @@ int compute_threads(int64_t configured) {
   int machine = static_cast<int>(std::thread::hardware_concurrency());
   if (available < machine) return available;
   return std::max(1, available / dist::info().local_size);
+}
+
+// The training and test sets, checked to fit one model, so that a bad path shows before
+// anything is built; synthetic data holds out a test set one sixth the size (as MNIST's 10k/60k).
+TrainData load_data(const io::DatasetConfig& c, uint64_t seed) {
+  using io::DatasetName;
+  TrainData sets;
+  if (c.name == DatasetName::fashion_mnist)
+    sets = {data::load_fashion_mnist(c.path, true), data::load_fashion_mnist(c.path, false)};
+  else if (c.name == DatasetName::mnist)
+    sets = {data::load_mnist(c.path, true), data::load_mnist(c.path, false)};
+  else if (c.name == DatasetName::cifar10)
+    sets = {data::load_cifar10(c.path, true), data::load_cifar10(c.path, false)};
+  else
+    sets = {data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes, c.size, seed),
+            data::make_synthetic(c.shape[0], c.shape[1], c.shape[2], c.classes,
+                                 std::max<int64_t>(c.size / 6, 1), seed + 1)};
+  data::dataset_check_split(sets.train, sets.test,
+                            io::name_of(c.name) + (c.path.empty() ? "" : " in " + c.path));
+  return sets;
+}
+
+// `precision` and `channels_last`: what only CUDA does is refused on another device.
+nn::Compute compute_for(const io::Config& config, Device device) {
+  const bool bf16 = config.precision == io::Precision::bf16;
+  nn::Compute compute{bf16 ? DType::bf16 : DType::f32, config.channels_last};
+  DPT_CHECK(!compute.active() || device.is_cuda())
+      << (bf16 ? "precision: bf16" : "channels_last: true") << " needs a CUDA device, but this run trains on "
+      << device.str()
+      << " (the CPU kernels are f32 and choose their own layout): set precision: fp32 and channels_last: "
+         "false";
+  return compute;
+}
+
+// What the training data says about the model's input and output; `seed` initialises it; a
+// model with `tensor_parallel: true` splits its layers over `tp_group`.
+models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::GroupPtr tp_group = nullptr) {
+  return {train.channels, train.height, train.width, train.classes, seed, std::move(tp_group)};
+}
+
+// What model.safetensors holds: the state with every tensor a tensor-parallel model splits
+// gathered whole (loadable into the one-process model). Collective over tp_group.
+nn::NamedTensors model_whole_state(const io::Config& config, const models::ModelSpec& spec, nn::Module& net,
+                                   const dist::GroupPtr& tp_group) {
+  if (!tp_group || tp_group->size() == 1) return net.state_dict();
+  // The unsplit model, for its tensors' shapes.
+  YAML::Node node = YAML::Clone(config.model.node);
+  node["tensor_parallel"] = false;
+  models::ModelSpec whole = spec;
+  whole.tp_group = nullptr;
+  return nn::gather_whole_state(net.state_dict(), models::build_model(node, whole)->state_dict(), *tp_group);
+}
+
+// SGD or AdamW in two groups (1-D parameters without weight decay under no_decay_bias_bn);
+// with `shard` and `model` a DDP that reduce-scatters, inside a ZeroOptimizer over DDP's
+// group (collective; it moves the parameters into DDP's buckets). The state is made beside
+// the parameters, so the model must already be where it trains.
+std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, nn::Module& model) {
+  auto rule = [&c](std::vector<optim::ParamGroup> groups) -> std::unique_ptr<optim::Optimizer> {
+    if (c.name == io::OptimizerName::adamw)
+      return std::make_unique<optim::AdamW>(
+          std::move(groups), optim::AdamWOptions{static_cast<float>(c.betas[0]),
+                                                 static_cast<float>(c.betas[1]), static_cast<float>(c.eps)});
+    return std::make_unique<optim::Sgd>(std::move(groups),
+                                        optim::SgdOptions{static_cast<float>(c.momentum), c.nesterov});
+  };
+  auto groups = optim::param_groups(model, static_cast<float>(c.weight_decay), c.no_decay_bias_bn);
+  auto* ddp = dynamic_cast<dist::DistributedDataParallel*>(&model);
+  if (c.shard && ddp) {
+    auto zero = std::make_unique<dist::ZeroOptimizer>(*ddp, std::move(groups), rule);
+    zero->gather_during_forward();  // where a layer cannot wait for its bucket, step() waits
+    return zero;
+  }
+  return rule(std::move(groups));
+}
+
+// optimizer.lr, times the world size under `lr_scaling: linear` (the global batch grows).
+optim::LrSchedule make_schedule(const io::Config& config, int64_t steps_per_epoch, int world_size) {
+  const io::ScheduleConfig& c = config.schedule;
+  optim::ScheduleOptions options;
+  options.kind = c.name;
+  options.warmup_epochs = static_cast<double>(c.warmup_epochs);
+  options.milestones = c.milestones;
+  options.gamma = static_cast<float>(c.gamma);
+  options.min_lr = static_cast<float>(c.min_lr);
+  const float lr =
+      static_cast<float>(config.optimizer.lr) * (config.lr_scaling == io::LrScaling::linear ? world_size : 1);
+  return optim::LrSchedule(lr, options, steps_per_epoch, config.epochs);
 }
 
 }  // namespace
@@ -104,7 +200,16 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
                                                            io::name_of(config_.optimizer.name), ema_.get()},
                                        progress_, options_.step_hook);
   control_->resume(options_.resume);
-  if (main_rank) metrics_start(config_, control_->resumed(), control_->progress().epoch);
+  // What the run leaves for people and tools, written by rank 0, each file replaced whole
+  // (io/atomic_file.h): config.yaml (resolved), metrics.jsonl (a line per epoch; a resumed
+  // run keeps its finished epochs' lines, a fresh run starts it anew), summary.json.
+  if (main_rank) {
+    const std::string& dir = config_.output.dir;
+    std::filesystem::create_directories(dir);
+    if (!control_->resumed()) std::filesystem::remove(dir + "/metrics.jsonl");
+    io::metrics_keep_epochs(dir + "/metrics.jsonl", control_->progress().epoch);
+    io::write_file_atomic(dir + "/config.yaml", {io::config_to_yaml(config_)});
+  }
 
   profiler_ = std::make_unique<profile::StepProfiler>(
       dynamic_cast<const dist::DistributedDataParallel*>(&plan_->module()), options_.timeline);
@@ -166,16 +271,18 @@ int Trainer::run() {
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
       std::printf("%s", plan_lines.c_str());
       std::fflush(stdout);
-      metrics_add_epoch(config_.output.dir,
-                        {{"epoch", epoch + 1},
-                         {"train_loss", train_loss},
-                         {"test_loss", eval.loss},
-                         {"test_acc", eval.accuracy},
-                         {"images_per_sec", images_per_sec},
-                         {"epoch_time_s", seconds_since(epoch_start)},
-                         {"elapsed_s", seconds_since(run_start)},
-                         {"lr", last_lr}},
-                        phases);
+      // elapsed_s: since the run (or its resumption) started; lr: the epoch's last step's;
+      // then the phases' means per step over the ranks.
+      io::JsonOut line = {{"epoch", epoch + 1},
+                          {"train_loss", train_loss},
+                          {"test_loss", eval.loss},
+                          {"test_acc", eval.accuracy},
+                          {"images_per_sec", images_per_sec},
+                          {"epoch_time_s", seconds_since(epoch_start)},
+                          {"elapsed_s", seconds_since(run_start)},
+                          {"lr", last_lr}};
+      io::append_line(config_.output.dir + "/metrics.jsonl",
+                      io::json_text(io::json_rounded(phases.add_to(line))));
     }
     control_->epoch_end(epoch, last_lr);  // after the metrics line
   }
@@ -262,7 +369,8 @@ int Trainer::finish(Clock::time_point run_start) {
                          {"collectives_per_step", traffic.collectives},
                          {"bytes_per_step", traffic.bytes}};
   if (!ranks.is_null()) summary.update(ranks);
-  summary_write(config_.output.dir, std::move(summary), phases);
+  io::write_file_atomic(config_.output.dir + "/summary.json",
+                        {io::json_text(io::json_rounded(phases.add_to(summary)), 2) + "\n"});
   std::printf("done: final test_acc %.4f, best %.4f; metrics in %s\n", at.final_test_acc, at.best_test_acc,
               config_.output.dir.c_str());
   return 0;

@@ -13,18 +13,21 @@
 #include "io/config.h"
 #include "io/progress.h"
 #include "io/run_control.h"
+#include "models/registry.h"
 #include "nn/module.h"
 #include "optim/ema.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "profile/step_profiler.h"
 #include "train/batch_source.h"
-#include "train/evaluate.h"
 #include "train/parallel_plan.h"
-#include "train/setup.h"
 #include "train/step.h"
 
 namespace dpt::train {
+
+struct TrainData {
+  data::Dataset train, test;
+};
 
 // What the program adds to the config: the command line's options and a test's step hook.
 struct TrainerOptions {
