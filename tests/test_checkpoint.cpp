@@ -95,6 +95,12 @@ io::CheckpointInfo info_at(int64_t step) {
   return info;
 }
 
+// checkpoint_save with the state of an optimizer that is not sharded.
+std::string save(const std::string& dir, const io::TrainingObjects& objects, const io::CheckpointInfo& info,
+                 int64_t keep_last) {
+  return io::checkpoint_save(dir, objects, objects.optimizer.state_for_save(), info, keep_last);
+}
+
 void spit(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 }  // namespace
@@ -104,7 +110,7 @@ TEST(Checkpoint, RestoredCopyTrainsOnBitForBit) {
     TempDir dir("dpt_checkpoint");
     Trainer a(optimizer, 1);
     a.train(3, 0);
-    const std::string json = io::checkpoint_save(dir.path(), a.objects(), info_at(3), 0);
+    const std::string json = save(dir.path(), a.objects(), info_at(3), 0);
     EXPECT_EQ(json, dir.file("step-3.json"));
 
     Trainer b(optimizer, 2);  // another initialisation, fresh optimizer state and generators
@@ -132,7 +138,7 @@ TEST(Checkpoint, ModelFileHoldsOnlyTheModelUnderItsOwnNames) {
   TempDir dir("dpt_checkpoint");
   Trainer a("sgd", 1);
   a.train(1, 0);
-  io::checkpoint_save(dir.path(), a.objects(), info_at(1), 0);
+  save(dir.path(), a.objects(), info_at(1), 0);
   io::SafetensorsFile model = io::safetensors_read(dir.file("step-1.safetensors"));
   std::vector<std::string> names;
   for (const auto& e : model.view.tensors) names.push_back(e.name);
@@ -150,7 +156,7 @@ TEST(Checkpoint, KeepLastPrunesOldAndOrphanedFiles) {
   spit(dir.file("step-1.safetensors.tmp"), "left by a crashed writer");
   spit(dir.file("step-2.safetensors"), "no JSON: never completed");
   spit(dir.file("notes.txt"), "not ours");
-  for (int64_t s : {3, 4, 5, 6}) io::checkpoint_save(dir.path(), a.objects(), info_at(s), 2);
+  for (int64_t s : {3, 4, 5, 6}) save(dir.path(), a.objects(), info_at(s), 2);
   EXPECT_EQ(io::checkpoint_steps(dir.path()), (std::vector<int64_t>{5, 6}));
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(dir.path())) files.push_back(e.path().filename().string());
@@ -159,9 +165,9 @@ TEST(Checkpoint, KeepLastPrunesOldAndOrphanedFiles) {
                                              "step-5.safetensors", "step-6.json",
                                              "step-6.optimizer.safetensors", "step-6.safetensors"}));
   // A run resumed from an earlier checkpoint abandons the later ones: its own stay.
-  io::checkpoint_save(dir.path(), a.objects(), info_at(4), 2);
+  save(dir.path(), a.objects(), info_at(4), 2);
   EXPECT_EQ(io::checkpoint_steps(dir.path()), (std::vector<int64_t>{4}));
-  io::checkpoint_save(dir.path(), a.objects(), info_at(5), 2);
+  save(dir.path(), a.objects(), info_at(5), 2);
   EXPECT_EQ(io::checkpoint_steps(dir.path()), (std::vector<int64_t>{4, 5}));
 }
 
@@ -170,7 +176,7 @@ TEST(Checkpoint, ResolveFindsTheCheckpointAResumeMeans) {
   const std::string ckpt = dir.file("checkpoints");
   EXPECT_EQ(io::checkpoint_resolve("auto", ckpt), "");  // nothing yet: a fresh start
   Trainer a("sgd", 1);
-  for (int64_t s : {4, 8, 12}) io::checkpoint_save(ckpt, a.objects(), info_at(s), 0);
+  for (int64_t s : {4, 8, 12}) save(ckpt, a.objects(), info_at(s), 0);
   EXPECT_EQ(io::checkpoint_resolve("auto", ckpt), ckpt + "/step-12.json");
   EXPECT_EQ(io::checkpoint_resolve(ckpt, "elsewhere"), ckpt + "/step-12.json");
   EXPECT_EQ(io::checkpoint_resolve(ckpt + "/step-8.safetensors", ""), ckpt + "/step-8.json");
@@ -186,7 +192,7 @@ TEST(Checkpoint, ResolveFindsTheCheckpointAResumeMeans) {
 TEST(Checkpoint, BadCheckpointsAreOneClearError) {
   TempDir dir("dpt_checkpoint");
   Trainer a("sgd", 1);
-  const std::string json = io::checkpoint_save(dir.path(), a.objects(), info_at(3), 0);
+  const std::string json = save(dir.path(), a.objects(), info_at(3), 0);
   const std::string good = read_file(json);
   const std::string model = dir.file("step-3.safetensors");
   const std::string model_bytes = read_file(model);
@@ -257,7 +263,7 @@ TEST(Checkpoint, AFailedLoadLeavesEverythingAsItWas) {
   TempDir dir("dpt_checkpoint");
   Trainer a("adamw", 1);
   a.train(2, 0);
-  const std::string json = io::checkpoint_save(dir.path(), a.objects(), info_at(2), 0);
+  const std::string json = save(dir.path(), a.objects(), info_at(2), 0);
   const std::string model = dir.file("step-2.safetensors"), state = dir.file("step-2.optimizer.safetensors");
   const std::string model_bytes = read_file(model), state_bytes = read_file(state);
   // Everything a load writes, as bits (floats compared with ==, none of them NaN).
@@ -310,7 +316,7 @@ TEST(Checkpoint, AFailedLoadLeavesEverythingAsItWas) {
 TEST(Checkpoint, JsonParserRejectsEveryTruncationAndSurvivesCorruption) {
   TempDir dir("dpt_checkpoint");
   Trainer a("adamw", 1);
-  const std::string good = read_file(io::checkpoint_save(dir.path(), a.objects(), info_at(3), 0));
+  const std::string good = read_file(save(dir.path(), a.objects(), info_at(3), 0));
   io::CheckpointRecord r = io::checkpoint_parse_json(good, "c.json");
   EXPECT_EQ(r.model_file, "step-3.safetensors");
   EXPECT_EQ(r.optimizer_file, "step-3.optimizer.safetensors");
@@ -335,7 +341,7 @@ TEST(Checkpoint, WithoutEmaStateTheEmaStartsFromTheLoadedWeights) {
   a.train(2, 0);
   io::TrainingObjects no_ema = a.objects();
   no_ema.ema = nullptr;
-  const std::string json = io::checkpoint_save(dir.path(), no_ema, info_at(2), 0);
+  const std::string json = save(dir.path(), no_ema, info_at(2), 0);
   Trainer b("sgd", 2);
   EXPECT_FALSE(io::checkpoint_load(json, b.objects()).has_ema);
   EXPECT_EQ(flat(b.ema->shadow()), flat(b.model->state_dict()));

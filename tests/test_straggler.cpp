@@ -11,10 +11,10 @@ TEST(Straggler, MediansOfARanksSteps) {
   const std::vector<StepPhases> steps = {
       {1, 10, 20, 5, 1}, {3, 12, 22, 1, 1}, {2, 11, 30, 9, 1}, {2, 40, 21, 0, 1}};
   const RankMedians m = medians_of(steps);
-  EXPECT_DOUBLE_EQ(m.phases.data_ms, 2.0);      // 1 2 2 3
-  EXPECT_DOUBLE_EQ(m.phases.forward_ms, 11.5);  // 10 11 12 40
-  EXPECT_DOUBLE_EQ(m.phases.backward_ms, 21.5);
-  EXPECT_DOUBLE_EQ(m.phases.comm_wait_ms, 3.0);
+  EXPECT_DOUBLE_EQ(m.phases[Phase::data], 2.0);      // 1 2 2 3
+  EXPECT_DOUBLE_EQ(m.phases[Phase::forward], 11.5);  // 10 11 12 40
+  EXPECT_DOUBLE_EQ(m.phases[Phase::backward], 21.5);
+  EXPECT_DOUBLE_EQ(m.phases[Phase::comm_wait], 3.0);
   EXPECT_DOUBLE_EQ(m.work_ms, 41.0);  // works 32 38 44 64: (38 + 44) / 2
   EXPECT_DOUBLE_EQ(medians_of({}).work_ms, 0.0);
 }

@@ -4,10 +4,6 @@
 
 namespace dpt {
 
-float Rng::uniform(float low, float high) { return std::uniform_real_distribution<float>(low, high)(engine_); }
-
-float Rng::normal(float mean, float stddev) { return std::normal_distribution<float>(mean, stddev)(engine_); }
-
 void Rng::fill_uniform(const Tensor& t, float low, float high) {
   DPT_CHECK(t.is_contiguous() && t.device().is_cpu()) << "fill_uniform: needs a contiguous CPU tensor";
   std::uniform_real_distribution<float> dist(low, high);

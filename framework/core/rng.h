@@ -13,8 +13,6 @@ namespace dpt {
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0) : engine_(seed) {}
-  float uniform(float low, float high);
-  float normal(float mean, float stddev);
   uint64_t next_u64() { return engine_(); }
   // Fills a contiguous f32 CPU tensor.
   void fill_uniform(const Tensor& t, float low, float high);

@@ -1,37 +1,29 @@
 #include "core/tensor.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <span>
 #include <tuple>
 #include <utility>
 
 namespace dpt {
 namespace {
 
-// True when the dimensions, walked in `order` (innermost first), have the strides of a
-// dense buffer in that order. Size-1 dimensions are skipped: their stride never matters.
-bool strides_follow(const Shape& shape, const Shape& strides, std::initializer_list<size_t> order) {
-  int64_t expected = 1;
-  for (size_t d : order) {
-    if (shape[d] == 1) continue;
-    if (strides[d] != expected) return false;
-    expected *= shape[d];
-  }
-  return true;
-}
-
-bool strides_contiguous(const Shape& shape, const Shape& strides) {
+bool strides_contiguous(std::span<const int64_t> shape, std::span<const int64_t> strides) {
   int64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] == 1) continue;
+    if (shape[i] == 1) continue;  // a size-1 dimension's stride never matters
     if (strides[i] != expected) return false;
     expected *= shape[i];
   }
   return true;
 }
 
+// NHWC: contiguous with the dimensions listed in the order N, H, W, C.
 bool strides_channels_last(const Shape& shape, const Shape& strides) {
-  return shape.size() == 4 && strides_follow(shape, strides, {1, 3, 2, 0});
+  return shape.size() == 4 && strides_contiguous(std::array{shape[0], shape[2], shape[3], shape[1]},
+                                                 std::array{strides[0], strides[2], strides[3], strides[1]});
 }
 
 // Dense: sorted by stride, each stride is the product of the sizes below it.
@@ -120,6 +112,12 @@ void copy_strided(char* dst, const Shape& dst_strides, const char* src, const Sh
       return transpose_images(s, d, shape[0], c, hw);
   }
   copy_elementwise(dst, dst_strides, src, src_strides, shape, elem);
+}
+
+// `out` holding a copy of `src`.
+Tensor copied(const Tensor& out, const Tensor& src) {
+  out.copy_from(src);
+  return out;
 }
 
 Tensor view_of(std::shared_ptr<Storage> storage, int64_t offset, const Shape& shape, const Shape& strides,
@@ -288,41 +286,18 @@ Tensor Tensor::contiguous() const {
   return out;
 }
 
-Tensor Tensor::clone() const {
-  Tensor out = empty(shape(), dtype(), device());
-  out.copy_from(*this);
-  return out;
-}
+Tensor Tensor::clone() const { return copied(empty(shape(), dtype(), device()), *this); }
 
-Tensor Tensor::clone_preserving_strides() const {
-  Tensor out = empty_like(*this);
-  out.copy_from(*this);
-  return out;
-}
-
-Tensor Tensor::with_layout_of(const Tensor& ref) const {
-  DPT_CHECK(shape() == ref.shape()) << "with_layout_of: " << shape_str(shape()) << " vs "
-                                    << shape_str(ref.shape());
-  bool ref_contiguous = ref.is_contiguous() || !ref.is_dense();  // empty_like's choice
-  if (strides() == ref.strides() || (is_contiguous() && ref_contiguous)) return *this;
-  if (ref.is_channels_last() && is_channels_last()) return *this;
-  Tensor out = empty_like(ref);
-  out.copy_from(*this);
-  return out;
-}
+Tensor Tensor::clone_preserving_strides() const { return copied(empty_like(*this), *this); }
 
 Tensor Tensor::channels_last() const {
   if (is_channels_last()) return *this;
-  Tensor out = empty_channels_last(shape(), dtype(), device());
-  out.copy_from(*this);
-  return out;
+  return copied(empty_channels_last(shape(), dtype(), device()), *this);
 }
 
 Tensor Tensor::to(Device target) const {
   if (device() == target) return *this;
-  Tensor out = empty(shape(), dtype(), target);
-  out.copy_from(*this);
-  return out;
+  return copied(empty(shape(), dtype(), target), *this);
 }
 
 void Tensor::zero_() const {

@@ -84,9 +84,6 @@ class Tensor {
   Tensor clone() const;  // contiguous copy, no autograd history
   // Copy with the same strides when dense (contiguous otherwise), no autograd history.
   Tensor clone_preserving_strides() const;
-  // This tensor if it is laid out like `ref` (same strides, or both contiguous), else a
-  // copy with ref's layout (see empty_like). Shapes must match. Not recorded by autograd.
-  Tensor with_layout_of(const Tensor& ref) const;
   // This tensor if channels-last, else a channels-last copy (4-D). Not recorded.
   Tensor channels_last() const;
   Tensor detach() const;  // same storage, no autograd history

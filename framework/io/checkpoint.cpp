@@ -55,45 +55,25 @@ nn::NamedTensors state_tensors(const TrainingObjects& o,
 }
 
 // Reads dotted keys ("position.step") from the checkpoint JSON with messages naming the file.
-class Fields {
- public:
-  Fields(const JsonIn& root, std::string file) : root_(root), file_(std::move(file)) {}
-
-  const JsonIn& get(const std::string& dotted) const {
-    const JsonIn* v = &root_;
-    std::string path;
-    std::stringstream parts(dotted);
-    for (std::string part; std::getline(parts, part, '.');) {
-      DPT_CHECK(v->is_object()) << file_ << ": key '" << path << "' should be an object, got "
-                                << json_describe(*v);
-      path += (path.empty() ? "" : ".") + part;
-      auto it = v->find(part);
-      DPT_CHECK(it != v->end()) << file_ << ": missing key '" << path << "'";
-      v = &*it;
-    }
-    return *v;
-  }
-  std::string where(const std::string& dotted) const { return file_ + ": key '" + dotted + "'"; }
-  int64_t integer(const std::string& dotted, int64_t min) const {
-    int64_t v = json_int(get(dotted), where(dotted));
-    DPT_CHECK(v >= min) << where(dotted) << ": expected an integer >= " << min << ", got " << v;
+struct Fields {
+  const JsonIn& root;
+  const std::string& file;
+  const JsonIn& get(const std::string& key) const { return json_at(root, key, file); }
+  std::string where(const std::string& key) const { return file + ": key '" + key + "'"; }
+  int64_t integer(const std::string& key, int64_t min) const {
+    int64_t v = json_int(get(key), where(key));
+    DPT_CHECK(v >= min) << where(key) << ": expected an integer >= " << min << ", got " << v;
     return v;
   }
-  double number(const std::string& dotted) const { return json_number(get(dotted), where(dotted)); }
-  const std::string& string(const std::string& dotted) const {
-    return json_string(get(dotted), where(dotted));
-  }
+  double number(const std::string& key) const { return json_number(get(key), where(key)); }
+  const std::string& string(const std::string& key) const { return json_string(get(key), where(key)); }
   // A file named in the JSON: a bare name beside the JSON, never a path elsewhere.
-  const std::string& file_name(const std::string& dotted) const {
-    const std::string& name = string(dotted);
+  const std::string& file_name(const std::string& key) const {
+    const std::string& name = string(key);
     DPT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..")
-        << where(dotted) << ": expected a file name beside the JSON, got '" << name << "'";
+        << where(key) << ": expected a file name beside the JSON, got '" << name << "'";
     return name;
   }
-
- private:
-  const JsonIn& root_;
-  std::string file_;
 };
 
 struct StepFile {
@@ -165,11 +145,6 @@ JsonOut checkpoint_json(const TrainingObjects& objects, const CheckpointInfo& in
 }
 
 }  // namespace
-
-std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
-                            const CheckpointInfo& info, int64_t keep_last) {
-  return checkpoint_save(dir, objects, objects.optimizer.state_for_save(), info, keep_last);
-}
 
 std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
                             const std::vector<optim::Optimizer::StateTensor>& optimizer_state,
@@ -244,7 +219,7 @@ std::string checkpoint_resolve(const std::string& arg, const std::string& dir) {
 
 CheckpointRecord checkpoint_parse_json(std::string_view text, const std::string& name) {
   const JsonIn root = json_parse(text, name);
-  Fields f(root, name);
+  const Fields f{root, name};
   DPT_CHECK(f.string("format") == kFormat)
       << f.where("format") << ": expected \"" << kFormat << "\", got \"" << f.string("format") << "\"";
   DPT_CHECK(f.integer("version", 0) == kVersion)

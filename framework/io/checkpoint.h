@@ -81,9 +81,6 @@ struct CheckpointRecord {
 std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
                             const std::vector<optim::Optimizer::StateTensor>& optimizer_state,
                             const CheckpointInfo& info, int64_t keep_last);
-// The same, calling state_for_save() itself: for an optimizer that is not sharded.
-std::string checkpoint_save(const std::string& dir, const TrainingObjects& objects,
-                            const CheckpointInfo& info, int64_t keep_last);
 
 // Steps of the complete checkpoints (those with a JSON) in `dir`, ascending; none if the
 // directory does not exist.

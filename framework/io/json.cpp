@@ -119,10 +119,17 @@ std::string json_describe(const JsonIn& value) {
 }
 
 const JsonIn& json_at(const JsonIn& object, const std::string& key, const std::string& where) {
-  const JsonIn::object_t& members = json_object(object, where);
-  auto it = members.find(key);
-  DPT_CHECK(it != members.end()) << where << ": missing key '" << key << "'";
-  return it->second;
+  const JsonIn* value = &object;
+  for (size_t begin = 0, dot = 0; dot != std::string::npos; begin = dot + 1) {
+    dot = key.find('.', begin);
+    const std::string outer = key.substr(0, begin > 0 ? begin - 1 : 0);  // "" at the top
+    const JsonIn::object_t& members =
+        json_object(*value, outer.empty() ? where : where + ": key '" + outer + "'");
+    auto it = members.find(key.substr(begin, dot - begin));
+    DPT_CHECK(it != members.end()) << where << ": missing key '" << key.substr(0, dot) << "'";
+    value = &it->second;
+  }
+  return *value;
 }
 
 int64_t json_int(const JsonIn& value, const std::string& where) {

@@ -37,7 +37,8 @@ JsonOut json_rounded(JsonOut value);
 JsonIn json_parse(std::string_view text, const std::string& source);
 
 // Typed reads. `where` names the value in messages, e.g. "step-8.json: key 'position.step'";
-// each throws dpt::Error "<where>: expected <kind>, got <what is there>".
+// each throws dpt::Error "<where>: expected <kind>, got <what is there>". json_at's key may
+// be dotted ("position.step": key "step" of the object at "position").
 const JsonIn& json_at(const JsonIn& object, const std::string& key, const std::string& where);
 int64_t json_int(const JsonIn& value, const std::string& where);  // an integer literal within int64
 double json_number(const JsonIn& value, const std::string& where);

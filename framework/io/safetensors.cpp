@@ -35,12 +35,6 @@ const char* dtype_code(DType t) {
   return kCodes[static_cast<int>(t)];
 }
 
-uint64_t read_u64_le(const uint8_t* p) {
-  uint64_t v = 0;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
 SafetensorsEntry parse_entry(const std::string& key, const JsonIn& value, uint64_t data_size,
                              const std::string& name) {
   const std::string where = name + ": tensor '" + key + "'";
@@ -121,7 +115,8 @@ SafetensorsView parse_safetensors(const uint8_t* bytes, size_t size, const std::
   DPT_CHECK(size >= 8)
       << name << ": " << size
       << " bytes is too short for a safetensors file (it starts with an 8-byte header length)";
-  const uint64_t header_size = read_u64_le(bytes);
+  uint64_t header_size = 0;  // little-endian, as this machine (checked above)
+  std::memcpy(&header_size, bytes, 8);
   DPT_CHECK(header_size <= kMaxHeaderBytes)
       << name << ": header length " << header_size << " is over the format's limit of " << kMaxHeaderBytes
       << " bytes (not a safetensors file?)";
@@ -215,10 +210,8 @@ void safetensors_write(const std::string& path, const nn::NamedTensors& tensors,
   }
   std::string text = json_text(header);
   text.append((8 - text.size() % 8) % 8, ' ');  // 8 + header is a multiple of 8: aligned data
-  uint64_t length = text.size();
-  char prefix[8];
-  std::memcpy(prefix, &length, 8);
-  std::vector<std::string_view> pieces{std::string_view(prefix, 8), text};
+  const uint64_t length = text.size();
+  std::vector<std::string_view> pieces{std::string_view(reinterpret_cast<const char*>(&length), 8), text};
   for (const Tensor& h : host)
     pieces.emplace_back(static_cast<const char*>(h.raw_data()),
                         static_cast<size_t>(h.numel()) * dtype_size(h.dtype()));

@@ -13,6 +13,8 @@ volatile std::sig_atomic_t g_signal = 0;  // a signal handler can reach nothing 
 
 extern "C" void on_stop_signal(int signal) { g_signal = signal; }
 
+bool one_process() { return !dist::initialized() || dist::info().world_size == 1; }
+
 }  // namespace
 
 void stop_signals_install() {
@@ -26,22 +28,14 @@ void stop_signals_install() {
   std::signal(SIGXFSZ, SIG_IGN);
 }
 
-int stop_signal_pending() { return g_signal; }
-
-namespace {
-
-bool one_process() { return !dist::initialized() || dist::info().world_size == 1; }
-
-}  // namespace
-
 void StopVote::start() {
   if (one_process()) return;
-  signal_ = Tensor::from_vector(std::vector<int64_t>{stop_signal_pending()}, {1});
+  signal_ = Tensor::from_vector(std::vector<int64_t>{g_signal}, {1});
   work_ = dist::world()->all_reduce(signal_, dist::ReduceOp::max);
 }
 
 int StopVote::result() {
-  if (one_process()) return stop_signal_pending();
+  if (one_process()) return g_signal;
   if (!work_) start();
   const dist::WorkPtr work = std::move(work_);
   work_.reset();

@@ -15,9 +15,6 @@ namespace dpt::io {
 // Installs the handlers. Call once, early in main.
 void stop_signals_install();
 
-// The signal this process received (SIGTERM, SIGINT or SIGUSR1), 0 if none.
-int stop_signal_pending();
-
 // The ranks' agreement on stopping after a step, so that every rank stops after the same
 // one: a max all-reduce over the world of each rank's pending signal, started before the
 // step's forward and read after its update. It runs while the step computes (the gradient
@@ -30,7 +27,7 @@ class StopVote {
   void start();
   // The signal any rank had pending at start() (0 if none), waiting for the vote; without
   // a start() since the last result, a vote started and read at once. Collective. Without
-  // MPI, or with one rank, stop_signal_pending().
+  // MPI, or with one rank, the signal this process received (SIGTERM, SIGINT or SIGUSR1).
   int result();
 
  private:

@@ -5,16 +5,11 @@
 namespace dpt::profile {
 namespace {
 
-// By Phase: the member, its JSON key and its name in timelines and reports.
-constexpr double StepPhases::*kMembers[] = {&StepPhases::data_ms, &StepPhases::forward_ms,
-                                            &StepPhases::backward_ms, &StepPhases::comm_wait_ms,
-                                            &StepPhases::optimizer_ms};
+// By Phase: its JSON key and its name in timelines and reports.
 constexpr const char* kKeys[] = {"data_ms", "forward_ms", "backward_ms", "comm_wait_ms", "optimizer_ms"};
 constexpr const char* kNames[] = {"data wait", "forward", "backward", "allreduce wait", "optimizer"};
 
 }  // namespace
-
-double& StepPhases::operator[](Phase phase) { return this->*kMembers[static_cast<int>(phase)]; }
 
 StepPhases& StepPhases::operator+=(const StepPhases& other) {
   for (Phase p : kPhases) (*this)[p] += other[p];
@@ -38,11 +33,10 @@ const char* phase_name(Phase phase) { return kNames[static_cast<int>(phase)]; }
 StepPhases mean_over_ranks(const StepPhases& mine) {
   const int ranks = dist::info().world_size;
   if (ranks == 1) return mine;
-  Tensor t = Tensor::empty({5});
-  for (Phase p : kPhases) t.data<float>()[static_cast<int>(p)] = static_cast<float>(mine[p]);
+  Tensor t = Tensor::from_vector(std::vector<float>(mine.ms.begin(), mine.ms.end()), {5});
   dist::world()->all_reduce(t, dist::ReduceOp::sum)->wait();
   StepPhases sum;
-  for (Phase p : kPhases) sum[p] = t.data<float>()[static_cast<int>(p)];
+  for (size_t i = 0; i < sum.ms.size(); ++i) sum.ms[i] = t.data<float>()[i];
   return sum.scaled(1.0 / ranks);
 }
 

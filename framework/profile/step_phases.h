@@ -3,6 +3,9 @@
 // the optimizer. The five add up to the step; train writes their means per step.
 #pragma once
 
+#include <array>
+#include <numeric>
+
 #include "io/json.h"
 
 namespace dpt::profile {
@@ -12,11 +15,11 @@ constexpr Phase kPhases[] = {Phase::data, Phase::forward, Phase::backward, Phase
                              Phase::optimizer};
 
 struct StepPhases {
-  double data_ms = 0, forward_ms = 0, backward_ms = 0, comm_wait_ms = 0, optimizer_ms = 0;
+  std::array<double, 5> ms{};  // by Phase
 
-  double& operator[](Phase phase);
-  double operator[](Phase phase) const { return const_cast<StepPhases&>(*this)[phase]; }
-  double step_ms() const { return data_ms + forward_ms + backward_ms + comm_wait_ms + optimizer_ms; }
+  double& operator[](Phase phase) { return ms[static_cast<size_t>(phase)]; }
+  double operator[](Phase phase) const { return ms[static_cast<size_t>(phase)]; }
+  double step_ms() const { return std::accumulate(ms.begin(), ms.end(), 0.0); }
   StepPhases& operator+=(const StepPhases& other);
   StepPhases scaled(double factor) const;
   // Sets data_ms, forward_ms, backward_ms, comm_wait_ms, optimizer_ms and step_ms in `json`.

@@ -27,7 +27,7 @@ void StepProfiler::lap(Phase phase) {
   double ms = (now - last_ns_) / 1e6;
   if (phase == Phase::backward && ddp_) {
     double wait_ms = std::min(ms, ddp_->reducer().exposed_wait_ms());
-    current_.comm_wait_ms += wait_ms;
+    current_[Phase::comm_wait] += wait_ms;
     ms -= wait_ms;
     if (recorder_) record_backward(last_ns_, now);
   } else if (recorder_) {

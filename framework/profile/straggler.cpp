@@ -11,7 +11,11 @@ namespace {
 
 constexpr Phase kWorkPhases[] = {Phase::data, Phase::forward, Phase::backward, Phase::optimizer};
 
-double median(std::vector<double> values) {
+// The median of value(item) over `items` (0 for none).
+template <class T, class Value>
+double median(const std::vector<T>& items, Value value) {
+  std::vector<double> values;
+  for (const T& item : items) values.push_back(value(item));
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
@@ -27,14 +31,9 @@ std::string ms(double v) {
 }  // namespace
 
 RankMedians medians_of(const std::vector<StepPhases>& steps) {
-  auto median_of = [&](auto value) {
-    std::vector<double> values;
-    for (const StepPhases& s : steps) values.push_back(value(s));
-    return median(values);
-  };
   RankMedians m;
-  for (Phase phase : kPhases) m.phases[phase] = median_of([&](const StepPhases& s) { return s[phase]; });
-  m.work_ms = median_of([](const StepPhases& s) { return s.step_ms() - s.comm_wait_ms; });
+  for (Phase phase : kPhases) m.phases[phase] = median(steps, [&](const StepPhases& s) { return s[phase]; });
+  m.work_ms = median(steps, [](const StepPhases& s) { return s.step_ms() - s[Phase::comm_wait]; });
   return m;
 }
 
@@ -42,12 +41,7 @@ std::vector<std::string> straggler_lines(const std::vector<RankMedians>& ranks,
                                          const std::vector<std::string>& hosts, double threshold) {
   std::vector<std::string> lines;
   if (ranks.size() < 2) return lines;
-  auto median_over_ranks = [&](auto value) {
-    std::vector<double> values;
-    for (const RankMedians& r : ranks) values.push_back(value(r));
-    return median(values);
-  };
-  const double typical = median_over_ranks([](const RankMedians& r) { return r.work_ms; });
+  const double typical = median(ranks, [](const RankMedians& r) { return r.work_ms; });
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     RankMedians r = ranks[rank];
     if (r.work_ms <= (1 + threshold) * typical) continue;
@@ -55,7 +49,7 @@ std::vector<std::string> straggler_lines(const std::vector<RankMedians>& ranks,
     Phase worst = Phase::data;
     double worst_extra = -1, worst_typical = 0;
     for (Phase phase : kWorkPhases) {
-      const double phase_typical = median_over_ranks([&](RankMedians m) { return m.phases[phase]; });
+      const double phase_typical = median(ranks, [&](const RankMedians& m) { return m.phases[phase]; });
       if (r.phases[phase] - phase_typical > worst_extra) {
         worst_extra = r.phases[phase] - phase_typical;
         worst = phase;
@@ -80,15 +74,14 @@ std::vector<RankMedians> StragglerWatch::gather(const RankMedians& mine) const {
   const int ranks = dist::info().world_size;
   if (ranks == 1) return {mine};
   // Each rank's five phases, then its work.
-  std::vector<float> values;
-  for (Phase p : kPhases) values.push_back(static_cast<float>(mine.phases[p]));
+  std::vector<float> values(mine.phases.ms.begin(), mine.phases.ms.end());
   values.push_back(static_cast<float>(mine.work_ms));
   Tensor all = Tensor::empty({6 * static_cast<int64_t>(ranks)});
   dist::world()->all_gather(all, Tensor::from_vector(values, {6}))->wait();
   std::vector<RankMedians> out(static_cast<size_t>(ranks));
   const float* a = all.data<float>();
   for (int r = 0; r < ranks; ++r, a += 6) {
-    for (Phase p : kPhases) out[r].phases[p] = a[static_cast<int>(p)];
+    std::copy(a, a + 5, out[r].phases.ms.begin());
     out[r].work_ms = a[5];
   }
   return out;

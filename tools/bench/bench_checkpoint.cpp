@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i <= reps; ++i) {
       info.progress.step = i;
       auto start = Clock::now();
-      json = io::checkpoint_save(dir, objects, info, 1);
+      json = io::checkpoint_save(dir, objects, sgd.state_for_save(), info, 1);
       save = std::min(save, ms_since(start));
       start = Clock::now();
       io::checkpoint_load(json, objects);
