@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "io/atomic_file.h"
 #include "io/json.h"
@@ -258,6 +259,15 @@ TEST_F(PlainMpirun, OnATerminalRedrawsTheLiveLine) {
 namespace {
 
 // Two ranks training the synthetic config for a long time, each with its own --set.
+// Whether process `pid` has exited: gone, or a zombie its parent (mpirun) has not reaped.
+bool has_ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t name_end = line.rfind(')');  // "pid (comm) state ..."
+  return name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'Z';
+}
+
 std::string two_ranks(const fs::path& train, const std::string& config, const std::string& rank0,
                       const std::string& rank1) {
   const std::string each = train.string() + " " + config + " --set epochs=100000 --set log_every=1000 ";
@@ -318,11 +328,22 @@ TEST_F(TrainCli, ASignalOnOneRankEndsEveryRank) {
     dpt::testing::MpiJob job(two_ranks(train_, config, run_dir, run_dir), dir_);
     ASSERT_TRUE(job.wait_for_output("epoch 1:", std::chrono::seconds(30)))
         << job.finish(std::chrono::seconds(5));
-    const pid_t rank1 = job.rank_pid(1, std::chrono::seconds(10));
+    const pid_t rank0 = job.rank_pid(0, std::chrono::seconds(10)), rank1 = job.rank_pid(1, std::chrono::seconds(10));
+    ASSERT_GT(rank0, 0);
     ASSERT_GT(rank1, 0);
     job.mark();
     ::kill(rank1, signal);
-    dpt::testing::JobResult r = job.finish(std::chrono::seconds(60));
+    // dpt's part: rank 0 ends too, within seconds.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!has_ended(rank0) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(has_ended(rank0)) << "rank 0 still runs 30 s after rank 1 got signal " << signal;
+    dpt::testing::JobResult r = job.finish(std::chrono::seconds(30));
+    // Open MPI 4.1's mpirun can deadlock in its own teardown (PMIx_server_finalize, after a
+    // "PMIX ERROR: UNREACHABLE") once every rank has ended: about 1 run in 10 here. What
+    // follows checks mpirun's exit and report, which that run does not give.
+    if (!r.finished && has_ended(rank0) && r.err.find("PMIX ERROR: UNREACHABLE") != std::string::npos)
+      GTEST_SKIP() << "every rank ended, but mpirun hung in its PMIx teardown (an Open MPI race):\n" << r.err;
     ASSERT_TRUE(r.finished) << r.err;
     EXPECT_NE(r.exit_code, 0) << r.err;
     EXPECT_LT(r.seconds, 30.0);
