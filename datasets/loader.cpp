@@ -3,6 +3,8 @@
 // needs no lock.
 #include "datasets/loader.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <numeric>
 #include <utility>
@@ -86,6 +88,7 @@ void Loader::worker_stop() {
 }
 
 void Loader::worker_main() {
+  prctl(PR_SET_NAME, "dpt-loader", 0UL, 0UL, 0UL);  // as top -H and /proc name it
   try {
     const int64_t b = options_.batch_size;
     const int64_t batches = batch_count(epoch_samples_);

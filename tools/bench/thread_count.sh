@@ -3,7 +3,7 @@
 #   tools/bench/thread_count.sh BUILD_DIR CONFIG NP [SECONDS] [--set key=value ...]
 # Starts `mpirun -np NP BUILD_DIR/train CONFIG`, waits SECONDS (default 20) for it to be in
 # its steps, prints one line per rank ("rank pid: 9 threads: 1 dpt-comm, 4 train, ...")
-# and stops the job.
+# and kills the job.
 set -euo pipefail
 build=$1 config=$2 np=$3 wait_s=${4:-20}
 shift $(( $# < 4 ? $# : 4 ))
@@ -17,7 +17,8 @@ for pid in $(pgrep -f "$build/train $config"); do
   names=$(cat /proc/$pid/task/*/comm 2>/dev/null | sort | uniq -c | sort -rn | awk '{printf "%s%d %s", (NR>1?", ":""), $1, $2}')
   echo "rank pid $pid: $(ls /proc/$pid/task | wc -l) threads: $names"
 done
-kill "$job" 2>/dev/null || true
+# SIGKILL, not SIGTERM: train answers SIGTERM by finishing its step and writing a checkpoint.
+pkill -9 -f "output.dir=$out/run" || true
 wait "$job" 2>/dev/null || true
 grep -m1 -i "error" "$out/log" || true
 rm -rf "$out"
