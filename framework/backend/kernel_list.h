@@ -134,9 +134,10 @@ DPT_KERNEL(void, cross_entropy_backward, (const Tensor& log_probs, const Tensor&
                                           const Tensor& grad_loss, const Tensor& grad))
 // Rows whose largest logit (the first, on ties) is at the label.
 DPT_KERNEL(int64_t, count_correct, (const Tensor& logits, const Tensor& labels))
-// totals [3] += (loss rows, correct rows, rows) (train/evaluate.cpp), kept on the device so an
-// evaluation reads nothing back until its end. loss f32 [1] (a batch mean); logits any strides;
-// labels in [0, C); the rows of every call so far below 2^24 (counts stay exact in f32).
+// totals [3] += (loss rows, correct rows, rows) (train/parallel_plan.cpp's evaluate), kept on
+// the device so an evaluation reads nothing back until its end. loss f32 [1] (a batch mean);
+// logits any strides; labels in [0, C); the rows of every call so far below 2^24 (counts
+// stay exact in f32).
 DPT_KERNEL(void, eval_totals_add, (const Tensor& totals, const Tensor& loss, const Tensor& logits,
                                    const Tensor& labels))
 
