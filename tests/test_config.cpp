@@ -110,7 +110,7 @@ TEST_F(ConfigTest, FullFileParsesToTheGivenValues) {
   EXPECT_TRUE(c.optimizer.nesterov);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 5e-4);
   EXPECT_FALSE(c.optimizer.no_decay_bias_bn);
-  EXPECT_EQ(c.schedule.name, optim::ScheduleKind::multistep);
+  EXPECT_EQ(c.schedule.kind, optim::ScheduleKind::multistep);
   EXPECT_EQ(c.schedule.warmup_epochs, 1);
   EXPECT_EQ(c.schedule.milestones, (std::vector<int64_t>{2, 3}));
   EXPECT_DOUBLE_EQ(c.schedule.gamma, 0.5);
@@ -138,7 +138,7 @@ TEST_F(ConfigTest, Defaults) {
   EXPECT_FALSE(c.optimizer.nesterov);
   EXPECT_EQ(c.optimizer.weight_decay, 0);
   EXPECT_TRUE(c.optimizer.no_decay_bias_bn);
-  EXPECT_EQ(c.schedule.name, optim::ScheduleKind::constant);
+  EXPECT_EQ(c.schedule.kind, optim::ScheduleKind::constant);
   EXPECT_EQ(c.schedule.warmup_epochs, 0);
   EXPECT_EQ(c.output.dir, "runs/my_run");
 
@@ -193,7 +193,7 @@ TEST_F(ConfigTest, SetOverridesScalarsListsAndNewSections) {
 
   // Sections the file does not have are created; the last override of a key wins.
   Config d = load("model: {name: m}\n", {"schedule.name=cosine", "schedule.min_lr=0.01", "seed=1", "seed=2"});
-  EXPECT_EQ(d.schedule.name, optim::ScheduleKind::cosine);
+  EXPECT_EQ(d.schedule.kind, optim::ScheduleKind::cosine);
   EXPECT_DOUBLE_EQ(d.schedule.min_lr, 0.01);
   EXPECT_EQ(d.seed, 2u);
   // A whole section as a YAML map: the way to switch optimizer without leftover keys.

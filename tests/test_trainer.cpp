@@ -112,13 +112,7 @@ PlainRun plain_run(const io::Config& c) {
 
   int64_t steps = train.size() / c.batch_size;
   if (c.max_steps_per_epoch > 0) steps = std::min(steps, c.max_steps_per_epoch);
-  optim::ScheduleOptions schedule_options;
-  schedule_options.kind = c.schedule.name;
-  schedule_options.warmup_epochs = static_cast<double>(c.schedule.warmup_epochs);
-  schedule_options.milestones = c.schedule.milestones;
-  schedule_options.gamma = static_cast<float>(c.schedule.gamma);
-  schedule_options.min_lr = static_cast<float>(c.schedule.min_lr);
-  const optim::LrSchedule schedule(static_cast<float>(o.lr), schedule_options, steps, c.epochs);
+  const optim::LrSchedule schedule(static_cast<float>(o.lr), c.schedule, steps, c.epochs);
 
   data::LoaderOptions loader_options{
       .batch_size = c.batch_size, .shuffle = true, .drop_last = true, .seed = c.seed};

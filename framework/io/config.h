@@ -83,7 +83,8 @@ const std::string& name_of(E value) {
 
 // The members hold what load_config read or the schema's default. A member that does not
 // apply to the chosen optimizer, schedule or dataset (momentum for adamw) is left
-// value-initialised (0, false, empty). The schema's docs say what each one means.
+// value-initialised (0, false, empty), or at its default in a section held as the code
+// that uses it takes it (schedule, pipeline, distributed.ddp). The schema's docs say what each one means.
 
 // `model:` is free-form beside `name`: the model builder reads its own keys from `node`.
 struct ModelConfig {
@@ -112,14 +113,6 @@ struct OptimizerConfig {
   bool shard;  // ZeRO-1 over the data-parallel ranks (parallel/zero.h)
 };
 
-struct ScheduleConfig {
-  optim::ScheduleKind name;
-  int64_t warmup_epochs;
-  std::vector<int64_t> milestones;
-  double gamma;
-  double min_lr;
-};
-
 struct DistributedConfig {
   // The section's DDP keys, held as DDP takes them. Its members that are no keys keep their
   // defaults here (data_parallel, train/parallel_plan.cpp, sets shard_gradients from
@@ -135,12 +128,6 @@ struct ParallelConfig {
   int64_t dp;  // 0: the world size / (tp x pp)
   int64_t tp;
   int64_t pp;
-};
-
-// How a pipeline (parallel.pp > 1) runs a step (train/parallel_plan.cpp).
-struct PipelineConfig {
-  int64_t micro_batches;
-  dist::PipelineSchedule schedule;
 };
 
 struct CheckpointConfig {
@@ -167,14 +154,14 @@ struct Config {
   double ema_decay;
   OptimizerConfig optimizer;
   LrScaling lr_scaling;
-  ScheduleConfig schedule;
+  optim::ScheduleOptions schedule;  // held as the schedule takes it
   dist::DeviceSetting device;
   Precision precision;
   bool channels_last;
   bool cuda_graphs;
   DistributedConfig distributed;
   ParallelConfig parallel;
-  PipelineConfig pipeline;
+  dist::PipelineOptions pipeline;  // how a pipeline (parallel.pp > 1) runs a step, held as it takes it
   DebugMode debug;
   NonfiniteAction on_nonfinite;
   CheckpointConfig checkpoint;

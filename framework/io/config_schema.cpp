@@ -81,7 +81,7 @@ std::vector<Key> config_keys(Config& c) {
       Key("lr_scaling", choice(&c.lr_scaling, "lr scaling"), "none", "",
           "linear: lr x world size (Goyal et al. 2017; pair it with schedule.warmup_epochs)"),
 
-      Key("schedule.name", choice(&c.schedule.name, "schedule"), "constant", "",
+      Key("schedule.name", choice(&c.schedule.kind, "schedule"), "constant", "",
           "how the learning rate follows the epochs"),
       Key("schedule.warmup_epochs", &c.schedule.warmup_epochs, "0", ">= 0",
           "epochs of linear warm-up from 0, before the schedule"),

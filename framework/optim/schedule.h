@@ -9,12 +9,13 @@ namespace dpt::optim {
 
 enum class ScheduleKind { constant, multistep, cosine };
 
+// The config's `schedule` section holds one (io/config.h); the schema gives its defaults.
 struct ScheduleOptions {
   ScheduleKind kind = ScheduleKind::constant;
-  double warmup_epochs = 0;
+  int64_t warmup_epochs = 0;
   std::vector<int64_t> milestones;  // epochs, for multistep
-  float gamma = 0.1f;
-  float min_lr = 0.0f;  // for cosine
+  double gamma = 0.1;
+  double min_lr = 0;  // for cosine
 };
 
 class LrSchedule {

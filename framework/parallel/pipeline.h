@@ -22,11 +22,6 @@
 
 namespace dpt::dist {
 
-struct PipelineOptions {
-  int micro_batches = 1;
-  PipelineSchedule schedule = PipelineSchedule::gpipe;
-};
-
 // What one step did on this rank, in host wall-clock ms (on CUDA compute_ms counts launches).
 struct PipelineStepStats {
   double loss = 0;        // the batch's mean loss (mean of the micro-batches'), on every stage

@@ -3,6 +3,7 @@
 // Pure arithmetic, shared by dist::Pipeline, the config and the tests.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace dpt::dist {
@@ -15,6 +16,12 @@ enum class PipelineSchedule {
 constexpr const char* pipeline_schedule_name(PipelineSchedule schedule) {
   return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
 }
+
+// How dist::Pipeline runs a step; the config's `pipeline` section holds one (io/config.h).
+struct PipelineOptions {
+  int64_t micro_batches = 1;
+  PipelineSchedule schedule = PipelineSchedule::gpipe;
+};
 
 // One pass of one micro-batch.
 struct PipelineAction {

@@ -146,8 +146,7 @@ class PipelineStep : public Step {
                                                                                  const Tensor& y) {
                     return control_->loss_hook(cross_entropy(out, y, smoothing));
                   },
-                  {.micro_batches = static_cast<int>(config.pipeline.micro_batches),
-                   .schedule = config.pipeline.schedule}),
+                  config.pipeline),
         optimizer_(optimizer),
         params_(stage->parameters()) {}
 

@@ -118,16 +118,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, n
 
 // optimizer.lr, times the world size under `lr_scaling: linear` (the global batch grows).
 optim::LrSchedule make_schedule(const io::Config& config, int64_t steps_per_epoch, int world_size) {
-  const io::ScheduleConfig& c = config.schedule;
-  optim::ScheduleOptions options;
-  options.kind = c.name;
-  options.warmup_epochs = static_cast<double>(c.warmup_epochs);
-  options.milestones = c.milestones;
-  options.gamma = static_cast<float>(c.gamma);
-  options.min_lr = static_cast<float>(c.min_lr);
   const float lr =
       static_cast<float>(config.optimizer.lr) * (config.lr_scaling == io::LrScaling::linear ? world_size : 1);
-  return optim::LrSchedule(lr, options, steps_per_epoch, config.epochs);
+  return optim::LrSchedule(lr, config.schedule, steps_per_epoch, config.epochs);
 }
 
 }  // namespace
