@@ -187,8 +187,6 @@ TEST_F(CudaTrain, LossMeterSumsOnTheDeviceAsTheCpuDoes) {
   }
   EXPECT_DOUBLE_EQ(on_cpu.sum(), want);
   EXPECT_NEAR(on_gpu.sum(), want, 1e-6 * want);
-  on_gpu.reset();
-  EXPECT_EQ(on_gpu.sum(), 0.0);
 }
 
 std::string file_bytes(const std::string& path) {

@@ -25,9 +25,4 @@ double LossMeter::sum() {
   return host_sum_;
 }
 
-void LossMeter::reset() {
-  host_sum_ = 0;
-  device_sum_ = Tensor();
-}
-
 }  // namespace dpt::io

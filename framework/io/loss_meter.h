@@ -9,13 +9,12 @@ namespace dpt::io {
 
 class LossMeter {
  public:
-  // Requires a one-element f32 tensor (on any device; one device per meter until reset).
+  // Requires a one-element f32 tensor (on any device; one device per meter).
   void add(const Tensor& loss);
   void add(double loss);  // a loss already on the host (a CUDA graph's replay reads it back)
-  // The sum of every loss added since the last reset; on CUDA reads the device's partial
-  // sum back (waits for the GPU), so call it once per logging interval, not per step.
+  // The sum of every loss added; on CUDA reads the device's partial sum back (waits for
+  // the GPU), so call it once per logging interval, not per step.
   double sum();
-  void reset();
 
  private:
   double host_sum_ = 0;  // in double, as the CPU loop always summed

@@ -3,6 +3,7 @@
 #include "io/stop_signal.h"
 
 #include <csignal>
+#include <utility>
 
 #include "comm/dist.h"
 
@@ -37,8 +38,7 @@ void StopVote::start() {
 int StopVote::result() {
   if (one_process()) return g_signal;
   if (!work_) start();
-  const dist::WorkPtr work = std::move(work_);
-  work_.reset();
+  const dist::WorkPtr work = std::exchange(work_, nullptr);
   work->wait();
   return static_cast<int>(signal_.data<int64_t>()[0]);
 }

@@ -43,14 +43,14 @@ void StepProfiler::lap(Phase phase) {
     timeline_->counter("bytes per step", step_begin_ns_, {{"bytes", step.bytes}});
   }
   stragglers_.add(current_);
-  epoch_ += current_;
-  ++epoch_steps_;
-  run_ += current_;
-  run_counts_ += step;
-  if (++step_ > warmup_steps) {
-    run_after_warmup_ += current_;
-    run_counts_after_warmup_ += step;
-  }
+  auto add_step = [&](Totals& totals) {
+    totals.phases += current_;
+    totals.counts += step;
+    ++totals.steps;
+  };
+  add_step(epoch_);
+  add_step(run_);
+  if (run_.steps > warmup_steps) add_step(run_after_warmup_);
   current_ = {};
   step_begin_counts_ = counts;
   step_begin_ns_ = now;
@@ -81,31 +81,26 @@ void StepProfiler::record_backward(double begin_ns, double end_ns) {
 }
 
 void StepProfiler::update_recording() {
-  bool record = timeline_ && step_ >= options_.skip_steps && step_ < options_.skip_steps + options_.steps;
+  const int64_t step = run_.steps;  // of the run so far
+  bool record = timeline_ && step >= options_.skip_steps && step < options_.skip_steps + options_.steps;
   if (record && !recorder_) recorder_.emplace(*timeline_, compute_track_);
   if (!record && recorder_) recorder_.reset();
 }
 
 StepPhases StepProfiler::take_epoch_means() {
-  StepPhases means = epoch_.scaled(epoch_steps_ > 0 ? 1.0 / static_cast<double>(epoch_steps_) : 0.0);
+  const StepPhases means = epoch_.mean();
   epoch_ = {};
-  epoch_steps_ = 0;
   return mean_over_ranks(means);
 }
 
-StepPhases StepProfiler::run_means() const {
-  bool long_run = step_ > warmup_steps;
-  const StepPhases& sums = long_run ? run_after_warmup_ : run_;
-  int64_t steps = long_run ? step_ - warmup_steps : step_;
-  return mean_over_ranks(sums.scaled(steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0));
-}
+StepPhases StepProfiler::run_means() const { return mean_over_ranks(run_totals().mean()); }
 
 StepTraffic StepProfiler::run_traffic() const {
-  const bool long_run = step_ > warmup_steps;
-  const dist::CollectiveCounts& sums = long_run ? run_counts_after_warmup_ : run_counts_;
-  const double steps = static_cast<double>(long_run ? step_ - warmup_steps : step_);
-  if (steps == 0) return {};
-  return {static_cast<double>(sums.collectives) / steps, static_cast<double>(sums.bytes) / steps};
+  const Totals& totals = run_totals();
+  if (totals.steps == 0) return {};
+  const double steps = static_cast<double>(totals.steps);
+  return {static_cast<double>(totals.counts.collectives) / steps,
+          static_cast<double>(totals.counts.bytes) / steps};
 }
 
 void StepProfiler::write_timeline() {

@@ -61,8 +61,17 @@ class StepProfiler {
   static constexpr int64_t warmup_steps = 2;
 
  private:
+  // Sums over a span of steps.
+  struct Totals {
+    StepPhases phases;
+    dist::CollectiveCounts counts;
+    int64_t steps = 0;
+    StepPhases mean() const { return phases.scaled(steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0); }
+  };
   void record_backward(double begin_ns, double end_ns);
   void update_recording();
+  // The run's steps after the warm-up, or all of them for a shorter run.
+  const Totals& run_totals() const { return run_after_warmup_.steps > 0 ? run_after_warmup_ : run_; }
 
   const dist::DistributedDataParallel* ddp_;
   std::function<void()> sync_;
@@ -71,11 +80,10 @@ class StepProfiler {
   std::optional<BackwardRecorder> recorder_;
   int compute_track_ = 0;
   double last_ns_ = 0;
-  int64_t step_ = 0;  // steps of the run so far
-  StepPhases current_, epoch_, run_, run_after_warmup_;
-  int64_t epoch_steps_ = 0;
+  StepPhases current_;
+  Totals epoch_, run_, run_after_warmup_;
   double step_begin_ns_ = 0;
-  dist::CollectiveCounts step_begin_counts_, run_counts_, run_counts_after_warmup_;
+  dist::CollectiveCounts step_begin_counts_;
   StragglerWatch stragglers_;
 };
 
