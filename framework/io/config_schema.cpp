@@ -4,24 +4,19 @@
 // config_to_yaml and the docs all follow from the row.
 #include "io/config_schema.h"
 
-#include <charconv>
-
 namespace dpt::io {
 namespace {
 
 // A C++ default as the YAML text of a key's default, for the keys whose defaults live in
-// the options struct of the code that uses them.
-std::string yaml_text(double value) {
-  char text[32];
-  return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);  // shortest: "25"
-}
+// the options struct of the code that uses them (numbers: format_number).
 std::string yaml_text(bool value) { return value ? "true" : "false"; }
 
 }  // namespace
 
 std::vector<Key> config_keys(Config& c) {
-  // DDP's keys default to what DistributedDataParallel does when built without a config.
+  // DDP's and the schedule's keys default to what their code does when given no config.
   const dist::DdpOptions ddp;
+  const optim::ScheduleOptions schedule;
   return {
       Key("model.name", &c.model.name, "", "",
           "the model's registry name ([models](#models)); the model reads its other keys beside `name`"),
@@ -81,17 +76,18 @@ std::vector<Key> config_keys(Config& c) {
       Key("lr_scaling", choice(&c.lr_scaling, "lr scaling"), "none", "",
           "linear: lr x world size (Goyal et al. 2017; pair it with schedule.warmup_epochs)"),
 
-      Key("schedule.name", choice(&c.schedule.kind, "schedule"), "constant", "",
+      Key("schedule.name", choice(&c.schedule.kind, "schedule"), name_of(schedule.kind), "",
           "how the learning rate follows the epochs"),
-      Key("schedule.warmup_epochs", &c.schedule.warmup_epochs, "0", ">= 0",
+      Key("schedule.warmup_epochs", &c.schedule.warmup_epochs, std::to_string(schedule.warmup_epochs), ">= 0",
           "epochs of linear warm-up from 0, before the schedule"),
       Key("schedule.milestones", &c.schedule.milestones, "", ">= 1",
           "epochs at which lr is multiplied by gamma")
           .only({"multistep"})
           .list(0, "a list of positive, strictly increasing epochs, e.g. [30, 60]", true),
-      Key("schedule.gamma", &c.schedule.gamma, "0.1", "(0, 1]", "factor at each milestone")
+      Key("schedule.gamma", &c.schedule.gamma, format_number(schedule.gamma), "(0, 1]",
+          "factor at each milestone")
           .only({"multistep"}),
-      Key("schedule.min_lr", &c.schedule.min_lr, "0", ">= 0",
+      Key("schedule.min_lr", &c.schedule.min_lr, format_number(schedule.min_lr), ">= 0",
           "lr at the end of the last epoch (<= optimizer.lr)")
           .only({"cosine"}),
 
@@ -107,7 +103,7 @@ std::vector<Key> config_keys(Config& c) {
           "the training step captured as a CUDA graph after 3 eager steps and replayed; needs a CUDA device "
           "and on_nonfinite: stop ([gpu](gpu.md#cuda-graphs))"),
 
-      Key("distributed.bucket_cap_mb", &c.distributed.ddp.bucket_cap_mb, yaml_text(ddp.bucket_cap_mb),
+      Key("distributed.bucket_cap_mb", &c.distributed.ddp.bucket_cap_mb, format_number(ddp.bucket_cap_mb),
           "[0, 1e6]", "DDP's gradient bucket size")
           .unit("MB")
           .zero_means("one bucket per parameter"),
