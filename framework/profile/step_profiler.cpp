@@ -82,7 +82,7 @@ void StepProfiler::record_backward(double begin_ns, double end_ns) {
 
 void StepProfiler::update_recording() {
   const int64_t step = run_.steps;  // of the run so far
-  bool record = timeline_ && step >= options_.skip_steps && step < options_.skip_steps + options_.steps;
+  bool record = timeline_ && step >= warmup_steps && step < warmup_steps + options_.steps;
   if (record && !recorder_) recorder_.emplace(*timeline_, compute_track_);
   if (!record && recorder_) recorder_.reset();
 }

@@ -19,9 +19,8 @@
 namespace dpt::profile {
 
 struct TimelineOptions {
-  std::string path;        // empty: no timeline
-  int64_t steps = 10;      // how many steps it records
-  int64_t skip_steps = 2;  // recorded from this step of the run on (the first build caches and buckets)
+  std::string path;    // empty: no timeline
+  int64_t steps = 10;  // how many steps it records, from step warmup_steps of the run on
 };
 
 class StepProfiler {
@@ -58,6 +57,7 @@ class StepProfiler {
   // warm-up, for summary.json (on rank 0).
   io::JsonOut straggler_run_report() { return stragglers_.run_report(warmup_steps); }
 
+  // The first steps build caches and DDP's buckets: the run's means and a timeline skip them.
   static constexpr int64_t warmup_steps = 2;
 
  private:
