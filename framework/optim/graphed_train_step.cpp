@@ -37,8 +37,6 @@ GraphedTrainStep::GraphedTrainStep(nn::Module& model, const nn::Module& net, Opt
   step_ = k.step_graph_make(device.index, options.warmup, [this] { body(); });
 }
 
-GraphedTrainStep::~GraphedTrainStep() = default;
-
 GraphedStepResult GraphedTrainStep::run(const Tensor& images, const Tensor& labels, float lr) {
   DPT_CHECK(images.shape() == images_.shape() && images.dtype() == DType::f32)
       << "cuda_graphs: a batch of f32 images " << shape_str(images.shape()) << ", the captured step takes "

@@ -35,7 +35,6 @@ class GraphedTrainStep {
   // `images_shape` is the batch shape of every step.
   GraphedTrainStep(nn::Module& model, const nn::Module& net, Optimizer& optimizer, Ema* ema,
                    Shape images_shape, GraphedTrainOptions options);
-  ~GraphedTrainStep();
   GraphedTrainStep(const GraphedTrainStep&) = delete;
   GraphedTrainStep& operator=(const GraphedTrainStep&) = delete;
 

@@ -12,8 +12,6 @@ StepProfiler::StepProfiler(const dist::DistributedDataParallel* ddp, TimelineOpt
   compute_track_ = timeline_->track("compute");
 }
 
-StepProfiler::~StepProfiler() = default;
-
 void StepProfiler::start_epoch() {
   update_recording();
   if (sync_) sync_();

@@ -28,7 +28,6 @@ class StepProfiler {
   // `ddp`: the model's DDP wrapper, or null (one rank). Collective over the world (the
   // straggler watch learns the ranks' hosts; a timeline checks its path on rank 0).
   StepProfiler(const dist::DistributedDataParallel* ddp, TimelineOptions timeline);
-  ~StepProfiler();
 
   // Called before each phase boundary's clock read when set: on a GPU, a device
   // synchronise makes each phase hold its own kernels' time, not only their launches

@@ -7,8 +7,6 @@ BatchSource::BatchSource(data::Loader& loader, Device device) : loader_(loader),
   if (k.batch_uploader_make) uploader_ = k.batch_uploader_make(device.index);
 }
 
-BatchSource::~BatchSource() = default;
-
 void BatchSource::restart() {
   if (uploader_) uploader_->drop();
 }

@@ -16,7 +16,6 @@ class BatchSource {
   // Keeps a reference to `loader`, which must outlive the source. Batches come out on
   // `device` (a CUDA device needs the CUDA backend).
   BatchSource(data::Loader& loader, Device device);
-  ~BatchSource();
   BatchSource(const BatchSource&) = delete;
   BatchSource& operator=(const BatchSource&) = delete;
 

@@ -210,8 +210,6 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
     profiler_->set_phase_sync([device = device_] { device_synchronize(device); });
 }
 
-Trainer::~Trainer() = default;
-
 // The training loader (shuffled, augmented when asked, whole batches) and the test loader
 // (in order), each behind a BatchSource; and the steps an epoch has. The data is split over
 // the dp ranks.

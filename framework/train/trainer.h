@@ -43,7 +43,6 @@ class Trainer {
   // dist::init(). Collective. Throws dpt::Error (one line) for what the config asks and
   // this machine, its data or its checkpoints cannot give.
   explicit Trainer(io::Config config, TrainerOptions options = {});
-  ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
