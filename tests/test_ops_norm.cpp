@@ -98,7 +98,7 @@ TEST(BatchNormKernel, TrainingForwardAndBackwardMatchLoops) {
       Tensor w = random_tensor({s[1]}, ++seed, 0.5f, 1.5f), b = random_tensor({s[1]}, ++seed);
       Tensor g = random_tensor(s, ++seed);
       Reference r = reference(x, w, b, g, 1e-5, relu);
-      cpu::BatchNormKernelParams p{1e-5f, false, relu};
+      BatchNormParams p{.eps = 1e-5f, .relu = relu};
       size_t bytes = cpu::batch_norm_workspace_bytes(s, p);
       EXPECT_EQ(bytes > 0, relu);
       Tensor workspace = bytes ? Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)}) : Tensor();
