@@ -16,8 +16,8 @@ void matmul_on(const Tensor& a, bool transpose_a, const Tensor& b, bool transpos
 
 // out = a op(b) (+ bias, then ReLU), op(b) = b^T when `tb`: linear's product and matmul's,
 // with one backward, which computes only the gradients some input needs.
-Tensor product(const char* name, const char* backward_name, const Tensor& a_in, const Tensor& b_in, bool tb,
-               const Tensor& bias_in, bool fuse_relu) {
+Tensor product(const char* name, const Tensor& a_in, const Tensor& b_in, bool tb, const Tensor& bias_in,
+               bool fuse_relu) {
   const Device device = a_in.device();
   const DType dtype = a_in.dtype();
   Tensor a = contiguous_on_device(a_in), b = contiguous_on_device(b_in);
@@ -29,8 +29,7 @@ Tensor product(const char* name, const char* backward_name, const Tensor& a_in, 
   autograd::record(name, out, {a_in, b_in, bias_in},
                    [a = need_b ? a.detach() : Tensor(), b = need_a ? b.detach() : Tensor(),
                     out = fuse_relu ? out.detach() : Tensor(), a_shape = a.shape(), b_shape = b.shape(), tb,
-                    backward_name, device, dtype, need_a, need_b, need_bias](const Tensor& grad_out) {
-                     check_grad(backward_name, grad_out, device, dtype);
+                    device, dtype, need_a, need_b, need_bias](const Tensor& grad_out) {
                      Tensor g = contiguous_on_device(grad_out);
                      if (out.defined()) {  // fused ReLU
                        Tensor masked = Tensor::empty(g.shape(), dtype, device);
@@ -73,7 +72,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool fuse_re
       << "linear: bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(w.shape())
       << ": expected [" << w.size(0) << "]";
   MacCounter::add(x.size(0) * x.size(1) * w.size(0));
-  return product("linear", "linear backward", x, w, true, bias, fuse_relu);
+  return product("linear", x, w, true, bias, fuse_relu);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -81,7 +80,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   DPT_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0))
       << "matmul: shapes " << shape_str(a.shape()) << " and " << shape_str(b.shape())
       << " do not multiply (need [M, K] and [K, N])";
-  return product("matmul", "matmul backward", a, b, false, Tensor(), false);
+  return product("matmul", a, b, false, Tensor(), false);
 }
 
 }  // namespace dpt
