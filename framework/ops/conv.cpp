@@ -17,11 +17,6 @@ int64_t conv_out_size(int64_t in, int64_t kernel, const Conv2dOptions& o) {
 
 Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
   Device device = op_device_mixed("conv2d", {&x, &w});
-  if (bias.defined()) {
-    DPT_CHECK(bias.dtype() == DType::f32 && bias.device() == device)
-        << "conv2d: bias must be f32 on " << device.str() << ", got " << dtype_name(bias.dtype()) << " on "
-        << bias.device().str();
-  }
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
   DPT_CHECK(x.dim() == 4) << "conv2d: input must be 4-D [N, C, H, W], got " << shape_str(xs);
@@ -35,6 +30,9 @@ Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const C
   DPT_CHECK(ws[0] % o.groups == 0) << "conv2d: weight " << shape_str(ws) << " has " << ws[0]
                                    << " output channels, not divisible by groups " << o.groups;
   if (bias.defined()) {
+    DPT_CHECK(bias.dtype() == DType::f32 && bias.device() == device)
+        << "conv2d: bias must be f32 on " << device.str() << ", got " << dtype_name(bias.dtype()) << " on "
+        << bias.device().str();
     DPT_CHECK(bias.shape() == Shape{ws[0]})
         << "conv2d: bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(ws)
         << ": expected [" << ws[0] << "]";
