@@ -85,15 +85,10 @@ void batch_norm_update_running(const Tensor& running_mean, const Tensor& running
 
 }  // namespace
 
-size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p, bool channels_last) {
-  if (!p.relu) return 0;
-  return forward_entry(x_shape, p, true, channels_last ? Layout::nhwc : Layout::nchw)->workspace.get_size();
-}
-
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                         const Tensor& var, const BatchNormParams& p, const Tensor& out,
-                        const Tensor& workspace) {
-  bool training = p.training || workspace.defined();
+                        bool keep_for_backward, Tensor& workspace) {
+  bool keep_mask = keep_for_backward && p.relu, training = p.training || keep_mask;
   DPT_CHECK(layout_of(out) == layout_of(x)) << "batch_norm2d: out must have x's layout";
   auto entry = forward_entry(x.shape(), p, training, layout_of(x));
   std::unordered_map<int, memory> args{
@@ -103,13 +98,11 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
       {DNNL_ARG_SHIFT, channel_memory(bias)},
       {DNNL_ARG_MEAN, channel_memory(mean)},
       {DNNL_ARG_VARIANCE, channel_memory(var)}};
-  if (training && entry->workspace.get_size() > 0) {
+  if (size_t bytes = entry->workspace.get_size(); training && bytes > 0) {
     // Batch statistics with a fused ReLU always write the mask; with no backward to
     // follow it goes to scratch.
-    size_t bytes = entry->workspace.get_size();
-    DPT_CHECK(!workspace.defined() || workspace.numel() * dtype_size(workspace.dtype()) >= bytes)
-        << "batch_norm2d: workspace too small, need " << bytes << " bytes";
-    void* data = workspace.defined() ? workspace.raw_data() : scratch(Scratch::extra, bytes);
+    if (keep_mask) workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
+    void* data = keep_mask ? workspace.raw_data() : scratch(Scratch::extra, bytes);
     args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), data);
   }
   execute(entry->bn, args);
@@ -160,17 +153,12 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
                           const Tensor& running_mean, const Tensor& running_var, bool keep_for_backward,
                           BatchNormSaved& s) {
   const BatchNormParams& p = s.params;
-  onednn::Layout layout = onednn::layout_of(x);
   if (p.training) {
     s.mean = Tensor::empty({x.size(1)});
     s.stat = Tensor::empty({x.size(1)});
   }
-  if (keep_for_backward && p.relu) {
-    size_t bytes = batch_norm_workspace_bytes(x.shape(), p, layout == onednn::Layout::nhwc);
-    if (bytes > 0) s.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
-  }
-  Tensor out = onednn::empty_in(x.shape(), layout);
-  batch_norm_forward(x, weight, bias, s.mean, s.stat, p, out, s.workspace);
+  Tensor out = onednn::empty_in(x.shape(), onednn::layout_of(x));
+  batch_norm_forward(x, weight, bias, s.mean, s.stat, p, out, keep_for_backward, s.workspace);
   if (p.training && running_mean.defined())
     batch_norm_update_running(running_mean, running_var, s.mean, s.stat, p.momentum,
                               x.size(0) * x.size(2) * x.size(3));

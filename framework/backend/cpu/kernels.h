@@ -26,16 +26,14 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 // conv2d_backward is the table's entry itself: x and grad_x in one layout.
 
 // --- batchnorm.cpp: over N, H, W per channel by p (eps, training, relu; momentum unused).
-// Bytes of the workspace a forward must leave for batch_norm_backward (the ReLU mask; 0
-// without relu).
-size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormParams& p, bool channels_last = false);
 // Requires: f32 x [N, C, H, W] NCHW or channels-last, out in x's layout; weight, bias, mean,
-// var contiguous [C]; workspace undefined (no backward follows) or of batch_norm_workspace_bytes.
+// var contiguous [C].
 // Ensures: out = weight (x - mean) / sqrt(var + eps) + bias (then ReLU). Training, mean and
-// var are outputs (batch mean, biased variance); else inputs.
+// var are outputs (batch mean, biased variance); else inputs. With keep_for_backward and
+// relu, workspace is set to a new tensor holding the mask batch_norm_backward reads.
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                         const Tensor& var, const BatchNormParams& p, const Tensor& out,
-                        const Tensor& workspace);
+                        bool keep_for_backward, Tensor& workspace);
 // Requires: what the forward used and left; grad_out and grad_x in x's layout.
 // Ensures: all three gradients overwritten.
 void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
