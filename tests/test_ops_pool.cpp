@@ -103,16 +103,17 @@ TEST(PoolKernel, MaxAndAvgMatchLoops) {
       PoolParams p{k.kernel, k.stride, k.padding};
       // Inference (no workspace) and training forwards.
       Tensor out = poisoned(os);
-      cpu::pool2d_forward(kind, x, p, out, Tensor());
+      PoolSaved inference;
+      cpu::pool2d_forward(kind, x, p, out, false, inference);
       expect_close(out, r.out, "forward, inference", 1e-5, 1e-5);
-      size_t bytes = cpu::pool2d_workspace_bytes(kind, xs, os, p);
-      EXPECT_EQ(bytes > 0, kind == PoolKind::max);
-      Tensor workspace = bytes ? Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)}) : Tensor();
+      EXPECT_FALSE(inference.workspace.defined());
       Tensor out2 = poisoned(os);
-      cpu::pool2d_forward(kind, x, p, out2, workspace);
+      PoolSaved saved;
+      cpu::pool2d_forward(kind, x, p, out2, true, saved);
       expect_close(out2, r.out, "forward, training", 1e-5, 1e-5);
+      EXPECT_EQ(saved.workspace.defined(), kind == PoolKind::max);
       Tensor gx = poisoned(xs);
-      cpu::pool2d_backward(kind, xs, g, p, workspace, gx);
+      cpu::pool2d_backward(kind, saved, g, p, gx);
       expect_close(gx, r.grad_x, "grad_x", 1e-5, 1e-5);
     }
   }

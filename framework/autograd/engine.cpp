@@ -124,6 +124,9 @@ void run_graph(const Tensor& root, const Tensor& grad_output) {
     if (grad.defined()) {  // a node no gradient reached only passes the count on
       DPT_CHECK(node->backward) << "backward through '" << node->name
                                 << "' a second time: the graph was freed by the first backward";
+      DPT_CHECK(node->reusable || (grad.dtype() == node->dtype && grad.device() == node->device))
+          << node->name << " backward: expected an " << dtype_name(node->dtype) << " gradient on "
+          << node->device.str() << ", got " << dtype_name(grad.dtype()) << " on " << grad.device().str();
       NodeObserver* observer = t_node_observer;
       if (observer) observer->node_started(*node, grad);
       input_grads = node->backward(grad);
@@ -167,6 +170,8 @@ void record(const char* name, const Tensor& output, const std::vector<Tensor>& i
   node->next.reserve(inputs.size());
   for (const Tensor& t : inputs) node->next.push_back(edge_for(t));
   node->backward = std::move(backward);
+  node->dtype = output.dtype();
+  node->device = output.device();
   output.impl()->requires_grad = true;
   output.impl()->grad_fn = std::move(node);
 }

@@ -24,6 +24,10 @@ struct Node {
   std::vector<std::shared_ptr<Node>> next;  // per input; null where no gradient is needed
   BackwardFn backward;                     // cleared after it runs, freeing saved tensors
   bool reusable = false;                   // leaf accumulators outlive one backward pass
+  // An op's output's dtype and device: its incoming gradient must have them (the engine
+  // checks, so no kernel is handed a host pointer or another dtype). Unused for leaves.
+  DType dtype = DType::f32;
+  Device device;
 };
 
 // True unless a NoGrad guard is active on this thread.
@@ -45,7 +49,8 @@ class NoGrad {
 bool needs_recording(const std::vector<Tensor>& inputs);
 
 // Records `output = name(inputs)` when needs_recording(inputs); otherwise does nothing.
-// `backward` must return inputs.size() gradients.
+// `backward` must return inputs.size() gradients; it is handed only gradients of output's
+// dtype on output's device (any other is an Error naming "<name> backward").
 void record(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward);
 
 // Adds a hook run after the leaf's .grad has received this backward pass's gradient.

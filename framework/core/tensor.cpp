@@ -280,10 +280,7 @@ void Tensor::copy_from(const Tensor& src) const {
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   DPT_CHECK(device().is_cpu()) << "contiguous(): strided copies of CUDA tensors are not supported";
-  Tensor out = empty(shape(), dtype(), device());
-  copy_strided(static_cast<char*>(out.raw_data()), out.strides(), static_cast<const char*>(raw_data()),
-               strides(), shape(), dtype_size(dtype()));
-  return out;
+  return clone();
 }
 
 Tensor Tensor::clone() const { return copied(empty(shape(), dtype(), device()), *this); }

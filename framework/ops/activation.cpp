@@ -11,8 +11,7 @@ namespace dpt {
 namespace {
 
 // The gradient through a ReLU whose output is `out`: g where out > 0, else 0, in out's layout.
-Tensor relu_gradient(const char* what, const Tensor& out, const Tensor& g) {
-  check_grad(what, g, out.device(), out.dtype());
+Tensor relu_gradient(const Tensor& out, const Tensor& g) {
   Tensor gi = Tensor::empty_like(out);
   kernels_for(out.device()).relu_backward(out, layout_like_on_device(g, TensorLayout(out)), gi);
   return gi;
@@ -28,7 +27,7 @@ Tensor relu(const Tensor& x) {
   kernels_for(out.device()).relu_forward(in, out);
   // The output alone decides the mask (out > 0), so the input need not be kept.
   autograd::record("relu", out, {x}, [out = out.detach()](const Tensor& g) {
-    return std::vector<Tensor>{relu_gradient("relu backward", out, g)};
+    return std::vector<Tensor>{relu_gradient(out, g)};
   });
   return out;
 }
@@ -44,7 +43,7 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
   // Both inputs get the one masked gradient, as relu(add(a, b)) gives them (no backward
   // writes into its incoming gradient).
   autograd::record("add_relu", out, {a, b}, [out = out.detach()](const Tensor& g) {
-    Tensor gi = relu_gradient("add_relu backward", out, g);
+    Tensor gi = relu_gradient(out, g);
     return std::vector<Tensor>{gi, gi};
   });
   return out;

@@ -17,11 +17,6 @@ int64_t conv_out_size(int64_t in, int64_t kernel, const Conv2dOptions& o) {
 
 Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
   Device device = op_device_mixed("conv2d", {&x, &w});
-  if (bias.defined()) {
-    DPT_CHECK(bias.dtype() == DType::f32 && bias.device() == device)
-        << "conv2d: bias must be f32 on " << device.str() << ", got " << dtype_name(bias.dtype()) << " on "
-        << bias.device().str();
-  }
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
   DPT_CHECK(x.dim() == 4) << "conv2d: input must be 4-D [N, C, H, W], got " << shape_str(xs);
@@ -35,6 +30,9 @@ Shape conv2d_check(const Tensor& x, const Tensor& w, const Tensor& bias, const C
   DPT_CHECK(ws[0] % o.groups == 0) << "conv2d: weight " << shape_str(ws) << " has " << ws[0]
                                    << " output channels, not divisible by groups " << o.groups;
   if (bias.defined()) {
+    DPT_CHECK(bias.dtype() == DType::f32 && bias.device() == device)
+        << "conv2d: bias must be f32 on " << device.str() << ", got " << dtype_name(bias.dtype()) << " on "
+        << bias.device().str();
     DPT_CHECK(bias.shape() == Shape{ws[0]})
         << "conv2d: bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(ws)
         << ": expected [" << ws[0] << "]";
@@ -66,7 +64,6 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
        relu_out = fuse_relu ? out.detach() : Tensor(), out_like = TensorLayout(out), x_kernel = TensorLayout(run.x),
        w_kernel = TensorLayout(run.w), x_like = TensorLayout(x_in), w_like = TensorLayout(w_in), params = run.params,
        need_x, need_w, need_b](const Tensor& grad_out) {
-        check_grad("conv2d backward", grad_out, out_like.device, out_like.dtype);
         Tensor g = layout_like_on_device(grad_out, out_like);  // the layout the kernels were built for
         if (relu_out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
           Tensor masked = Tensor::empty_like(g);

@@ -39,14 +39,6 @@ inline Device op_device_mixed(const char* op, std::initializer_list<const Tensor
   return op_device(op, tensors, true);
 }
 
-// For backward functions: the incoming gradient must be of the forward output's dtype on
-// the forward's device (a CUDA kernel handed a host pointer would take the context down).
-inline void check_grad(const char* op, const Tensor& grad, Device device, DType dtype = DType::f32) {
-  DPT_CHECK(grad.defined() && grad.dtype() == dtype && grad.device() == device)
-      << op << ": expected an " << dtype_name(dtype) << " gradient on " << device.str() << ", got "
-      << (grad.defined() ? std::string(dtype_name(grad.dtype())) + " on " + grad.device().str() : "none");
-}
-
 // t itself when contiguous, else a contiguous copy on t's device (Tensor::contiguous()
 // copies CPU tensors only).
 inline Tensor contiguous_on_device(const Tensor& t) {

@@ -20,10 +20,6 @@ Shape broadcast_shape(const Shape& a, const Shape& b) {
   return out;
 }
 
-void affine_on(const Tensor& a, float scale, float shift, const Tensor& out) {
-  kernels_for(out.device()).affine(a, scale, shift, out);
-}
-
 Tensor sum_to_shape(const Tensor& t, const Shape& shape) { return kernels_for(t.device()).sum_to_shape(t, shape); }
 
 // Equal shapes and equal dense strides (two channels-last activations, say): the op
@@ -45,23 +41,19 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::add, a, b);
-  autograd::record("add", out, {a, b},
-                   [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
-                     check_grad("add backward", g, device, dtype);
-                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
-                   });
+  autograd::record("add", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(g, sb)};
+  });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::sub, a, b);
-  autograd::record("sub", out, {a, b},
-                   [sa = a.shape(), sb = b.shape(), device = out.device(), dtype = out.dtype()](const Tensor& g) {
-                     check_grad("sub backward", g, device, dtype);
-                     Tensor neg = Tensor::empty(g.shape(), dtype, device);
-                     affine_on(g, -1.0f, 0.0f, neg);
-                     return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(neg, sb)};
-                   });
+  autograd::record("sub", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+    Tensor neg = Tensor::empty(g.shape(), g.dtype(), g.device());
+    kernels_for(g.device()).affine(g, -1.0f, 0.0f, neg);
+    return std::vector<Tensor>{sum_to_shape(g, sa), sum_to_shape(neg, sb)};
+  });
   return out;
 }
 
@@ -87,7 +79,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
                      if (need_a) grads[0] = sum_to_shape(g_over_b, sa);
                      if (need_b) {  // d(a/b)/db = -(a/b)/b
                        Tensor t = binary_forward(BinaryOp::mul, g_over_b, out);
-                       affine_on(t, -1.0f, 0.0f, t);
+                       kernels_for(t.device()).affine(t, -1.0f, 0.0f, t);
                        grads[1] = sum_to_shape(t, b.shape());
                      }
                      return grads;
@@ -98,11 +90,10 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor affine(const Tensor& a, float scale, float shift) {
   Device device = op_device_mixed("affine", {&a});
   Tensor out = Tensor::empty(a.shape(), a.dtype(), device);
-  affine_on(a, scale, shift, out);
-  autograd::record("affine", out, {a}, [scale, device, dtype = a.dtype()](const Tensor& g) {
-    check_grad("affine backward", g, device, dtype);
-    Tensor ga = Tensor::empty(g.shape(), dtype, device);
-    affine_on(g, scale, 0.0f, ga);
+  kernels_for(device).affine(a, scale, shift, out);
+  autograd::record("affine", out, {a}, [scale](const Tensor& g) {
+    Tensor ga = Tensor::empty(g.shape(), g.dtype(), g.device());
+    kernels_for(g.device()).affine(g, scale, 0.0f, ga);
     return std::vector<Tensor>{ga};
   });
   return out;

@@ -9,49 +9,44 @@
 namespace dpt {
 namespace {
 
-void matmul_on(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, const Tensor& bias,
-               bool relu, const Tensor& out) {
-  kernels_for(out.device()).matmul(a, transpose_a, b, transpose_b, bias, relu, out);
-}
-
 // out = a op(b) (+ bias, then ReLU), op(b) = b^T when `tb`: linear's product and matmul's,
 // with one backward, which computes only the gradients some input needs.
-Tensor product(const char* name, const char* backward_name, const Tensor& a_in, const Tensor& b_in, bool tb,
-               const Tensor& bias_in, bool fuse_relu) {
+Tensor product(const char* name, const Tensor& a_in, const Tensor& b_in, bool tb, const Tensor& bias_in,
+               bool fuse_relu) {
   const Device device = a_in.device();
   const DType dtype = a_in.dtype();
+  const Kernels& k = kernels_for(device);
   Tensor a = contiguous_on_device(a_in), b = contiguous_on_device(b_in);
   Tensor bias = bias_in.defined() ? contiguous_on_device(bias_in) : Tensor();
   Tensor out = Tensor::empty({a.size(0), b.size(tb ? 0 : 1)}, dtype, device);
-  if (out.numel() > 0) matmul_on(a, false, b, tb, bias, fuse_relu, out);
+  if (out.numel() > 0) k.matmul(a, false, b, tb, bias, fuse_relu, out);
   bool need_a = a_in.requires_grad(), need_b = b_in.requires_grad();
   bool need_bias = bias_in.defined() && bias_in.requires_grad();
   autograd::record(name, out, {a_in, b_in, bias_in},
-                   [a = need_b ? a.detach() : Tensor(), b = need_a ? b.detach() : Tensor(),
+                   [&k, a = need_b ? a.detach() : Tensor(), b = need_a ? b.detach() : Tensor(),
                     out = fuse_relu ? out.detach() : Tensor(), a_shape = a.shape(), b_shape = b.shape(), tb,
-                    backward_name, device, dtype, need_a, need_b, need_bias](const Tensor& grad_out) {
-                     check_grad(backward_name, grad_out, device, dtype);
+                    device, dtype, need_a, need_b, need_bias](const Tensor& grad_out) {
                      Tensor g = contiguous_on_device(grad_out);
                      if (out.defined()) {  // fused ReLU
                        Tensor masked = Tensor::empty(g.shape(), dtype, device);
-                       kernels_for(device).relu_backward(out, g, masked);
+                       k.relu_backward(out, g, masked);
                        g = masked;
                      }
                      std::vector<Tensor> grads(3);
                      if (need_a) {  // dL/da = g op(b)^T
                        grads[0] = Tensor::empty(a_shape, dtype, device);
-                       matmul_on(g, false, b, !tb, Tensor(), false, grads[0]);
+                       k.matmul(g, false, b, !tb, Tensor(), false, grads[0]);
                      }
                      if (need_b) {  // dL/db = a^T g, or g^T a when b was transposed
                        grads[1] = Tensor::empty(b_shape, dtype, device);
                        if (tb)
-                         matmul_on(g, true, a, false, Tensor(), false, grads[1]);
+                         k.matmul(g, true, a, false, Tensor(), false, grads[1]);
                        else
-                         matmul_on(a, true, g, false, Tensor(), false, grads[1]);
+                         k.matmul(a, true, g, false, Tensor(), false, grads[1]);
                      }
                      if (need_bias) {
                        grads[2] = Tensor::empty({b_shape[0]}, DType::f32, device);
-                       kernels_for(device).sum_rows(g, grads[2]);
+                       k.sum_rows(g, grads[2]);
                      }
                      return grads;
                    });
@@ -73,7 +68,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, bool fuse_re
       << "linear: bias " << shape_str(bias.shape()) << " does not match weight " << shape_str(w.shape())
       << ": expected [" << w.size(0) << "]";
   MacCounter::add(x.size(0) * x.size(1) * w.size(0));
-  return product("linear", "linear backward", x, w, true, bias, fuse_relu);
+  return product("linear", x, w, true, bias, fuse_relu);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -81,7 +76,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   DPT_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0))
       << "matmul: shapes " << shape_str(a.shape()) << " and " << shape_str(b.shape())
       << " do not multiply (need [M, K] and [K, N])";
-  return product("matmul", "matmul backward", a, b, false, Tensor(), false);
+  return product("matmul", a, b, false, Tensor(), false);
 }
 
 }  // namespace dpt

@@ -14,8 +14,7 @@ Tensor scaled_sum(const char* name, const Tensor& x, double scale) {
   const Kernels& k = kernels_for(device);
   Tensor out = Tensor::empty({}, DType::f32, device);
   k.sum_scaled(x, scale, out);
-  autograd::record(name, out, {x}, [&k, name, shape = x.shape(), scale, device](const Tensor& g) {
-    check_grad(name, g, device);
+  autograd::record(name, out, {x}, [&k, shape = x.shape(), scale, device](const Tensor& g) {
     Tensor grad = Tensor::empty(shape, DType::f32, device);
     k.fill_scaled(grad, g, static_cast<float>(scale));
     return std::vector<Tensor>{grad};

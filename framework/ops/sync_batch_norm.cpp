@@ -41,7 +41,6 @@ Tensor sync_batch_norm2d_f32(const Tensor& x_in, const Tensor& weight, const Ten
 
   autograd::record("sync_batch_norm2d", out, {x_in, weight, bias},
                    [&k, xhat, w, saved, stats, sum, c, device](const Tensor& g_in) {
-                     check_grad("sync_batch_norm2d backward", g_in, device);
                      Tensor g = contiguous_on_device(g_in);
                      // Parameter gradients are this rank's share (DDP averages them); the
                      // input gradient needs the sums over every rank.

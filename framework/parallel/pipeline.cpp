@@ -138,11 +138,7 @@ void Pipeline::run_backward(MicroBatch& mb) {
     exchange({{false, grad, group_->rank() + 1}}).front()->wait();
   }
   const Clock::time_point start = Clock::now();
-  if (stage_->is_last()) {
-    mb.loss.backward();
-  } else {
-    mb.output.backward(grad);
-  }
+  (stage_->is_last() ? mb.loss : mb.output).backward(grad);  // the last stage's grad: undefined, so 1
   compute_ms_ += ms_since(start);
   if (stage_->is_first()) return;
   Tensor input_grad = mb.input.grad();

@@ -12,9 +12,8 @@ namespace {
 constexpr double kFirstBucketMb = 1.0;
 
 double now_ns() {
-  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::steady_clock::now().time_since_epoch())
-                                 .count());
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace

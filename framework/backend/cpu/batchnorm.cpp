@@ -21,19 +21,18 @@ struct Geometry {
   normalization_flags flags;
 };
 
-Geometry geometry_of(const Shape& x, const BatchNormKernelParams& p, Layout layout) {
+Geometry geometry_of(const Shape& x, const BatchNormParams& p, Layout layout) {
   memory::dims dims = dims_of(x);
   normalization_flags flags = normalization_flags::use_scale | normalization_flags::use_shift;
-  if (p.use_global_stats) flags = flags | normalization_flags::use_global_stats;
+  if (!p.training) flags = flags | normalization_flags::use_global_stats;
   if (p.relu) flags = flags | normalization_flags::fuse_norm_relu;
   Tag work = layout == Layout::nhwc ? Tag::nhwc : x[1] >= 8 ? Tag::nChw16c : Tag::nchw;
   return {layout_desc(dims, layout), plain_desc(dims, work), plain_desc({x[1]}, Tag::x), flags};
 }
 
-std::string key_of(const char* op, const Shape& x, const BatchNormKernelParams& p, bool training,
-                   Layout layout) {
-  return cache_key(op, {x[0], x[1], x[2], x[3], std::bit_cast<int32_t>(p.eps), p.use_global_stats, p.relu,
-                        training, static_cast<int64_t>(layout)});
+std::string key_of(const char* op, const Shape& x, const BatchNormParams& p, bool training, Layout layout) {
+  return cache_key(op, {x[0], x[1], x[2], x[3], std::bit_cast<int32_t>(p.eps), p.training, p.relu, training,
+                        static_cast<int64_t>(layout)});
 }
 
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Geometry& g, float eps, prop_kind prop) {
@@ -55,7 +54,7 @@ struct BackwardEntry {
 
 // Training (forward_training) whenever batch statistics are computed or a backward
 // needs the ReLU mask; inference otherwise.
-std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormKernelParams& p, bool training,
+std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormParams& p, bool training,
                                             Layout layout) {
   return Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x, p, training, layout), [&] {
     Geometry g = geometry_of(x, p, layout);
@@ -86,15 +85,10 @@ void batch_norm_update_running(const Tensor& running_mean, const Tensor& running
 
 }  // namespace
 
-size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormKernelParams& p, bool channels_last) {
-  if (!p.relu) return 0;
-  return forward_entry(x_shape, p, true, channels_last ? Layout::nhwc : Layout::nchw)->workspace.get_size();
-}
-
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                        const Tensor& var, const BatchNormKernelParams& p, const Tensor& out,
-                        const Tensor& workspace) {
-  bool training = !p.use_global_stats || workspace.defined();
+                        const Tensor& var, const BatchNormParams& p, const Tensor& out,
+                        bool keep_for_backward, Tensor& workspace) {
+  bool keep_mask = keep_for_backward && p.relu, training = p.training || keep_mask;
   DPT_CHECK(layout_of(out) == layout_of(x)) << "batch_norm2d: out must have x's layout";
   auto entry = forward_entry(x.shape(), p, training, layout_of(x));
   std::unordered_map<int, memory> args{
@@ -104,13 +98,11 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
       {DNNL_ARG_SHIFT, channel_memory(bias)},
       {DNNL_ARG_MEAN, channel_memory(mean)},
       {DNNL_ARG_VARIANCE, channel_memory(var)}};
-  if (training && entry->workspace.get_size() > 0) {
+  if (size_t bytes = entry->workspace.get_size(); training && bytes > 0) {
     // Batch statistics with a fused ReLU always write the mask; with no backward to
     // follow it goes to scratch.
-    size_t bytes = entry->workspace.get_size();
-    DPT_CHECK(!workspace.defined() || workspace.numel() * dtype_size(workspace.dtype()) >= bytes)
-        << "batch_norm2d: workspace too small, need " << bytes << " bytes";
-    void* data = workspace.defined() ? workspace.raw_data() : scratch(Scratch::extra, bytes);
+    if (keep_mask) workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
+    void* data = keep_mask ? workspace.raw_data() : scratch(Scratch::extra, bytes);
     args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), data);
   }
   execute(entry->bn, args);
@@ -118,7 +110,7 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 
 void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
-                         const Tensor& mean, const Tensor& var, const BatchNormKernelParams& p,
+                         const Tensor& mean, const Tensor& var, const BatchNormParams& p,
                          const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
                          const Tensor& grad_bias) {
   Layout layout = layout_of(x);
@@ -161,18 +153,12 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
                           const Tensor& running_mean, const Tensor& running_var, bool keep_for_backward,
                           BatchNormSaved& s) {
   const BatchNormParams& p = s.params;
-  BatchNormKernelParams params{p.eps, !p.training, p.relu};
-  onednn::Layout layout = onednn::layout_of(x);
   if (p.training) {
     s.mean = Tensor::empty({x.size(1)});
     s.stat = Tensor::empty({x.size(1)});
   }
-  if (keep_for_backward && p.relu) {
-    size_t bytes = batch_norm_workspace_bytes(x.shape(), params, layout == onednn::Layout::nhwc);
-    if (bytes > 0) s.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
-  }
-  Tensor out = onednn::empty_in(x.shape(), layout);
-  batch_norm_forward(x, weight, bias, s.mean, s.stat, params, out, s.workspace);
+  Tensor out = onednn::empty_in(x.shape(), onednn::layout_of(x));
+  batch_norm_forward(x, weight, bias, s.mean, s.stat, p, out, keep_for_backward, s.workspace);
   if (p.training && running_mean.defined())
     batch_norm_update_running(running_mean, running_var, s.mean, s.stat, p.momentum,
                               x.size(0) * x.size(2) * x.size(3));
@@ -181,8 +167,7 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
 
 void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
                          const Tensor& grad_weight, const Tensor& grad_bias) {
-  BatchNormKernelParams params{s.params.eps, !s.params.training, s.params.relu};
-  batch_norm_backward(s.x, grad_out, s.weight, s.bias, s.mean, s.stat, params, s.workspace, grad_x,
+  batch_norm_backward(s.x, grad_out, s.weight, s.bias, s.mean, s.stat, s.params, s.workspace, grad_x,
                       grad_weight, grad_bias);
 }
 

@@ -25,41 +25,19 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                     const Tensor& out);
 // conv2d_backward is the table's entry itself: x and grad_x in one layout.
 
-// --- pool.cpp: x, out and gradients NCHW or channels-last, one layout.
-// Bytes of the workspace a training forward leaves for pool2d_backward (max pooling's
-// argmax; 0 for average pooling).
-size_t pool2d_workspace_bytes(PoolKind kind, const Shape& x_shape, const Shape& out_shape,
-                              const PoolParams& p, bool channels_last = false);
-// Requires: x [N, C, H, W] f32, out [N, C, OH, OW] with OH = (H + 2 padding - kernel) / stride + 1;
-// workspace undefined (inference) or of at least pool2d_workspace_bytes (any dtype).
-// Ensures: out written entirely; a defined workspace filled for pool2d_backward.
-void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                    const Tensor& workspace);
-// Requires: for max, the workspace its forward filled. Ensures: grad_x overwritten with dL/dx.
-void pool2d_backward(PoolKind kind, const Shape& x_shape, const Tensor& grad_out, const PoolParams& p,
-                     const Tensor& workspace, const Tensor& grad_x);
-
-// --- batchnorm.cpp: over N, H, W per channel, optionally with a ReLU fused after it.
-struct BatchNormKernelParams {
-  float eps = 1e-5f;
-  bool use_global_stats = false;  // normalise with given mean/var (eval) instead of batch stats
-  bool relu = false;              // out = max(0, bn(x))
-};
-// Bytes of the workspace a forward must leave for batch_norm_backward (the ReLU mask; 0
-// without relu).
-size_t batch_norm_workspace_bytes(const Shape& x_shape, const BatchNormKernelParams& p,
-                                  bool channels_last = false);
+// --- batchnorm.cpp: over N, H, W per channel by p (eps, training, relu; momentum unused).
 // Requires: f32 x [N, C, H, W] NCHW or channels-last, out in x's layout; weight, bias, mean,
-// var contiguous [C]; workspace undefined (no backward follows) or of batch_norm_workspace_bytes.
-// Ensures: out = weight (x - mean) / sqrt(var + eps) + bias (then ReLU). Without
-// use_global_stats, mean and var are outputs (batch mean, biased variance); with it, inputs.
+// var contiguous [C].
+// Ensures: out = weight (x - mean) / sqrt(var + eps) + bias (then ReLU). Training, mean and
+// var are outputs (batch mean, biased variance); else inputs. With keep_for_backward and
+// relu, workspace is set to a new tensor holding the mask batch_norm_backward reads.
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                        const Tensor& var, const BatchNormKernelParams& p, const Tensor& out,
-                        const Tensor& workspace);
+                        const Tensor& var, const BatchNormParams& p, const Tensor& out,
+                        bool keep_for_backward, Tensor& workspace);
 // Requires: what the forward used and left; grad_out and grad_x in x's layout.
 // Ensures: all three gradients overwritten.
 void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
-                         const Tensor& mean, const Tensor& var, const BatchNormKernelParams& p,
+                         const Tensor& mean, const Tensor& var, const BatchNormParams& p,
                          const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
                          const Tensor& grad_bias);
 

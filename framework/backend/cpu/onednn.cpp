@@ -89,13 +89,12 @@ void* scratch(Scratch slot, size_t bytes) {
 }
 
 Bridge bridge_make(const memory::desc& plain, const memory::desc& chosen, Direction direction) {
-  Bridge b{plain, chosen, {}, {}};
+  Bridge b{plain, chosen, {}};
   if (b.same()) return b;
   const dnnl::engine& engine = Context::cpu().engine();
-  if (direction == Direction::in)
-    b.to_chosen = dnnl::reorder(dnnl::reorder::primitive_desc(engine, plain, engine, chosen));
-  else
-    b.to_plain = dnnl::reorder(dnnl::reorder::primitive_desc(engine, chosen, engine, plain));
+  const bool in = direction == Direction::in;
+  b.reorder =
+      dnnl::reorder(dnnl::reorder::primitive_desc(engine, in ? plain : chosen, engine, in ? chosen : plain));
   return b;
 }
 
@@ -105,7 +104,7 @@ memory bridge_in(const Bridge& b, const void* data, Scratch slot) {
   memory user(b.plain, engine, const_cast<void*>(data));
   if (b.same()) return user;
   memory chosen(b.chosen, engine, scratch(slot, b.chosen.get_size()));
-  execute(b.to_chosen, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, chosen}});
+  execute(b.reorder, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, chosen}});
   return chosen;
 }
 
@@ -118,7 +117,7 @@ memory bridge_out_memory(const Bridge& b, void* data, Scratch slot) {
 void bridge_out(const Bridge& b, const memory& written, void* data) {
   if (b.same()) return;
   memory user(b.plain, Context::cpu().engine(), data);
-  execute(b.to_plain, {{DNNL_ARG_FROM, written}, {DNNL_ARG_TO, user}});
+  execute(b.reorder, {{DNNL_ARG_FROM, written}, {DNNL_ARG_TO, user}});
 }
 
 void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args) {

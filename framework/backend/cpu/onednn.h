@@ -101,8 +101,8 @@ void* scratch(Scratch slot, size_t bytes);
 struct Bridge {
   memory::desc plain;
   memory::desc chosen;
-  dnnl::reorder to_chosen;  // set when used as an input and layouts differ
-  dnnl::reorder to_plain;   // set when used as an output and layouts differ
+  // Set when the layouts differ: plain to chosen for an input, chosen to plain for an output.
+  dnnl::reorder reorder;
 
   bool same() const { return plain == chosen; }
 };

@@ -76,34 +76,25 @@ std::shared_ptr<ForwardEntry> forward_entry(PoolKind kind, const Shape& x, const
 
 }  // namespace
 
-size_t pool2d_workspace_bytes(PoolKind kind, const Shape& x_shape, const Shape& out_shape,
-                              const PoolParams& p, bool channels_last) {
-  return forward_entry(kind, x_shape, out_shape, p, true, channels_last ? Layout::nhwc : Layout::nchw)
-      ->workspace.get_size();
-}
-
+// Max pooling keeps oneDNN's argmax workspace for the backward; average pooling needs none.
 void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                    const Tensor& workspace) {
-  bool training = workspace.defined();  // average pooling needs no workspace: inference serves
+                    bool keep_for_backward, PoolSaved& saved) {
   // x's layout rules: out is in it, or (1x1 maps) holds the same bytes either way.
-  Layout layout = layout_of(x);
-  auto entry = forward_entry(kind, x.shape(), out.shape(), p, training, layout);
+  auto entry = forward_entry(kind, x.shape(), out.shape(), p, keep_for_backward, layout_of(x));
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)}};
-  size_t workspace_bytes = entry->workspace.get_size();
-  if (training && workspace_bytes > 0) {
-    DPT_CHECK(workspace.numel() * dtype_size(workspace.dtype()) >= workspace_bytes)
-        << "pool2d: workspace of " << workspace.numel() * dtype_size(workspace.dtype()) << " bytes, need "
-        << workspace_bytes;
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), workspace.raw_data());
+  if (size_t bytes = entry->workspace.get_size(); keep_for_backward && bytes > 0) {
+    saved.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), saved.workspace.raw_data());
   }
   execute(entry->pool, args);
   bridge_out(entry->dst, args[DNNL_ARG_DST], out.raw_data());
 }
 
-void pool2d_backward(PoolKind kind, const Shape& x_shape, const Tensor& grad_out, const PoolParams& p,
-                     const Tensor& workspace, const Tensor& grad_x) {
+void pool2d_backward(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
+                     const Tensor& grad_x) {
+  const Shape& x_shape = grad_x.shape();
   Layout layout = layout_of(grad_x);  // grad_out is in it too (see pool2d_forward)
   Geometry g = geometry_of(kind, x_shape, grad_out.shape(), p, layout);
   auto entry = Context::cpu().cached<BackwardEntry>(key_of("pool_bwd", kind, x_shape, p, layout), [&] {
@@ -120,8 +111,8 @@ void pool2d_backward(PoolKind kind, const Shape& x_shape, const Tensor& grad_out
       {DNNL_ARG_DIFF_DST, bridge_in(entry->diff_dst, grad_out.raw_data(), Scratch::diff_dst)},
       {DNNL_ARG_DIFF_SRC, diff_src}};
   if (entry->workspace.get_size() > 0) {
-    DPT_CHECK(workspace.defined()) << "max_pool2d backward: no workspace from a training forward";
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), workspace.raw_data());
+    DPT_CHECK(saved.workspace.defined()) << "max_pool2d backward: no workspace from a training forward";
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), saved.workspace.raw_data());
   }
   execute(entry->pool, args);
   bridge_out(entry->diff_src, diff_src, grad_x.raw_data());
@@ -179,22 +170,6 @@ void global_avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_x) {
     float* plane = o + i * hw;
     for (int64_t j = 0; j < hw; ++j) plane[j] = v;
   }
-}
-
-// Max pooling keeps oneDNN's argmax workspace for the backward; average pooling needs none.
-void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
-                    bool keep_for_backward, PoolSaved& saved) {
-  if (keep_for_backward) {
-    size_t bytes =
-        pool2d_workspace_bytes(kind, x.shape(), out.shape(), p, onednn::layout_of(x) == onednn::Layout::nhwc);
-    if (bytes > 0) saved.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
-  }
-  pool2d_forward(kind, x, p, out, saved.workspace);
-}
-
-void pool2d_backward(PoolKind kind, const PoolSaved& saved, const Tensor& grad_out, const PoolParams& p,
-                     const Tensor& grad_x) {
-  pool2d_backward(kind, grad_x.shape(), grad_out, p, saved.workspace, grad_x);
 }
 
 }  // namespace dpt::cpu
