@@ -118,7 +118,9 @@ TEST(MpiGroups, OneGroupProgressesWhileTheCallerPollsAnother) {
       world()->all_reduce(small)->wait();
     }
     EXPECT_EQ(small.to_vector()[99], static_cast<float>(n));
-    if (me < 2) EXPECT_EQ(big.to_vector()[12345], 3.0f);
+    if (me < 2) {
+      EXPECT_EQ(big.to_vector()[12345], 3.0f);
+    }
   }
 }
 

@@ -98,7 +98,9 @@ struct Training {
         auto zero = std::make_unique<dist::ZeroOptimizer>(
             *ddp, groups_of(*net),
             [rule](std::vector<optim::ParamGroup> gs) { return make_rule(rule, std::move(gs)); });
-        if (gather_in_forward) EXPECT_TRUE(zero->gather_during_forward());
+        if (gather_in_forward) {
+          EXPECT_TRUE(zero->gather_during_forward());
+        }
         optimizer = std::move(zero);
       }
     }
