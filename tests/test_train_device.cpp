@@ -22,7 +22,7 @@ using ::testing::Not;
 
 namespace {
 
-dist::RankView gpu(int64_t count, int64_t index, int64_t uuid) { return {count, index, {uuid, 0}}; }
+dist::RankView gpu(int64_t count, int64_t index, unsigned char uuid) { return {count, index, {uuid}}; }
 const dist::RankView kNoGpu{};
 
 TEST(DeviceChoice, CpuIsTheCpuWhateverTheRanksSee) {

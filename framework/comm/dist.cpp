@@ -29,7 +29,6 @@ struct State {
   std::mutex mutex;
   bool initialized = false, finalized = false;
   bool own_mpi = false;  // we called MPI_Init_thread, so we call MPI_Finalize
-  bool at_exit_registered = false;
   InitInfo info;
   std::shared_ptr<MpiProcessGroup> world;
   std::vector<std::weak_ptr<MpiProcessGroup>> groups;  // every live group, for finalize()
@@ -178,12 +177,10 @@ const InitInfo& init() {
   s.world = std::make_shared<MpiProcessGroup>(comm, std::move(ranks), "world");
   s.world->make_host_groups(info.node);
   s.groups.push_back(s.world);
-  if (!s.at_exit_registered) {
-    // Registered after state() exists, so it runs before anything constructed earlier is
-    // destroyed; groups made later and held in statics are destroyed before it runs.
-    std::atexit(finalize_at_exit);
-    s.at_exit_registered = true;
-  }
+  // Registered after state() exists, so it runs before anything constructed earlier is
+  // destroyed; groups made later and held in statics are destroyed before it runs. Once:
+  // init() gets this far once a process (after finalize() it throws).
+  std::atexit(finalize_at_exit);
   s.info = info;
   s.initialized = true;
   return s.info;

@@ -14,7 +14,7 @@ namespace dpt::dist {
 
 // Where this rank runs. A host is what MPI_COMM_TYPE_SHARED calls a node: the ranks that
 // Open MPI started through one daemon (one per line of a hostfile). Ranks of one host share
-// memory (shm_map.h); ranks of different hosts never do, even where hosts share a /dev/shm
+// memory (shm_buffer.h); ranks of different hosts never do, even where hosts share a /dev/shm
 // (tools/cluster.sh's namespaces).
 struct InitInfo {
   int rank = 0, world_size = 1;

@@ -46,10 +46,4 @@ std::string timeout_text(std::chrono::milliseconds timeout) {
   return std::string(": not complete after ") + seconds + " (distributed.timeout_s, DPT_DIST_TIMEOUT_S)";
 }
 
-std::vector<WorkPtr> ProcessGroup::batch_send_recv(const std::vector<P2POp>& ops) {
-  std::vector<WorkPtr> works;
-  for (const P2POp& op : ops) works.push_back(op.send ? send(op.tensor, op.peer, op.tag) : recv(op.tensor, op.peer, op.tag));
-  return works;
-}
-
 }  // namespace dpt::dist

@@ -110,9 +110,8 @@ class ProcessGroup {
   // Works, in order. Same requirements as send() and recv(). On NCCL they form one group
   // (ncclGroupStart/End), so a send and a receive that two ranks queue in opposite orders
   // cannot wait on each other: in a 1F1B pipeline step stage 0 sends activation m + 1 while
-  // it receives gradient m, and stage 1 the converse. Default: send() and recv() in order
-  // (each already nonblocking on MPI).
-  virtual std::vector<WorkPtr> batch_send_recv(const std::vector<P2POp>& ops);
+  // it receives gradient m, and stage 1 the converse.
+  virtual std::vector<WorkPtr> batch_send_recv(const std::vector<P2POp>& ops) = 0;
 
   // A zeroed 1-D tensor that this group may all-reduce faster than other memory (in place,
   // without copies, when the ranks share a machine: shm_buffer.h), e.g. DDP's gradient

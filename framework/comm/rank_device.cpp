@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "core/error.h"
@@ -14,10 +15,7 @@ namespace {
 
 constexpr size_t kListedRanks = 8;  // a note names this many ranks' devices, then counts the rest
 
-std::string uuid_str(const std::array<int64_t, 2>& uuid) {
-  unsigned char b[16];
-  for (int i = 0; i < 16; ++i)
-    b[i] = static_cast<unsigned char>(static_cast<uint64_t>(uuid[i / 8]) >> (8 * (i % 8)));
+std::string uuid_str(const std::array<unsigned char, 16>& b) {
   char text[48];
   std::snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
                 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
@@ -94,21 +92,18 @@ DeviceChoice rank_device_select(DeviceSetting setting, bool deterministic) {
       << "device: cuda, but no CUDA device: " << reason << " (set device: cpu or auto)";
   if (view.device_count > 0) {
     view.device_index = me.local_rank % view.device_count;
-    std::array<unsigned char, 16> uuid =
-        device_backend(DeviceType::cuda).uuid(static_cast<int>(view.device_index));
-    for (int i = 0; i < 16; ++i)
-      view.uuid[i / 8] |= static_cast<int64_t>(static_cast<uint64_t>(uuid[i]) << (8 * (i % 8)));
+    view.uuid = device_backend(DeviceType::cuda).uuid(static_cast<int>(view.device_index));
   }
   std::vector<RankView> views(me.world_size);
   if (me.world_size == 1) {
     views[0] = view;
   } else {
-    Tensor mine = Tensor::from_vector(
-        std::vector<int64_t>{view.device_count, view.device_index, view.uuid[0], view.uuid[1]}, {4});
+    static_assert(sizeof(RankView) == 4 * sizeof(int64_t), "a view travels as 4 i64");
+    Tensor mine = Tensor::empty({4}, DType::i64);
+    std::memcpy(mine.raw_data(), &view, sizeof view);
     Tensor all = Tensor::empty({4 * static_cast<int64_t>(me.world_size)}, DType::i64);
     world()->all_gather(all, mine)->wait();
-    const int64_t* p = all.data<int64_t>();
-    for (int r = 0; r < me.world_size; ++r) views[r] = {p[4 * r], p[4 * r + 1], {p[4 * r + 2], p[4 * r + 3]}};
+    std::memcpy(views.data(), all.raw_data(), sizeof(RankView) * views.size());
   }
   DeviceChoice choice = device_choose(setting, deterministic, views, me.rank, reason);
   if (choice.device.is_cuda()) {

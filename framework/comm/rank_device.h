@@ -18,9 +18,9 @@ enum class DeviceSetting { automatic, cpu, cuda };
 
 // What one rank sees, as the ranks exchange it.
 struct RankView {
-  int64_t device_count = 0;              // CUDA devices visible to the rank
-  int64_t device_index = -1;             // the one it would use, -1 without any
-  std::array<int64_t, 2> uuid = {0, 0};  // that device's UUID
+  int64_t device_count = 0;                 // CUDA devices visible to the rank
+  int64_t device_index = -1;                // the one it would use, -1 without any
+  std::array<unsigned char, 16> uuid = {};  // that device's UUID
 };
 
 struct DeviceChoice {

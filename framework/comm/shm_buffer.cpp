@@ -1,6 +1,11 @@
 #include "comm/shm_buffer.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -46,7 +51,64 @@ void reduce_into(Region region, int size, size_t offset, int64_t begin, int64_t 
   }
 }
 
+// `bytes` of zeroed POSIX shared memory that every rank of comm maps (see create()), or
+// nullptr on every rank alike.
+char* map_shared(MPI_Comm comm, size_t bytes, bool want) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  int all_want = 0, mine = want ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &all_want, 1, MPI_INT, MPI_MIN, comm));
+  if (!all_want) return nullptr;
+
+  static std::atomic<int> counter{0};
+  char name[64] = {};
+  int fd = -1;
+  if (rank == 0) {
+    std::snprintf(name, sizeof name, "/dpt-%d-%d", static_cast<int>(getpid()), counter++);
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    // posix_fallocate, not just ftruncate: tmpfs pages are otherwise taken on first touch,
+    // and a full /dev/shm would then kill the process with SIGBUS mid-training.
+    if (fd >= 0 && (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+                    posix_fallocate(fd, 0, static_cast<off_t>(bytes)) != 0)) {
+      close(fd);
+      fd = -1;
+      shm_unlink(name);
+      name[0] = '\0';
+    }
+  }
+  MPI_CHECK(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm));
+  if (rank != 0 && name[0]) fd = shm_open(name, O_RDWR, 0600);
+  void* base = nullptr;
+  if (fd >= 0) {
+    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) base = nullptr;
+    close(fd);  // the mapping keeps the memory
+  }
+  int ok = base ? 1 : 0, all_ok = 0;
+  MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));  // every rank has opened it by now
+  if (rank == 0 && name[0]) shm_unlink(name);
+  if (!all_ok) {
+    if (base) munmap(base, bytes);
+    return nullptr;
+  }
+  return static_cast<char*>(base);
+}
+
 }  // namespace
+
+bool all_on_this_node(MPI_Comm comm) {
+  int size = 0, rank = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  int node_size = 0;
+  MPI_CHECK(MPI_Comm_size(node, &node_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  int local = node_size == size ? 1 : 0, all = 0;
+  MPI_CHECK(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, comm));
+  return all == 1;
+}
 
 std::shared_ptr<ShmBuffer> ShmBuffer::create(MPI_Comm comm, size_t bytes, bool want) {
   int size = 0, rank = 0;
@@ -55,20 +117,23 @@ std::shared_ptr<ShmBuffer> ShmBuffer::create(MPI_Comm comm, size_t bytes, bool w
   // Pages apart: no two ranks' buffers share a cache line or a page.
   const size_t header = round_up(sizeof(RankControl) * static_cast<size_t>(size), kPage);
   const size_t stride = round_up(std::max<size_t>(bytes, 1), kPage);
-  auto memory = SharedMapping::create(comm, header + stride * static_cast<size_t>(size), want);
-  if (!memory) return nullptr;
+  const size_t mapped = header + stride * static_cast<size_t>(size);
+  char* base = map_shared(comm, mapped, want);
+  if (!base) return nullptr;
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters live in memory shared by processes");
-  return std::shared_ptr<ShmBuffer>(new ShmBuffer(std::move(memory), bytes, header, stride, size, rank));
+  return std::shared_ptr<ShmBuffer>(new ShmBuffer(base, mapped, bytes, header, stride, size, rank));
 }
 
-ShmBuffer::ShmBuffer(std::unique_ptr<SharedMapping> memory, size_t bytes, size_t header_bytes, size_t stride,
-                     int size, int rank)
-    : memory_(std::move(memory)), bytes_(bytes), header_bytes_(header_bytes), stride_(stride), size_(size),
+ShmBuffer::ShmBuffer(char* base, size_t mapped, size_t bytes, size_t header_bytes, size_t stride, int size,
+                     int rank)
+    : base_(base), mapped_(mapped), bytes_(bytes), header_bytes_(header_bytes), stride_(stride), size_(size),
       rank_(rank) {}
+
+ShmBuffer::~ShmBuffer() { munmap(base_, mapped_); }
 
 ShmBuffer::RankControl& ShmBuffer::control(int rank) const {
   // The pages start zeroed, a valid atomic 0 on this platform.
-  return reinterpret_cast<RankControl*>(memory_->data())[rank];
+  return reinterpret_cast<RankControl*>(base_)[rank];
 }
 
 void ShmBuffer::arrive(uint64_t seq, size_t offset, size_t bytes) {

@@ -25,6 +25,10 @@
 // copy into its output itself (reduce_range), with no second meeting. A rank starts op s only
 // after its op s-1 completed, that is after every rank arrived at s-1 and so finished op s-2,
 // the last reader of that half: no rank overwrites what another still reads.
+//
+// The memory is one block of POSIX shared memory that every rank maps, not an MPI window:
+// unmapping is local, so groups and buffers may be freed in any order on each rank, without
+// a collective MPI_Win_free that could deadlock.
 #pragma once
 
 #include <mpi.h>
@@ -38,16 +42,26 @@
 
 #include "core/dtype.h"
 #include "comm/process_group.h"
-#include "comm/shm_map.h"
 
 namespace dpt::dist {
+
+// Whether every rank of comm runs on this machine. Collective over comm.
+bool all_on_this_node(MPI_Comm comm);
+
+inline size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 class ShmBuffer {
  public:
   // Collective over comm (its calling thread; no collective in flight on it). requires: 2 or
   // more ranks, all on this machine. nullptr on every rank alike when shared memory cannot
-  // be had or some rank passes want = false (the caller then uses private memory).
+  // be had (no /dev/shm, or too little room: the bytes are reserved up front, so a full
+  // /dev/shm fails here rather than with SIGBUS on first touch) or some rank passes
+  // want = false (the caller then uses private memory). The memory's name is unlinked once
+  // every rank has mapped it, so nothing outlives the processes.
   static std::shared_ptr<ShmBuffer> create(MPI_Comm comm, size_t bytes, bool want);
+  ~ShmBuffer();  // munmap: local
+  ShmBuffer(const ShmBuffer&) = delete;
+  ShmBuffer& operator=(const ShmBuffer&) = delete;
 
   char* data() const { return region(rank_); }  // this rank's buffer, zeroed at first
   size_t bytes() const { return bytes_; }
@@ -56,8 +70,8 @@ class ShmBuffer {
     return c >= data() && c + n <= data() + bytes_;
   }
   // The control words: tasks on one buffer run one at a time (CommTask::scratch).
-  const char* control_begin() const { return memory_->data(); }
-  const char* control_end() const { return memory_->data() + header_bytes_; }
+  const char* control_begin() const { return base_; }
+  const char* control_end() const { return base_ + header_bytes_; }
 
   // By the poll token's holder, in call order: the next op's number (1, 2, ...).
   uint64_t next_sequence() { return ++sequence_; }
@@ -87,12 +101,12 @@ class ShmBuffer {
 
  private:
   struct RankControl;
-  ShmBuffer(std::unique_ptr<SharedMapping> memory, size_t bytes, size_t header_bytes, size_t stride, int size,
-            int rank);
+  ShmBuffer(char* base, size_t mapped, size_t bytes, size_t header_bytes, size_t stride, int size, int rank);
   RankControl& control(int rank) const;
-  char* region(int rank) const { return memory_->data() + header_bytes_ + stride_ * rank; }
+  char* region(int rank) const { return base_ + header_bytes_ + stride_ * rank; }
 
-  std::unique_ptr<SharedMapping> memory_;
+  char* base_;     // the mapping, zeroed at first: the control words, then each rank's buffer
+  size_t mapped_;  // its bytes
   size_t bytes_, header_bytes_, stride_;
   int size_, rank_;
   uint64_t sequence_ = 0;

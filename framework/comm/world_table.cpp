@@ -1,4 +1,4 @@
-// world_table: each rank describes itself and its groups in a few lines of text, rank 0
+// world_table: each rank describes itself and its groups in a JSON object, rank 0
 // gathers them (MPI_Gatherv over the world's group-creation communicator, on the calling
 // thread like group creation) and lays them out.
 #include "comm/world_table.h"
@@ -6,8 +6,7 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <iterator>
-#include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -23,35 +22,31 @@ constexpr size_t kListed = 64;  // rows of the world, and columns of a group, be
 
 constexpr size_t kSubGroupsListed = 16;  // host or across groups of a group, before "... (N more)"
 
-// This rank's lines: "host\tnode\tlocal rank\tdevice", then per group
-// "name\tworld ranks\tnote\tparent\tgroup rank": a group's note says how it all-reduces; its
-// host groups follow it with the note "host" or "across" and its name as their parent; the
-// group rank is what the group itself says this rank is.
+// This rank's description: {"host", "node", "local_rank", "device", "groups": [{"name",
+// "world_ranks", "note", "parent", "rank"}]}: a group's note says how it all-reduces; its host
+// groups follow it with the note "host" or "across" and its name as their parent; "rank" is
+// what the group itself says this rank is.
 std::string describe_rank(const std::string& device) {
   const InitInfo& me = info();
-  std::ostringstream text;
-  text << me.host << '\t' << me.node << '\t' << me.local_rank << '\t' << device << '\n';
+  nlohmann::json groups = nlohmann::json::array();
   auto describe = [&](const ProcessGroup& group, const std::string& note, const std::string& parent) {
-    text << group.name() << '\t';
-    for (int r : group.world_ranks()) text << r << ' ';
-    text << '\t' << note << '\t' << parent << '\t' << group.rank() << '\n';
+    groups.push_back({{"name", group.name()},
+                      {"world_ranks", group.world_ranks()},
+                      {"note", note},
+                      {"parent", parent},
+                      {"rank", group.rank()}});
   };
   for (const auto& group : live_mpi_groups()) {
     describe(*group, group->all_reduce_text(), "");
     if (const GroupPtr& host = group->host_groups().host) describe(*host, "host", group->name());
     if (const GroupPtr& across = group->host_groups().across) describe(*across, "across", group->name());
   }
-  return text.str();
-}
-
-// The tab-separated fields of a line, empty ones included.
-std::vector<std::string> fields_of(const std::string& line) {
-  std::vector<std::string> f;
-  for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
-    end = line.find('\t', begin);
-    f.push_back(line.substr(begin, end == std::string::npos ? end : end - begin));
-  }
-  return f;
+  const nlohmann::json mine = {{"host", me.host},
+                               {"node", std::to_string(me.node)},
+                               {"local_rank", std::to_string(me.local_rank)},
+                               {"device", device},
+                               {"groups", std::move(groups)}};
+  return mine.dump();
 }
 
 // "  host groups: world.host[0,1] world.host[2,3]" (the names hold the members' world ranks in
@@ -103,41 +98,37 @@ std::string world_table(const std::string& device) {
     std::vector<std::string> group_ranks;      // by member: the rank its group gave it ("?": no report)
     std::vector<std::string> hosts, acrosses;  // its host groups' names
   };
-  std::vector<std::vector<std::string>> rows;  // by world rank: host, node, local rank, device
+  std::vector<nlohmann::json> rows;  // by world rank: describe_rank's
   std::vector<Group> groups;
   auto group_named = [&](const std::string& name) {
     return std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.name == name; });
   };
   for (size_t world_rank = 0; world_rank < texts.size(); ++world_rank) {
-    std::istringstream lines(texts[world_rank]);
-    std::string line;
-    std::getline(lines, line);
-    rows.push_back(fields_of(line));
-    rows.back().resize(4);
-    while (std::getline(lines, line)) {
-      std::vector<std::string> f = fields_of(line);  // name, world ranks, note, parent, group rank
-      f.resize(5);
-      auto group = group_named(f[0]);
-      if (f[3].empty()) {
+    rows.push_back(nlohmann::json::parse(texts[world_rank]));
+    for (const nlohmann::json& g : rows.back()["groups"]) {
+      const std::string name = g["name"], note = g["note"], parent_name = g["parent"];
+      auto group = group_named(name);
+      if (parent_name.empty()) {
         if (group == groups.end()) {
-          std::istringstream ranks(f[1]);
-          std::vector<std::string> members{std::istream_iterator<std::string>(ranks), {}};
-          groups.push_back({f[0], f[2], members, std::vector<std::string>(members.size(), "?"), {}, {}});
+          std::vector<std::string> members;
+          for (int r : g["world_ranks"]) members.push_back(std::to_string(r));
+          groups.push_back({name, note, members, std::vector<std::string>(members.size(), "?"), {}, {}});
           group = groups.end() - 1;
         }
         auto member = std::find(group->members.begin(), group->members.end(), std::to_string(world_rank));
-        if (member != group->members.end()) group->group_ranks[member - group->members.begin()] = f[4];
-      } else if (auto parent = group_named(f[3]); parent != groups.end()) {
-        std::vector<std::string>& names = f[2] == "host" ? parent->hosts : parent->acrosses;
-        if (std::find(names.begin(), names.end(), f[0]) == names.end()) names.push_back(f[0]);
+        if (member != group->members.end())
+          group->group_ranks[member - group->members.begin()] = std::to_string(g["rank"].get<int>());
+      } else if (auto parent = group_named(parent_name); parent != groups.end()) {
+        std::vector<std::string>& names = note == "host" ? parent->hosts : parent->acrosses;
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
       }
     }
   }
   std::set<std::string> hosts;
   size_t host_width = 4;
   for (const auto& row : rows) {
-    hosts.insert(row[0]);
-    host_width = std::max(host_width, row[0].size());
+    hosts.insert(row["host"]);
+    host_width = std::max(host_width, row["host"].get_ref<const std::string&>().size());
   }
   std::ostringstream out;
   out << "world: " << rows.size() << " rank" << (rows.size() == 1 ? "" : "s") << " on " << hosts.size()
@@ -145,8 +136,9 @@ std::string world_table(const std::string& device) {
   out << "  rank  " << pad("host", host_width, false) << "  node  local rank  device\n";
   for (size_t r = 0; r < rows.size() && r < kListed; ++r) {
     const auto& f = rows[r];
-    out << "  " << pad(std::to_string(r), 4, true) << "  " << pad(f[0], host_width, false) << "  "
-        << pad(f[1], 4, true) << "  " << pad(f[2], 10, true) << "  " << f[3] << '\n';
+    out << "  " << pad(std::to_string(r), 4, true) << "  " << pad(f["host"], host_width, false) << "  "
+        << pad(f["node"], 4, true) << "  " << pad(f["local_rank"], 10, true) << "  "
+        << f["device"].get_ref<const std::string&>() << '\n';
   }
   if (rows.size() > kListed) out << "  ... (" << rows.size() - kListed << " more)\n";
   for (const auto& [name, note, members, group_ranks, host_groups, across_groups] : groups) {
