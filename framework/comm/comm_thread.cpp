@@ -11,7 +11,6 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "comm/control_channel.h"
 #include "comm/mpi_check.h"
 
 namespace dpt::dist {
@@ -33,11 +32,13 @@ void CommTask::wait() {
       bool finished;
       if (queue->enter_polling()) {
         lock.unlock();
-        struct Leave {
-          CommQueue* queue;
-          ~Leave() { queue->leave_polling(); }  // on the error path too
-        } leave{queue};
-        finished = queue->poll_until_done(*this, deadline);
+        try {
+          finished = queue->poll_until_done(*this, deadline);
+        } catch (...) {
+          queue->leave_polling();
+          throw;
+        }
+        queue->leave_polling();
       } else {
         finished = sleep_until_done(lock, deadline);
         lock.unlock();
@@ -53,7 +54,7 @@ void CommTask::wait() {
 bool CommTask::sleep_until_done(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
   auto done = [&] { return finished(); };
   waiters_.fetch_add(1, std::memory_order_relaxed);
-  queue_->thread_->poke();
+  queue_->poke();
   bool finished = true;
   if (deadline == Clock::time_point::max()) {
     cv_.wait(lock, done);
@@ -68,7 +69,7 @@ bool CommTask::is_completed() {
   if (finished()) return true;
   std::lock_guard<std::mutex> lock(mutex_);
   if (done_.load(std::memory_order_relaxed)) return true;
-  queue_->thread_->poke();  // valid: not complete, and completing needs mutex_
+  queue_->poke();  // valid: not complete, and completing needs mutex_
   return false;
 }
 
@@ -162,6 +163,7 @@ bool CommQueue::stop(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(thread_->mutex_);
   if (!stopping_) {
     stopping_ = true;
+    ++thread_->draining_;
     thread_->cv_.notify_one();
   }
   auto is_drained = [&] { return drained(); };
@@ -182,6 +184,8 @@ size_t CommQueue::pending() {
   std::lock_guard<std::mutex> lock(thread_->mutex_);
   return queue_.size() + in_flight_count_;
 }
+
+void CommQueue::poke() { thread_->poke(); }
 
 bool CommQueue::enter_polling() {
   std::lock_guard<std::mutex> lock(thread_->mutex_);
@@ -259,20 +263,8 @@ void CommThread::add(CommQueue* queue) {
 void CommThread::remove(CommQueue* queue) {
   std::unique_lock<std::mutex> lock(mutex_);
   queues_.erase(std::find(queues_.begin(), queues_.end(), queue));
+  if (queue->stopping_) --draining_;
   swept_cv_.wait(lock, [&] { return !sweeping_; });
-}
-
-void CommThread::listen(ControlChannel* channel) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    channels_.push_back(channel);
-  }
-  cv_.notify_one();
-}
-
-void CommThread::unlisten(ControlChannel* channel) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::erase(channels_, channel);
 }
 
 void CommThread::poke() {
@@ -298,23 +290,13 @@ void CommThread::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   double sleep_us = policy_.min_sleep_us;
   std::vector<CommQueue*> busy;
-  Clock::time_point next_listen{};
   for (;;) {
-    drained_cv_.notify_all();  // for stop(); without a waiter, it costs no system call
-    if (!channels_.empty() && Clock::now() >= next_listen) {
-      std::erase_if(channels_, [](ControlChannel* c) { return !c->serve_queries(); });
-      next_listen = Clock::now() + ControlChannel::kListenInterval;
-    }
+    if (draining_ > 0) drained_cv_.notify_all();
     const PollPolicy policy = policy_;
     if (!has_work()) {
       if (quit_) break;
       blocked_ = true;
-      auto woken = [&] { return has_work() || quit_; };
-      if (channels_.empty()) {
-        cv_.wait(lock, [&] { return woken() || !channels_.empty(); });  // listen() starts the timed wake-ups
-      } else {
-        cv_.wait_until(lock, next_listen, woken);
-      }
+      cv_.wait(lock, [&] { return has_work() || quit_; });
       blocked_ = false;
       sleep_us = policy.min_sleep_us;
       continue;
