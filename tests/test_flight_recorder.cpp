@@ -1,23 +1,29 @@
-// The flight recorder's ring on its own (no MPI): states move queued -> started ->
-// completed, a full ring keeps exactly the newest `slots` calls, and its JSON carries each
-// field as recorded (checked against the values written here, not against the writer).
+// The flight recorder's ring on its own (no MPI): it numbers calls 1, 2, ..., states move
+// queued -> started -> completed, a full ring keeps exactly the newest `slots` calls, and its
+// JSON carries each field as recorded (checked against the values written here, not against
+// the writer).
 #include <gtest/gtest.h>
 
 #include "comm/flight_recorder.h"
+#include "comm/mpi_op.h"
 
 using namespace dpt::dist;
+using dpt::DType;
 
 namespace {
 
-FlightCall call(int64_t seq) { return {seq, "all_reduce", "sum", "f32", 10 * seq, -1}; }
+CallSignature signature(OpKind op, DType dtype, int64_t count, int root = 0) {
+  return {static_cast<int32_t>(op), static_cast<int32_t>(ReduceOp::sum), static_cast<int32_t>(dtype), root,
+          count};
+}
 
 }  // namespace
 
 TEST(FlightRing, StatesAndFields) {
   FlightRing ring("world", 1, {0, 1}, 4);
-  ring.queued(call(1));
-  ring.queued({2, "broadcast", nullptr, "i64", 7, 0});
-  ring.queued({3, "barrier", nullptr, "f32", -1, -1});
+  EXPECT_EQ(ring.queued(signature(OpKind::all_reduce, DType::f32, 10)), 1);
+  EXPECT_EQ(ring.queued(signature(OpKind::broadcast, DType::i64, 7)), 2);
+  EXPECT_EQ(ring.queued(signature(OpKind::barrier, DType::f32, 0)), 3);
   ring.started(1);
   ring.completed(1);
   ring.started(2);
@@ -48,8 +54,9 @@ TEST(FlightRing, StatesAndFields) {
 
 TEST(FlightRing, WrapsAroundKeepingTheNewest) {
   FlightRing ring("g", 0, {0}, 4);
+  EXPECT_EQ(ring.latest().seq, 0);
   for (int64_t s = 1; s <= 10; ++s) {
-    ring.queued(call(s));
+    ring.queued(signature(OpKind::all_reduce, DType::f32, 10 * s));
     if (s <= 8) ring.completed(s);
   }
   ring.started(9);
@@ -62,6 +69,11 @@ TEST(FlightRing, WrapsAroundKeepingTheNewest) {
     EXPECT_EQ(e[i]["count"], 10 * (7 + i));
     EXPECT_EQ(e[i]["state"], states[i]);
   }
+  // What the control channel answers other ranks with: the newest call, and one still held.
+  EXPECT_EQ(ring.latest().seq, 10);
+  EXPECT_EQ(ring.find(8).signature.count, 80);
+  EXPECT_EQ(ring.find(6).seq, 0);   // overwritten by #10
+  EXPECT_EQ(ring.find(11).seq, 0);  // not made yet
 }
 
 TEST(FlightRing, DumpWithoutStartWritesNothing) { EXPECT_EQ(flight_dump("test"), ""); }

@@ -1,4 +1,4 @@
-// The control channel of control_channel.h: the call records, the listener that answers
+// The control channel of control_channel.h: the listener that answers
 // other ranks' questions about them, the debug check, and the account of a timed-out
 // collective. Every MPI call goes through MPI_CHECK (so under MPI_THREAD_SERIALIZED it takes
 // the process-wide MPI mutex); the listener and diagnose() turn failures into text instead
@@ -14,10 +14,9 @@
 #include <thread>
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 
 #include "core/error.h"
-#include "comm/flight_recorder.h"
+#include "comm/process_group.h"
 #include "comm/mpi_check.h"
 
 namespace dpt::dist {
@@ -43,12 +42,6 @@ bool test_until(MPI_Request& request, Clock::time_point deadline) {
       sleep_us = std::min(sleep_us * 2, 1000);
     }
   }
-}
-
-std::string seconds_text(Clock::duration d) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g s", std::chrono::duration<double>(d).count());
-  return text;
 }
 
 std::string join(const std::vector<std::string>& parts) {
@@ -104,8 +97,9 @@ class Listener {
 
 }  // namespace
 
-ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name)
-    : world_ranks_(std::move(world_ranks)), group_name_(std::move(group_name)) {
+ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
+                               std::shared_ptr<const FlightRing> calls)
+    : world_ranks_(std::move(world_ranks)), group_name_(std::move(group_name)), calls_(std::move(calls)) {
   MPI_CHECK(MPI_Comm_dup(comm, &control_));
   MPI_CHECK(MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(control_, &rank_));
@@ -135,22 +129,6 @@ void ControlChannel::shutdown() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_CHECK(MPI_Comm_free(&control_));
-}
-
-int64_t ControlChannel::record(const CallSignature& signature) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const int64_t seq = ++latest_;
-  records_[static_cast<size_t>(seq) % kRemembered] = {seq, signature};
-  return seq;
-}
-
-ControlChannel::Answer ControlChannel::answer_for(int64_t seq) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Answer a;
-  if (latest_ > 0) a.latest = records_[static_cast<size_t>(latest_) % kRemembered];
-  const Record& r = records_[static_cast<size_t>(seq > 0 ? seq : 0) % kRemembered];
-  if (seq > 0 && r.seq == seq) a.asked = r;
-  return a;
 }
 
 void ControlChannel::stop_listening() {
@@ -188,7 +166,7 @@ bool ControlChannel::serve_queries() {
       // job: this rank writes its flight record first, while it still can.
       flight_dump("query from rank " + std::to_string(status.MPI_SOURCE) + " of " + group_name_ +
                   " about its collective #" + std::to_string(query_.seq));
-      replies_.push_back(std::make_unique<Answer>(answer_for(query_.seq)));
+      replies_.push_back(std::make_unique<Answer>(Answer{calls_->latest(), calls_->find(query_.seq)}));
       reply_requests_.push_back(MPI_REQUEST_NULL);
       MPI_CHECK(MPI_Isend(replies_.back().get(), sizeof(Answer), MPI_BYTE, status.MPI_SOURCE,
                           query_.reply_tag, control_, &reply_requests_.back()));
@@ -218,11 +196,9 @@ std::string ControlChannel::rank_name(int rank) const {
   return name;
 }
 
-std::string ControlChannel::call_text(const Record& record) const {
-  if (record.seq == 0) return "none yet";
-  std::ostringstream text;
-  text << "#" << record.seq << " " << signature_text(record.signature);
-  return text.str();
+std::string ControlChannel::call_text(const NumberedCall& call) const {
+  if (call.seq == 0) return "none yet";
+  return "#" + std::to_string(call.seq) + " " + signature_text(call.signature);
 }
 
 std::vector<char> ControlChannel::exchange_locked(const void* mine, size_t bytes, int64_t seq,
@@ -255,13 +231,13 @@ std::vector<char> ControlChannel::exchange_locked(const void* mine, size_t bytes
 void ControlChannel::check_same(int64_t seq, const CallSignature& signature, Clock::time_point deadline) {
   if (size_ == 1) return;
   std::lock_guard<std::mutex> check(check_mutex_);
-  const Record mine{seq, signature};
-  const std::vector<char> bytes = exchange_locked(&mine, sizeof(Record), seq, signature, deadline);
-  std::vector<Record> all(static_cast<size_t>(size_));
+  const NumberedCall mine{seq, signature};
+  const std::vector<char> bytes = exchange_locked(&mine, sizeof(NumberedCall), seq, signature, deadline);
+  std::vector<NumberedCall> all(static_cast<size_t>(size_));
   std::memcpy(all.data(), bytes.data(), bytes.size());
-  const Record& first = all[0];
+  const NumberedCall& first = all[0];
   for (int r = 1; r < size_; ++r) {
-    const Record& other = all[static_cast<size_t>(r)];
+    const NumberedCall& other = all[static_cast<size_t>(r)];
     if (other.seq == first.seq && other.signature == first.signature) continue;
     const bool same_seq = other.seq == first.seq;
     DPT_FAIL() << group_name_ << ": collective #" << seq

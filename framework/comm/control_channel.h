@@ -10,7 +10,6 @@
 
 #include <mpi.h>
 
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -18,20 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace dpt::dist {
+#include "comm/flight_recorder.h"
 
-// What tells one collective call from another across ranks: the operation (OpKind, mpi_op.h),
-// reduce op, dtype, root and element count.
-struct CallSignature {
-  int32_t op = 0, reduce = 0, dtype = 0, root = 0;
-  int64_t count = 0;
-  bool operator==(const CallSignature&) const = default;
-};
-// "all_reduce(sum) of 1000 f32", "broadcast of 10 f32 from rank 0", "gather of 3 f32 per
-// rank to rank 1", "all_to_all of f32", "barrier": a collective's signature as text, for
-// messages on every rank alike. all_to_all's counts differ between ranks: its signature has
-// none (debug: collectives checks its splits apart). Defined in mpi_op.cpp.
-std::string signature_text(const CallSignature& sig);
+namespace dpt::dist {
 
 class ControlChannel {
  public:
@@ -41,9 +29,11 @@ class ControlChannel {
   static constexpr std::chrono::milliseconds kAnswerWait{1500};
 
   // Collective over `comm` (it is duplicated, not kept). requires: MPI initialised;
-  // world_ranks[r] the world rank of comm's rank r; group_name for messages ("world").
+  // world_ranks[r] the world rank of comm's rank r; group_name for messages ("world");
+  // `calls` the group's record of its collectives, which the answers read.
   // ensures: the process's listener serves it when the group has more than one rank.
-  ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name);
+  ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
+                 std::shared_ptr<const FlightRing> calls);
   ~ControlChannel();  // shutdown()
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
@@ -51,10 +41,6 @@ class ControlChannel {
   // Leaves the listener and frees the duplicate communicator. Idempotent; afterwards
   // diagnose() returns "" and nothing else below may be called.
   void shutdown();
-
-  // Numbers the group's next collective and remembers its signature; returns its number
-  // (1, 2, ...). Called by the caller of each collective, in call order.
-  int64_t record(const CallSignature& signature);
 
   // debug: collectives. Every rank passes its number and signature for the same call.
   // Throws Error on every rank when some rank's call differs from rank 0's, naming the first
@@ -76,21 +62,16 @@ class ControlChannel {
   std::string diagnose(int64_t seq, const CallSignature& signature);
 
  private:
-  struct Record {
-    int64_t seq = 0;  // 0: none
-    CallSignature signature;
-  };
   // A listener's answer about call `asked`: the rank's latest call, and its call number
   // `asked` if it has made it and still remembers it (else seq 0).
   struct Answer {
-    Record latest, asked;
+    NumberedCall latest, asked;
   };
   struct Query {
     int64_t seq = 0;
     int32_t reply_tag = 0, unused = 0;
   };
   static constexpr int kTagQuery = 0;
-  static constexpr size_t kRemembered = 64;  // calls each rank keeps for answers
 
   std::string diagnose_locked(int64_t seq, const CallSignature& signature);  // under check_mutex_
   // Under check_mutex_: all-gathers `bytes` bytes from every rank (the same number on each)
@@ -99,20 +80,18 @@ class ControlChannel {
   // rank has come by `deadline`.
   std::vector<char> exchange_locked(const void* mine, size_t bytes, int64_t seq,
                                     const CallSignature& signature, Clock::time_point deadline);
-  Answer answer_for(int64_t seq);
   void stop_listening();  // by shutdown(): leaves the listener, ends its pending requests
   bool serve_queries();                   // by the listener; false when MPI failed
   std::string rank_name(int rank) const;  // "rank 1" or "rank 1 (world rank 3)"
-  std::string call_text(const Record& record) const;
+  std::string call_text(const NumberedCall& call) const;
 
   MPI_Comm control_ = MPI_COMM_NULL;
   std::vector<int> world_ranks_;
   std::string group_name_;
   int rank_ = 0, size_ = 1;
 
-  std::mutex mutex_;  // the records; shut_down_
-  int64_t latest_ = 0;
-  std::array<Record, kRemembered> records_{};
+  const std::shared_ptr<const FlightRing> calls_;
+  std::mutex mutex_;  // shut_down_
   bool shut_down_ = false;
 
   std::mutex check_mutex_;  // one check_same() or diagnose() at a time

@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "comm/mpi_op.h"
+
 namespace dpt::dist {
 namespace {
 
@@ -73,11 +75,12 @@ void signal_loop(int fd) {
 FlightRing::FlightRing(std::string group, int rank, std::vector<int> world_ranks, size_t slots)
     : group_(std::move(group)), rank_(rank), world_ranks_(std::move(world_ranks)), slots_(slots) {}
 
-void FlightRing::queued(const FlightCall& call) {
+int64_t FlightRing::queued(const CallSignature& signature) {
   const int64_t t = now_us();
   std::lock_guard<std::mutex> lock(mutex_);
-  Entry& e = slots_[static_cast<size_t>(call.seq) % slots_.size()];
-  e = Entry{call, FlightState::queued, t, 0, 0};
+  const int64_t seq = ++latest_;
+  slots_[static_cast<size_t>(seq) % slots_.size()] = Entry{{seq, signature}, FlightState::queued, t, 0, 0};
+  return seq;
 }
 
 void FlightRing::mark(int64_t seq, FlightState state) {
@@ -87,6 +90,17 @@ void FlightRing::mark(int64_t seq, FlightState state) {
   if (e.call.seq != seq) return;
   e.state = state;
   (state == FlightState::started ? e.started_us : e.completed_us) = t;
+}
+
+NumberedCall FlightRing::latest() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return slots_[static_cast<size_t>(latest_) % slots_.size()].call;  // seq 0 before the first call
+}
+
+NumberedCall FlightRing::find(int64_t seq) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const NumberedCall& call = slots_[static_cast<size_t>(seq > 0 ? seq : 0) % slots_.size()].call;
+  return seq > 0 && call.seq == seq ? call : NumberedCall{};
 }
 
 nlohmann::json FlightRing::to_json() const {
@@ -100,11 +114,13 @@ nlohmann::json FlightRing::to_json() const {
             [](const Entry& a, const Entry& b) { return a.call.seq < b.call.seq; });
   nlohmann::json list = nlohmann::json::array();
   for (const Entry& e : entries) {
-    nlohmann::json j = {{"seq", e.call.seq}, {"op", e.call.op}};
-    if (e.call.reduce) j["reduce"] = e.call.reduce;
-    j["dtype"] = e.call.dtype;
-    if (e.call.count >= 0) j["count"] = e.call.count;
-    if (e.call.root >= 0) j["root"] = e.call.root;
+    const CallSignature& sig = e.call.signature;
+    const auto kind = static_cast<OpKind>(sig.op);
+    nlohmann::json j = {{"seq", e.call.seq}, {"op", op_kind_name(kind)}};
+    if (is_reduction(kind)) j["reduce"] = reduce_op_name(static_cast<ReduceOp>(sig.reduce));
+    j["dtype"] = dtype_name(static_cast<DType>(sig.dtype));
+    if (kind != OpKind::barrier && kind != OpKind::all_to_all) j["count"] = sig.count;
+    if (is_rooted(kind)) j["root"] = sig.root;
     j["state"] = state_name(e.state);
     j["queued_us"] = e.queued_us;
     if (e.started_us) j["started_us"] = e.started_us;

@@ -17,19 +17,28 @@ namespace dpt::dist {
 
 enum class FlightState { queued, started, completed };
 
-// One collective as every rank of its group calls it. Strings are static (op and dtype
-// names), so recording one copies no heap memory.
-struct FlightCall {
-  int64_t seq = 0;               // its number in the group, 1, 2, ...
-  const char* op = "";           // "all_reduce"
-  const char* reduce = nullptr;  // "sum" for reductions, else null
-  const char* dtype = "";        // "f32"
-  int64_t count = -1;            // elements (as in the ControlChannel signature); -1: none
-  int root = -1;                 // of rooted collectives; -1: none
+// What tells one collective call from another across ranks: the operation (OpKind, mpi_op.h),
+// reduce op, dtype, root and element count.
+struct CallSignature {
+  int32_t op = 0, reduce = 0, dtype = 0, root = 0;
+  int64_t count = 0;
+  bool operator==(const CallSignature&) const = default;
+};
+// "all_reduce(sum) of 1000 f32", "broadcast of 10 f32 from rank 0", "gather of 3 f32 per
+// rank to rank 1", "all_to_all of f32", "barrier": a collective's signature as text, for
+// messages on every rank alike. all_to_all's counts differ between ranks: its signature has
+// none (debug: collectives checks its splits apart). Defined in mpi_op.cpp.
+std::string signature_text(const CallSignature& sig);
+
+// A collective and its number in its group (1, 2, ...); seq 0: none.
+struct NumberedCall {
+  int64_t seq = 0;
+  CallSignature signature;
 };
 
-// The last `slots` collectives of one group. Thread-safe: the caller records `queued`, the
-// poll token's holder `started` and `completed` (comm_thread.h).
+// The last `slots` collectives of one group: the one record of them that the dumps and the
+// control channel's answers (control_channel.h) both read. Thread-safe: the caller records
+// `queued`, the poll token's holder `started` and `completed` (comm_thread.h).
 class FlightRing {
  public:
   static constexpr size_t kSlots = 64;
@@ -37,12 +46,14 @@ class FlightRing {
   // requires slots > 0; world_ranks[r]: the world rank of group rank r.
   FlightRing(std::string group, int rank, std::vector<int> world_ranks, size_t slots = kSlots);
 
-  // requires call.seq one more than the previous call's (the group numbers them in call
-  // order). Overwrites the slot of call seq - slots.
-  void queued(const FlightCall& call);
+  // Numbers the group's next collective (in call order) and records it; returns its number.
+  // Overwrites the slot of call seq - slots.
+  int64_t queued(const CallSignature& signature);
   // For a call still in the ring; later calls (or ones overwritten) are ignored.
   void started(int64_t seq) { mark(seq, FlightState::started); }
   void completed(int64_t seq) { mark(seq, FlightState::completed); }
+  NumberedCall latest() const;
+  NumberedCall find(int64_t seq) const;  // seq 0 when call `seq` is not (or no longer) in the ring
 
   // {"group", "rank", "world_ranks", "slots", "entries": [oldest first: {"seq", "op",
   // "reduce"?, "dtype", "count"?, "root"?, "state", "queued_us", "started_us"?,
@@ -51,7 +62,7 @@ class FlightRing {
 
  private:
   struct Entry {
-    FlightCall call;
+    NumberedCall call;
     FlightState state = FlightState::queued;
     int64_t queued_us = 0, started_us = 0, completed_us = 0;
   };
@@ -62,6 +73,7 @@ class FlightRing {
   const std::vector<int> world_ranks_;
   mutable std::mutex mutex_;
   std::vector<Entry> slots_;  // call seq in slot seq % size
+  int64_t latest_ = 0;
 };
 
 // Every ring made by a group of this rank, dumped together; the registry keeps weak

@@ -100,9 +100,9 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_dup(comm_, &creation_));
   MPI_CHECK(MPI_Comm_set_errhandler(creation_, MPI_ERRORS_RETURN));
-  control_ = std::make_shared<ControlChannel>(comm_, this->world_ranks(), this->name());
   flight_ = std::make_shared<FlightRing>(this->name(), rank(), this->world_ranks());
   flight_register(flight_);
+  control_ = std::make_shared<ControlChannel>(comm_, this->world_ranks(), this->name(), flight_);
   int* tag_ub = nullptr;
   int found = 0;
   MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
@@ -257,12 +257,8 @@ void MpiProcessGroup::announce(MpiOp& call, const AllToAllLayout* layout) {
   if (call.kind == OpKind::send || call.kind == OpKind::recv) return;
   const CallSignature signature = call.signature();
   call.control = control_.get();
-  call.seq = control_->record(signature);
   call.flight = flight_.get();
-  const OpKind kind = call.kind;
-  const bool counted = kind != OpKind::barrier && kind != OpKind::all_to_all;
-  flight_->queued({call.seq, op_kind_name(kind), is_reduction(kind) ? reduce_op_name(call.reduce) : nullptr,
-                   dtype_name(call.dtype), counted ? signature.count : -1, is_rooted(kind) ? call.peer : -1});
+  call.seq = flight_->queued(signature);
   if (debug_collectives_.load(std::memory_order_relaxed)) {
     const std::chrono::milliseconds limit = timeout();
     const ControlChannel::Clock::time_point deadline =

@@ -40,10 +40,14 @@ void ProcessGroup::count_collective(const Tensor& a, const Tensor& b) {
   bytes_.fetch_add(std::max(bytes(a), bytes(b)), std::memory_order_relaxed);
 }
 
+std::string seconds_text(std::chrono::duration<double> d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", d.count());
+  return text;
+}
+
 std::string timeout_text(std::chrono::milliseconds timeout) {
-  char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%g s", static_cast<double>(timeout.count()) / 1000.0);
-  return std::string(": not complete after ") + seconds + " (distributed.timeout_s, DPT_DIST_TIMEOUT_S)";
+  return ": not complete after " + seconds_text(timeout) + " (distributed.timeout_s, DPT_DIST_TIMEOUT_S)";
 }
 
 }  // namespace dpt::dist

@@ -148,5 +148,6 @@ struct AllToAllLayout {
 // ": not complete after 5 s (distributed.timeout_s, DPT_DIST_TIMEOUT_S)": how a collective
 // that timed out is reported, after its description, on every backend.
 std::string timeout_text(std::chrono::milliseconds timeout);
+std::string seconds_text(std::chrono::duration<double> d);  // "5 s", "1.5 s"
 
 }  // namespace dpt::dist
