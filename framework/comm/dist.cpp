@@ -309,10 +309,7 @@ GroupPtr new_group(const std::vector<int>& ranks) {
   }
   check_same_everywhere(*world, hash_ints(ranks), label);
   const bool member = std::binary_search(ranks.begin(), ranks.end(), world->rank());
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split(world->creation_comm(), member ? 0 : MPI_UNDEFINED, world->rank(), &comm));
-  if (comm == MPI_COMM_NULL) return nullptr;
-  return make_group(comm, "group");
+  return split_named(world, member ? 0 : -1, world->rank(), "group");
 }
 
 GroupPtr split(const GroupPtr& parent, int color, int key) {
