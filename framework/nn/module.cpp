@@ -92,8 +92,7 @@ void Module::set_compute(const Compute& compute) {
 }
 
 void Module::train(bool on) {
-  training_ = on;
-  for (auto& [name, child] : children_) child->train(on);
+  for (Module* m : modules()) m->training_ = on;
 }
 
 }  // namespace dpt::nn

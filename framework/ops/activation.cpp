@@ -8,16 +8,6 @@
 #include "ops/elementwise.h"
 
 namespace dpt {
-namespace {
-
-// The gradient through a ReLU whose output is `out`: g where out > 0, else 0, in out's layout.
-Tensor relu_gradient(const Tensor& out, const Tensor& g) {
-  Tensor gi = Tensor::empty_like(out);
-  kernels_for(out.device()).relu_backward(out, layout_like_on_device(g, TensorLayout(out)), gi);
-  return gi;
-}
-
-}  // namespace
 
 Tensor relu(const Tensor& x) {
   op_device_mixed("relu", {&x});

@@ -9,10 +9,6 @@
 namespace dpt {
 namespace {
 
-bool is_channels_last_only(const Tensor& t) {
-  return t.dim() == 4 && t.is_channels_last() && !t.is_contiguous();
-}
-
 void check_dtype(DType dtype, Device device) {
   DPT_CHECK(dtype == DType::f32 || dtype == DType::bf16)
       << "cast: expected f32 or bf16, got " << dtype_name(dtype);
@@ -39,9 +35,9 @@ Tensor cast(const Tensor& x, DType dtype, MemoryFormat format) {
                                                         : x.is_channels_last();
   if (dtype == x.dtype() && layout_ok) return x;
   Tensor out;
-  if (format == MemoryFormat::channels_last || (format == MemoryFormat::preserve && is_channels_last_only(x)))
+  if (format == MemoryFormat::channels_last)
     out = Tensor::empty_channels_last(x.shape(), dtype, x.device());
-  else if (format == MemoryFormat::preserve && x.is_dense())
+  else if (format == MemoryFormat::preserve && x.is_dense())  // channels-last among them
     out = Tensor::empty_strided(x.shape(), x.strides(), dtype, x.device());
   else
     out = Tensor::empty(x.shape(), dtype, x.device());

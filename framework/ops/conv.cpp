@@ -65,11 +65,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in, con
        w_kernel = TensorLayout(run.w), x_like = TensorLayout(x_in), w_like = TensorLayout(w_in), params = run.params,
        need_x, need_w, need_b](const Tensor& grad_out) {
         Tensor g = layout_like_on_device(grad_out, out_like);  // the layout the kernels were built for
-        if (relu_out.defined()) {  // fused ReLU: the gradient flows only where the output was > 0
-          Tensor masked = Tensor::empty_like(g);
-          k.relu_backward(relu_out, g, masked);
-          g = masked;
-        }
+        if (relu_out.defined()) g = relu_gradient(relu_out, g);  // fused ReLU: only where the output was > 0
         std::vector<Tensor> grads(3);
         if (need_x) grads[0] = x_kernel.empty(out_like.dtype);
         if (need_w) grads[1] = w_kernel.empty(out_like.dtype);

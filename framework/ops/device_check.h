@@ -78,6 +78,14 @@ inline Tensor layout_like_on_device(const Tensor& t, const TensorLayout& ref) {
   return out;
 }
 
+// The gradient through a ReLU whose output is `out`: g where out > 0, else 0, in out's
+// layout (relu and add_relu, and the ReLU that conv2d and linear fuse).
+inline Tensor relu_gradient(const Tensor& out, const Tensor& g) {
+  Tensor gi = Tensor::empty_like(out);
+  kernels_for(out.device()).relu_backward(out, layout_like_on_device(g, TensorLayout(out)), gi);
+  return gi;
+}
+
 // A tensor as the kernels take it: a 4-D one itself when contiguous or channels-last, any
 // other a contiguous copy unless it is contiguous already.
 inline Tensor kernel_layout_on_device(const Tensor& t) {

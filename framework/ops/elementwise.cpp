@@ -22,15 +22,11 @@ Shape broadcast_shape(const Shape& a, const Shape& b) {
 
 Tensor sum_to_shape(const Tensor& t, const Shape& shape) { return kernels_for(t.device()).sum_to_shape(t, shape); }
 
-// Equal shapes and equal dense strides (two channels-last activations, say): the op
-// runs on the raw buffers and the output keeps that layout. Otherwise it is contiguous.
-bool same_dense_layout(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.strides() == b.strides() && a.is_dense();
-}
-
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   Device device = op_device_mixed("elementwise", {&a, &b});
-  Tensor out = same_dense_layout(a, b)
+  // Equal shapes and equal dense strides (two channels-last activations, say): the op
+  // runs on the raw buffers and the output keeps that layout. Otherwise it is contiguous.
+  Tensor out = a.shape() == b.shape() && a.strides() == b.strides() && a.is_dense()
                    ? Tensor::empty_like(a)
                    : Tensor::empty(broadcast_shape(a.shape(), b.shape()), a.dtype(), device);
   kernels_for(device).binary(op, a, b, out);

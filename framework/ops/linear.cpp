@@ -27,11 +27,7 @@ Tensor product(const char* name, const Tensor& a_in, const Tensor& b_in, bool tb
                     out = fuse_relu ? out.detach() : Tensor(), a_shape = a.shape(), b_shape = b.shape(), tb,
                     device, dtype, need_a, need_b, need_bias](const Tensor& grad_out) {
                      Tensor g = contiguous_on_device(grad_out);
-                     if (out.defined()) {  // fused ReLU
-                       Tensor masked = Tensor::empty(g.shape(), dtype, device);
-                       k.relu_backward(out, g, masked);
-                       g = masked;
-                     }
+                     if (out.defined()) g = relu_gradient(out, g);  // fused ReLU
                      std::vector<Tensor> grads(3);
                      if (need_a) {  // dL/da = g op(b)^T
                        grads[0] = Tensor::empty(a_shape, dtype, device);

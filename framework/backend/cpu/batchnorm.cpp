@@ -14,7 +14,6 @@ namespace {
 
 using namespace onednn;
 using dnnl::normalization_flags;
-using dnnl::prop_kind;
 
 struct Geometry {
   memory::desc plain, work, channel;  // work: the layout normalised in
@@ -52,35 +51,8 @@ struct BackwardEntry {
   memory::desc workspace;
 };
 
-// Training (forward_training) whenever batch statistics are computed or a backward
-// needs the ReLU mask; inference otherwise.
-std::shared_ptr<ForwardEntry> forward_entry(const Shape& x, const BatchNormParams& p, bool training,
-                                            Layout layout) {
-  return Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x, p, training, layout), [&] {
-    Geometry g = geometry_of(x, p, layout);
-    auto pd = forward_pd(g, p.eps, training ? prop_kind::forward_training : prop_kind::forward_inference);
-    return std::make_shared<ForwardEntry>(ForwardEntry{
-        dnnl::batch_normalization_forward(pd), bridge_make(g.plain, pd.src_desc(), Direction::in),
-        bridge_make(g.plain, pd.dst_desc(), Direction::out), pd.workspace_desc()});
-  });
-}
-
 memory channel_memory(const Tensor& t) {
   return memory(plain_desc({t.numel()}, Tag::x), Context::cpu().engine(), t.raw_data());
-}
-
-// running = (1 - momentum) running + momentum batch, the variance made unbiased first (PyTorch).
-void batch_norm_update_running(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
-                               const Tensor& var, float momentum, int64_t count) {
-  float* rm = running_mean.data<float>();
-  float* rv = running_var.data<float>();
-  const float* m = mean.data<float>();
-  const float* v = var.data<float>();
-  double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-  for (int64_t c = 0; c < mean.numel(); ++c) {
-    rm[c] = (1.0f - momentum) * rm[c] + momentum * m[c];
-    rv[c] = (1.0f - momentum) * rv[c] + momentum * static_cast<float>(v[c] * unbias);
-  }
 }
 
 }  // namespace
@@ -88,9 +60,18 @@ void batch_norm_update_running(const Tensor& running_mean, const Tensor& running
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                         const Tensor& var, const BatchNormParams& p, const Tensor& out,
                         bool keep_for_backward, Tensor& workspace) {
+  // Training (forward_training) whenever batch statistics are computed or a backward
+  // needs the ReLU mask; inference otherwise.
   bool keep_mask = keep_for_backward && p.relu, training = p.training || keep_mask;
-  DPT_CHECK(layout_of(out) == layout_of(x)) << "batch_norm2d: out must have x's layout";
-  auto entry = forward_entry(x.shape(), p, training, layout_of(x));
+  Layout layout = layout_of(x);
+  DPT_CHECK(layout_of(out) == layout) << "batch_norm2d: out must have x's layout";
+  auto entry = Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x.shape(), p, training, layout), [&] {
+    Geometry g = geometry_of(x.shape(), p, layout);
+    auto pd = forward_pd(g, p.eps, training ? prop_kind::forward_training : prop_kind::forward_inference);
+    return std::make_shared<ForwardEntry>(ForwardEntry{
+        dnnl::batch_normalization_forward(pd), bridge_make(g.plain, pd.src_desc(), Direction::in),
+        bridge_make(g.plain, pd.dst_desc(), Direction::out), pd.workspace_desc()});
+  });
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)},
@@ -159,9 +140,19 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
   }
   Tensor out = onednn::empty_in(x.shape(), onednn::layout_of(x));
   batch_norm_forward(x, weight, bias, s.mean, s.stat, p, out, keep_for_backward, s.workspace);
-  if (p.training && running_mean.defined())
-    batch_norm_update_running(running_mean, running_var, s.mean, s.stat, p.momentum,
-                              x.size(0) * x.size(2) * x.size(3));
+  if (p.training && running_mean.defined()) {
+    // running = (1 - momentum) running + momentum batch, the variance made unbiased first (PyTorch).
+    float* rm = running_mean.data<float>();
+    float* rv = running_var.data<float>();
+    const float* m = s.mean.data<float>();
+    const float* v = s.stat.data<float>();
+    const int64_t count = x.size(0) * x.size(2) * x.size(3);
+    const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+    for (int64_t c = 0; c < x.size(1); ++c) {
+      rm[c] = (1.0f - p.momentum) * rm[c] + p.momentum * m[c];
+      rv[c] = (1.0f - p.momentum) * rv[c] + p.momentum * static_cast<float>(v[c] * unbias);
+    }
+  }
   return out;
 }
 

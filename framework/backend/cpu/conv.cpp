@@ -22,8 +22,6 @@ namespace dpt::cpu {
 namespace {
 
 using namespace onednn;
-using dnnl::algorithm;
-using dnnl::prop_kind;
 
 struct Geometry {
   memory::dims src, weights, bias, dst, strides, dilates, pad_l, pad_r;
@@ -81,13 +79,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool bia
   dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, src,
                                        weights, bias ? g.plain_bias : memory::desc(), dst, g.strides,
                                        g.dilates, g.pad_l, g.pad_r);
-  dnnl::primitive_attr attr;
-  if (relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(ops);
-  }
-  return dnnl::convolution_forward::primitive_desc(desc, attr, Context::cpu().engine());
+  return dnnl::convolution_forward::primitive_desc(desc, relu_attr(relu), Context::cpu().engine());
 }
 
 struct ForwardEntry {

@@ -17,17 +17,10 @@ void map_binary(F f, const Tensor& a, const Tensor& b, const Tensor& out) {
   int64_t n = out.numel();
   bool same_dense = a.shape() == b.shape() && a.strides() == b.strides() && out.strides() == a.strides() &&
                     a.is_dense();  // e.g. channels-last, out made by empty_like(a)
-  if (same_dense || (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous())) {
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
-    return;
-  }
-  if (b.numel() == 1 && a.is_contiguous()) {
-    float s = pb[0];
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], s);
-    return;
-  }
+  if (same_dense || (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()))
+    return for_each_index(n, [=](int64_t i) { po[i] = f(pa[i], pb[i]); });
+  if (b.numel() == 1 && a.is_contiguous())
+    return for_each_index(n, [=, s = pb[0]](int64_t i) { po[i] = f(pa[i], s); });
   // General case: walk the output, stepping each input by its broadcast stride (0 where
   // that input has size 1). The innermost dimension is the inner loop.
   const Shape& shape = out.shape();
@@ -61,17 +54,13 @@ void map_binary(F f, const Tensor& a, const Tensor& b, const Tensor& out) {
 void add_inplace(const Tensor& dst, const Tensor& src) {
   float* d = dst.data<float>();
   const float* s = src.data<float>();
-  int64_t n = dst.numel();
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  for_each_index(dst.numel(), [=](int64_t i) { d[i] += s[i]; });
 }
 
 void relu_forward(const Tensor& x, const Tensor& out) {
   const float* p = x.data<float>();
   float* o = out.data<float>();
-  int64_t n = out.numel();
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) o[i] = p[i] > 0.0f ? p[i] : 0.0f;
+  for_each_index(out.numel(), [=](int64_t i) { o[i] = p[i] > 0.0f ? p[i] : 0.0f; });
 }
 
 // A NaN sum gives 0, as relu_forward does; out may alias a or b.
@@ -79,21 +68,17 @@ void add_relu_forward(const Tensor& a, const Tensor& b, const Tensor& out) {
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   float* o = out.data<float>();
-  int64_t n = out.numel();
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
+  for_each_index(out.numel(), [=](int64_t i) {
     float s = pa[i] + pb[i];
     o[i] = s > 0.0f ? s : 0.0f;
-  }
+  });
 }
 
 void relu_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
   const float* o = out.data<float>();
   const float* g = grad_out.data<float>();
   float* gi = grad_in.data<float>();
-  int64_t n = out.numel();
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) gi[i] = o[i] > 0.0f ? g[i] : 0.0f;
+  for_each_index(out.numel(), [=](int64_t i) { gi[i] = o[i] > 0.0f ? g[i] : 0.0f; });
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -113,9 +98,7 @@ void affine(const Tensor& a, float scale, float shift, const Tensor& out) {
   Tensor src = a.contiguous();
   const float* p = src.data<float>();
   float* o = out.data<float>();
-  int64_t n = out.numel();
-#pragma omp parallel for simd schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) o[i] = p[i] * scale + shift;
+  for_each_index(out.numel(), [=](int64_t i) { o[i] = p[i] * scale + shift; });
 }
 
 Tensor sum_to_shape(const Tensor& t, const Shape& shape) {

@@ -12,8 +12,6 @@ class HostUpload final : public Upload {
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 };
 
-bool never_capturing(int) { return false; }
-
 void copy(const Tensor& src, const Tensor& dst) {
   DPT_CHECK(src.dtype() == dst.dtype())
       << "copy on the CPU: no dtype conversion (the CPU kernels are f32), got " << dtype_name(src.dtype())
@@ -21,14 +19,12 @@ void copy(const Tensor& src, const Tensor& dst) {
   dst.copy_from(src);
 }
 
-std::unique_ptr<Upload> upload_make(size_t, int) { return std::make_unique<HostUpload>(); }
-
 const Kernels kTable = {
     .name = "CPU",
     .bf16 = false,
-    .capturing = never_capturing,
+    .capturing = [](int) { return false; },
     .copy = copy,
-    .upload_make = upload_make,
+    .upload_make = [](size_t, int) -> std::unique_ptr<Upload> { return std::make_unique<HostUpload>(); },
     .batch_uploader_make = nullptr,
     .step_graph_make = nullptr,
 #define DPT_KERNEL(ret, name, params) .name = name,

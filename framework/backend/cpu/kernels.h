@@ -16,6 +16,16 @@ const Kernels& kernels();
 #define DPT_KERNEL(ret, name, params) ret name params;
 #include "backend/kernel_list.h"
 
+// f(i) for every i in [0, n): one vectorised loop, split over OpenMP threads above
+// ParallelAbove elements (below that, starting the threads costs more than they save).
+// firstprivate: with its own copy of f a thread's stores cannot change the pointers f
+// holds, so the compiler vectorises as it does the loop written out (shared, it did not).
+template <int64_t ParallelAbove = 32768, class F>
+void for_each_index(int64_t n, F f) {
+#pragma omp parallel for simd schedule(static) if (n > ParallelAbove) firstprivate(f)
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
+
 // --- conv.cpp. Activations NCHW-contiguous or channels-last, each tensor's layout read from
 // its strides; weights plain OIHW; a channels-last output makes the kernels work in nhwc.
 // Requires: f32; x [N, C, H, W], w [OC, C/groups, KH, KW], bias [OC] or undefined,

@@ -31,15 +31,9 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   memory::desc c_desc = plain_desc({m, n}, Tag::ab), bias_desc = plain_desc({1, n}, Tag::ab);
   auto prim = Context::cpu().cached<dnnl::matmul>(
       cache_key("matmul", {m, k, n, transpose_a, transpose_b, has_bias, relu}), [&] {
-        dnnl::primitive_attr attr;
-        if (relu) {
-          dnnl::post_ops ops;
-          ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-          attr.set_post_ops(ops);
-        }
         dnnl::matmul::desc desc(a_desc, b_desc, has_bias ? bias_desc : memory::desc(), c_desc);
         return std::make_shared<dnnl::matmul>(
-            dnnl::matmul::primitive_desc(desc, attr, Context::cpu().engine()));
+            dnnl::matmul::primitive_desc(desc, relu_attr(relu), Context::cpu().engine()));
       });
   const dnnl::engine& engine = Context::cpu().engine();
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(a_desc, engine, a.raw_data())},

@@ -69,6 +69,15 @@ bool channels_last_enabled() { return channels_last_flag().load(std::memory_orde
 
 void set_channels_last_enabled(bool enabled) { channels_last_flag().store(enabled); }
 
+dnnl::primitive_attr relu_attr(bool relu) {
+  dnnl::primitive_attr attr;
+  if (!relu) return attr;
+  dnnl::post_ops ops;
+  ops.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+  attr.set_post_ops(ops);
+  return attr;
+}
+
 void* scratch(Scratch slot, size_t bytes) {
   struct Buffer {  // one growable 64-byte aligned buffer
     std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};

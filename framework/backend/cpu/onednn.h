@@ -1,7 +1,7 @@
 // What every oneDNN-backed CPU kernel shares: the CPU device context (engine, stream and a
 // cache of primitives keyed by op, shapes and parameters, so a primitive is created once
 // per shape), the bridge between our plain NCHW tensors and the blocked layouts oneDNN's
-// fast kernels choose, and the backward of a fused ReLU post-op.
+// fast kernels choose, and the fused ReLU post-op.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,9 @@
 
 namespace dpt::cpu::onednn {
 
+using dnnl::algorithm;
 using dnnl::memory;
+using dnnl::prop_kind;
 using Tag = dnnl::memory::format_tag;
 
 // One per CPU device (there is one: cpu:0). Scratchpads stay in oneDNN's default
@@ -87,6 +89,9 @@ memory::desc layout_desc(const memory::dims& dims, Layout layout);
 bool channels_last_enabled();
 // Overrides the environment for the rest of the process (tests compare both modes).
 void set_channels_last_enabled(bool enabled);
+
+// Attributes that apply ReLU to a primitive's output when `relu` (conv and matmul fuse it).
+dnnl::primitive_attr relu_attr(bool relu);
 
 // Temporary buffers for layout copies, grown on demand and reused, one set per thread:
 // the steady state allocates nothing. A slot is valid until the next call with the same

@@ -5,6 +5,8 @@
 
 namespace dpt::cpu {
 
+constexpr int64_t kParallelAbove = 65536;  // elements: the updates run on one thread below it
+
 void sgd_update(const std::vector<SgdSlot>& slots, int, float lr, float wd, float mu, bool nesterov,
                 const float* lr_on_device) {
   if (lr_on_device) lr = *lr_on_device;
@@ -14,21 +16,18 @@ void sgd_update(const std::vector<SgdSlot>& slots, int, float lr, float wd, floa
     float* vel = s.velocity;
     const int64_t n = s.n;
     if (mu == 0.0f) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+      for_each_index<kParallelAbove>(n, [=](int64_t i) { w[i] -= lr * (g[i] + wd * w[i]); });
     } else if (nesterov) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
+      for_each_index<kParallelAbove>(n, [=](int64_t i) {
         float gi = g[i] + wd * w[i];
         vel[i] = mu * vel[i] + gi;
         w[i] -= lr * (gi + mu * vel[i]);
-      }
+      });
     } else {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
+      for_each_index<kParallelAbove>(n, [=](int64_t i) {
         vel[i] = mu * vel[i] + g[i] + wd * w[i];
         w[i] -= lr * vel[i];
-      }
+      });
     }
   }
 }
@@ -46,13 +45,11 @@ void adamw_update(const std::vector<AdamWSlot>& slots, int, float lr, float deca
     float* v = s.v;
     float* w = s.weight;
     const float* g = s.grad;
-    const int64_t n = s.n;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
+    for_each_index<kParallelAbove>(s.n, [=](int64_t i) {
       m[i] = b1 * m[i] + (1 - b1) * g[i];
       v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
       w[i] = w[i] * decay - lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
-    }
+    });
   }
 }
 
@@ -60,9 +57,7 @@ void ema_update(const Tensor& average, const Tensor& current, float d, const flo
   if (decay_on_device) d = *decay_on_device;
   const float* c = current.data<float>();
   float* a = average.data<float>();
-  const int64_t n = average.numel();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t j = 0; j < n; ++j) a[j] = d * a[j] + (1 - d) * c[j];
+  for_each_index<kParallelAbove>(average.numel(), [=](int64_t j) { a[j] = d * a[j] + (1 - d) * c[j]; });
 }
 
 // Exponent bits all ones is Inf or NaN. A branch-free OR over the bits vectorises, and

@@ -11,8 +11,6 @@ namespace dpt::cpu {
 namespace {
 
 using namespace onednn;
-using dnnl::algorithm;
-using dnnl::prop_kind;
 
 struct Geometry {
   memory::dims src, dst, kernel, strides, pad_l, pad_r;
@@ -62,25 +60,22 @@ struct BackwardEntry {
   memory::desc workspace;
 };
 
-std::shared_ptr<ForwardEntry> forward_entry(PoolKind kind, const Shape& x, const Shape& out,
-                                            const PoolParams& p, bool training, Layout layout) {
-  Geometry g = geometry_of(kind, x, out, p, layout);
-  return Context::cpu().cached<ForwardEntry>(
-      key_of(training ? "pool_fwd_training" : "pool_fwd_inference", kind, x, p, layout), [&] {
-        auto pd = forward_pd(g, training ? prop_kind::forward_training : prop_kind::forward_inference);
-        return std::make_shared<ForwardEntry>(
-            ForwardEntry{dnnl::pooling_forward(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
-                         bridge_make(g.plain_dst, pd.dst_desc(), Direction::out), pd.workspace_desc()});
-      });
-}
-
 }  // namespace
 
 // Max pooling keeps oneDNN's argmax workspace for the backward; average pooling needs none.
 void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const Tensor& out,
                     bool keep_for_backward, PoolSaved& saved) {
   // x's layout rules: out is in it, or (1x1 maps) holds the same bytes either way.
-  auto entry = forward_entry(kind, x.shape(), out.shape(), p, keep_for_backward, layout_of(x));
+  Layout layout = layout_of(x);
+  const bool training = keep_for_backward;  // oneDNN's training forward keeps the workspace
+  auto entry = Context::cpu().cached<ForwardEntry>(
+      key_of(training ? "pool_fwd_training" : "pool_fwd_inference", kind, x.shape(), p, layout), [&] {
+        Geometry g = geometry_of(kind, x.shape(), out.shape(), p, layout);
+        auto pd = forward_pd(g, training ? prop_kind::forward_training : prop_kind::forward_inference);
+        return std::make_shared<ForwardEntry>(
+            ForwardEntry{dnnl::pooling_forward(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
+                         bridge_make(g.plain_dst, pd.dst_desc(), Direction::out), pd.workspace_desc()});
+      });
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)}};
