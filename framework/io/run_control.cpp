@@ -52,9 +52,8 @@ std::string from_rank0(const std::function<std::string()>& make) {
 }
 
 std::string last_checkpoint(const std::string& dir) {
-  std::vector<int64_t> steps = checkpoint_steps(dir);
-  return steps.empty() ? "none (no checkpoint written yet)"
-                       : dir + "/step-" + std::to_string(steps.back()) + ".json";
+  const std::string newest = checkpoint_resolve("auto", dir);
+  return newest.empty() ? "none (no checkpoint written yet)" : newest;
 }
 
 }  // namespace
