@@ -172,11 +172,9 @@ std::string checkpoint_save(const std::string& dir, const TrainingObjects& objec
     ::unlink(json_path.c_str());
     ::unlink((dir + "/" + model_file).c_str());
     ::unlink((dir + "/" + state_file).c_str());
-    std::vector<int64_t> kept = checkpoint_steps(dir);
+    const std::string last = checkpoint_resolve("auto", dir);
     DPT_FAIL() << "checkpoint " << name << " not saved: " << e.what() << "; "
-               << (kept.empty()
-                       ? std::string("no earlier checkpoint exists")
-                       : "the last complete checkpoint is " + dir + "/" + stem(kept.back()) + ".json");
+               << (last.empty() ? "no earlier checkpoint exists" : "the last complete checkpoint is " + last);
   }
   prune(dir, p.step, keep_last);
   return json_path;

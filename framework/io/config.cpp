@@ -238,11 +238,10 @@ class Reader {
     fail(node, path, "key '" + path + "': expected " + expected + ", got " + describe(node));
   }
 
-  // Checks `map` is a mapping whose keys are unique plain names from `known` that apply to
+  // Checks that the keys of mapping `map` are unique plain names from `known` that apply to
   // the section's `chosen` name (`applicable`: all of `known` without a selector).
   void check_keys(const YAML::Node& map, const std::string& path, const Names& known, const Names& applicable,
                   const std::string& chosen) const {
-    if (!map.IsMap()) fail_value(map, path, "a mapping of keys (" + join(known) + ")");
     std::map<std::string, int> seen;  // key -> line
     for (const auto& pair : map) {
       const YAML::Node& key = pair.first;

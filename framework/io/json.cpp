@@ -36,6 +36,13 @@ std::string one_line(const JsonIn& value) {
   return value.dump(-1, ' ', false, JsonIn::error_handler_t::replace);
 }
 
+// A short description for messages: the value's text when short, else its kind.
+std::string json_describe(const JsonIn& value) {
+  std::string text = one_line(value);
+  if (!value.is_structured() && text.size() <= 40) return text;
+  return (value.is_array() || value.is_object() ? "an " : "a ") + std::string(value.type_name());
+}
+
 // Cut in the middle when a long token or key would make a damaged file's one-line message
 // thousands of bytes long.
 std::string shortened(std::string reason) {
@@ -110,12 +117,6 @@ JsonIn json_parse(std::string_view text, const std::string& source) {
     fail(buffer.read() > 0 ? buffer.read() - 1 : 0, library_reason(e.what()));
   }
   return {};  // not reached: fail() throws
-}
-
-std::string json_describe(const JsonIn& value) {
-  std::string text = one_line(value);
-  if (!value.is_structured() && text.size() <= 40) return text;
-  return (value.is_array() || value.is_object() ? "an " : "a ") + std::string(value.type_name());
 }
 
 const JsonIn& json_at(const JsonIn& object, const std::string& key, const std::string& where) {

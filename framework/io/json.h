@@ -27,7 +27,8 @@ std::string json_text(const JsonOut& value, int indent = -1);
 
 // `value` with every double rounded to 9 significant digits: for measurements people read
 // (metrics.jsonl, summary.json), short ("0.282352954", not "0.2823529541492462", but for
-// Grisu2's rare long form above) and still exact for a float. Not for what must read back bit for bit (checkpoints).
+// Grisu2's rare long form above) and still exact for a float. Not for what must read back bit for bit
+// (checkpoints).
 JsonOut json_rounded(JsonOut value);
 
 // Parses one JSON document (RFC 8259, whitespace around it). Throws dpt::Error
@@ -46,8 +47,5 @@ bool json_bool(const JsonIn& value, const std::string& where);
 const std::string& json_string(const JsonIn& value, const std::string& where);
 const JsonIn::array_t& json_array(const JsonIn& value, const std::string& where);
 const JsonIn::object_t& json_object(const JsonIn& value, const std::string& where);
-
-// A short description for messages: the value's text when short, else its kind.
-std::string json_describe(const JsonIn& value);
 
 }  // namespace dpt::io

@@ -52,9 +52,9 @@ bool launcher_writes_to_terminal() {
 // started by mpirun (OMPI_COMM_WORLD_SIZE, or PMIX_RANK / PMI_RANK of other launchers)
 // that sees a terminal asks whether mpirun's own output goes to one, so that
 // `mpirun ... > log` writes plain lines.
-bool is_terminal(std::FILE* out) {
+bool is_terminal() {
   if (const char* tty = std::getenv("DPT_TTY")) return std::strcmp(tty, "1") == 0;
-  if (isatty(fileno(out)) == 0) return false;
+  if (isatty(STDOUT_FILENO) == 0) return false;
   const bool launched =
       std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
   return !launched || launcher_writes_to_terminal();
@@ -62,23 +62,22 @@ bool is_terminal(std::FILE* out) {
 
 }  // namespace
 
-Progress::Progress(int64_t epochs, int64_t every, std::FILE* out)
-    : epochs_(epochs), every_(every > 0 ? every : 1), out_(out), terminal_(is_terminal(out)) {}
+Progress::Progress(int64_t epochs, int64_t every)
+    : epochs_(epochs), every_(every > 0 ? every : 1), terminal_(is_terminal()) {}
 
 void Progress::update(int64_t epoch, int64_t step, int64_t steps, double loss, double images_per_sec,
                       double eta_s) {
   bool last = step == steps;
   if (!terminal_ && step % every_ != 0 && !last) return;
-  std::fprintf(out_, "%sepoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  ETA %.0fs%s",
-               terminal_ ? "\r" : "", static_cast<long long>(epoch), static_cast<long long>(epochs_),
-               static_cast<long long>(step), static_cast<long long>(steps), loss, images_per_sec, eta_s,
-               terminal_ ? "\033[K" : "\n");
+  std::printf("%sepoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f img/s  ETA %.0fs%s", terminal_ ? "\r" : "",
+              static_cast<long long>(epoch), static_cast<long long>(epochs_), static_cast<long long>(step),
+              static_cast<long long>(steps), loss, images_per_sec, eta_s, terminal_ ? "\033[K" : "\n");
   open_line_ = terminal_;
-  std::fflush(out_);
+  std::fflush(stdout);
 }
 
 void Progress::finish_line() {
-  if (open_line_) std::fputc('\n', out_);
+  if (open_line_) std::putchar('\n');
   open_line_ = false;
 }
 

@@ -5,19 +5,17 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 
 namespace dpt::io {
 
 class Progress {
  public:
-  Progress(int64_t epochs, int64_t every, std::FILE* out = stdout);
+  Progress(int64_t epochs, int64_t every);  // writes to stdout
   void update(int64_t epoch, int64_t step, int64_t steps, double loss, double images_per_sec, double eta_s);
   void finish_line();  // ends a redrawn line before other output
 
  private:
   int64_t epochs_, every_;
-  std::FILE* out_;
   bool terminal_;
   bool open_line_ = false;
 };

@@ -8,6 +8,7 @@
 
 #include "comm/dist.h"
 #include "core/threading.h"
+#include "io/stop_signal.h"
 
 namespace dpt::io {
 namespace {
@@ -51,9 +52,8 @@ std::string from_rank0(const std::function<std::string()>& make) {
 }
 
 std::string last_checkpoint(const std::string& dir) {
-  std::vector<int64_t> steps = checkpoint_steps(dir);
-  return steps.empty() ? "none (no checkpoint written yet)"
-                       : dir + "/step-" + std::to_string(steps.back()) + ".json";
+  const std::string newest = checkpoint_resolve("auto", dir);
+  return newest.empty() ? "none (no checkpoint written yet)" : newest;
 }
 
 }  // namespace
@@ -127,7 +127,9 @@ std::string RunControl::choose_checkpoint(const std::string& arg) {
 void RunControl::before_forward() {
   if (hook_.before_step) hook_.before_step(at_.step + 1);  // a signal it sends counts in this step's vote
   guard_.before_forward();
-  stop_vote_.start();
+  if (dist::info().world_size == 1) return;
+  stop_signal_ = Tensor::from_vector(std::vector<int64_t>{stop_signal_received()}, {1});
+  stop_vote_ = dist::world()->all_reduce(stop_signal_, dist::ReduceOp::max);
 }
 
 Tensor RunControl::loss_hook(const Tensor& loss) const {
@@ -167,7 +169,12 @@ RunControl::StepAction RunControl::after_backward(bool finite, float loss, int64
 
 int RunControl::stop_requested(int64_t epoch, int64_t step_in_epoch, float lr,
                                const std::function<double()>& loss_sum, int64_t applied) {
-  const int signal = stop_vote_.result();
+  int signal = stop_signal_received();
+  if (dist::info().world_size > 1) {
+    DPT_CHECK(stop_vote_) << "RunControl: stop_requested without the vote before_forward starts";
+    std::exchange(stop_vote_, nullptr)->wait();
+    signal = static_cast<int>(stop_signal_.data<int64_t>()[0]);
+  }
   if (signal == 0) return 0;
   std::tie(at_.epoch_loss_sum, at_.epoch_steps_applied) = epoch_totals(epoch, loss_sum(), applied);
   move_to(epoch, step_in_epoch);

@@ -10,11 +10,11 @@
 #include <string>
 #include <utility>
 
+#include "comm/process_group.h"
 #include "core/tensor.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
 #include "io/progress.h"
-#include "io/stop_signal.h"
 #include "optim/nonfinite.h"
 
 namespace dpt::io {
@@ -55,7 +55,7 @@ class RunControl {
   int64_t samples_done(int64_t epoch) const { return epoch == at_.epoch ? at_.samples_in_epoch : 0; }
 
   // Before a step's forward pass: the hook's before_step, in skip mode a copy of the
-  // buffers, and the start of the step's stop vote (stop_signal.h). Collective.
+  // buffers, and the start of the step's stop vote (stop_vote_ below). Collective.
   void before_forward();
   // The step's loss, or what the hook's `loss` makes of it.
   Tensor loss_hook(const Tensor& loss) const;
@@ -100,7 +100,14 @@ class RunControl {
   Progress& progress_;
   std::string dir_;
   StepHook hook_;
-  StopVote stop_vote_;
+  // The ranks' agreement on stopping after a step, so that every rank stops after the same
+  // one: a max all-reduce over the world of each rank's pending signal (io/stop_signal.h),
+  // started before the step's forward and read after its update. It runs while the step
+  // computes (the gradient all-reduces queued behind it complete after it), so reading it
+  // costs no round trip. A signal that arrives after the start counts at the next step. With
+  // one rank there is no vote: the signal this process received decides.
+  Tensor stop_signal_;
+  dist::WorkPtr stop_vote_;
   optim::NonfiniteGuard guard_;
   TrainingProgress at_;
   bool resumed_ = false;

@@ -3,9 +3,6 @@
 #include "io/stop_signal.h"
 
 #include <csignal>
-#include <utility>
-
-#include "comm/dist.h"
 
 namespace dpt::io {
 namespace {
@@ -13,8 +10,6 @@ namespace {
 volatile std::sig_atomic_t g_signal = 0;  // a signal handler can reach nothing else
 
 extern "C" void on_stop_signal(int signal) { g_signal = signal; }
-
-bool one_process() { return !dist::initialized() || dist::info().world_size == 1; }
 
 }  // namespace
 
@@ -29,18 +24,6 @@ void stop_signals_install() {
   std::signal(SIGXFSZ, SIG_IGN);
 }
 
-void StopVote::start() {
-  if (one_process()) return;
-  signal_ = Tensor::from_vector(std::vector<int64_t>{g_signal}, {1});
-  work_ = dist::world()->all_reduce(signal_, dist::ReduceOp::max);
-}
-
-int StopVote::result() {
-  if (one_process()) return g_signal;
-  if (!work_) start();
-  const dist::WorkPtr work = std::exchange(work_, nullptr);
-  work->wait();
-  return static_cast<int>(signal_.data<int64_t>()[0]);
-}
+int stop_signal_received() { return g_signal; }
 
 }  // namespace dpt::io

@@ -7,32 +7,12 @@
 // failed write naming the file instead of a core dump.
 #pragma once
 
-#include "core/tensor.h"
-#include "comm/process_group.h"
-
 namespace dpt::io {
 
 // Installs the handlers. Call once, early in main.
 void stop_signals_install();
 
-// The ranks' agreement on stopping after a step, so that every rank stops after the same
-// one: a max all-reduce over the world of each rank's pending signal, started before the
-// step's forward and read after its update. It runs while the step computes (the gradient
-// all-reduces queued behind it complete after it), so reading it costs no round trip. A
-// signal that arrives after start() counts at the next step.
-class StopVote {
- public:
-  // Collective over the world, non-blocking: starts the vote with this rank's pending
-  // signal. Nothing without MPI or with one rank.
-  void start();
-  // The signal any rank had pending at start() (0 if none), waiting for the vote; without
-  // a start() since the last result, a vote started and read at once. Collective. Without
-  // MPI, or with one rank, the signal this process received (SIGTERM, SIGINT or SIGUSR1).
-  int result();
-
- private:
-  Tensor signal_;
-  dist::WorkPtr work_;
-};
+// The signal this process has received (SIGTERM, SIGINT or SIGUSR1), 0 if none.
+int stop_signal_received();
 
 }  // namespace dpt::io

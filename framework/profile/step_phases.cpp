@@ -1,7 +1,5 @@
 #include "profile/step_phases.h"
 
-#include "comm/dist.h"
-
 namespace dpt::profile {
 namespace {
 
@@ -29,15 +27,5 @@ io::JsonOut& StepPhases::add_to(io::JsonOut& json) const {
 }
 
 const char* phase_name(Phase phase) { return kNames[static_cast<int>(phase)]; }
-
-StepPhases mean_over_ranks(const StepPhases& mine) {
-  const int ranks = dist::info().world_size;
-  if (ranks == 1) return mine;
-  Tensor t = Tensor::from_vector(std::vector<float>(mine.ms.begin(), mine.ms.end()), {5});
-  dist::world()->all_reduce(t, dist::ReduceOp::sum)->wait();
-  StepPhases sum;
-  for (size_t i = 0; i < sum.ms.size(); ++i) sum.ms[i] = t.data<float>()[i];
-  return sum.scaled(1.0 / ranks);
-}
 
 }  // namespace dpt::profile

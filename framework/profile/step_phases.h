@@ -35,8 +35,4 @@ struct StepTraffic {
   double collectives = 0, bytes = 0;
 };
 
-// Collective over the world: the mean of every rank's phases (a rank's own on one). For
-// means per step (sent as f32), not long totals.
-StepPhases mean_over_ranks(const StepPhases& mine);
-
 }  // namespace dpt::profile

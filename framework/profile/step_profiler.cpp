@@ -3,12 +3,26 @@
 #include "comm/dist.h"
 
 namespace dpt::profile {
+namespace {
+
+// Collective over the world: the mean of every rank's phases (a rank's own on one). For
+// means per step (sent as f32), not long totals.
+StepPhases mean_over_ranks(const StepPhases& mine) {
+  const int ranks = dist::info().world_size;
+  if (ranks == 1) return mine;
+  Tensor t = Tensor::from_vector(std::vector<float>(mine.ms.begin(), mine.ms.end()), {5});
+  dist::world()->all_reduce(t, dist::ReduceOp::sum)->wait();
+  StepPhases sum;
+  for (size_t i = 0; i < sum.ms.size(); ++i) sum.ms[i] = t.data<float>()[i];
+  return sum.scaled(1.0 / ranks);
+}
+
+}  // namespace
 
 StepProfiler::StepProfiler(const dist::DistributedDataParallel* ddp, TimelineOptions timeline)
     : ddp_(ddp), options_(std::move(timeline)) {
   if (options_.path.empty()) return;
-  if (dist::info().rank == 0) check_writable(options_.path);
-  timeline_ = std::make_unique<Timeline>();
+  timeline_ = std::make_unique<Timeline>(options_.path);
   compute_track_ = timeline_->track("compute");
 }
 
@@ -103,7 +117,7 @@ StepTraffic StepProfiler::run_traffic() const {
 
 void StepProfiler::write_timeline() {
   recorder_.reset();
-  if (timeline_) timeline_->write(options_.path);
+  if (timeline_) timeline_->write();
 }
 
 }  // namespace dpt::profile

@@ -1,5 +1,6 @@
 #include "profile/timeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -62,16 +63,24 @@ double now_ns() {
                                  .count());
 }
 
-Timeline::Timeline() {
+Timeline::Timeline(std::string path) : path_(std::move(path)) {
+  if (dist::info().rank == 0) {
+    const std::filesystem::path p(path_);
+    std::error_code ec;
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+    const bool existed = std::filesystem::exists(p, ec);
+    DPT_CHECK(std::ofstream(p, std::ios::app).good())
+        << "cannot write the timeline file '" << path_ << "' (" << std::strerror(errno) << ")";
+    if (!existed) std::filesystem::remove(p, ec);
+  }
   if (dist::info().world_size > 1) dist::world()->barrier()->wait();
   origin_ns_ = now_ns();
 }
 
 int Timeline::track(const std::string& name) {
-  for (size_t t = 0; t < tracks_.size(); ++t)
-    if (tracks_[t] == name) return static_cast<int>(t);
-  tracks_.push_back(name);
-  return static_cast<int>(tracks_.size() - 1);
+  auto it = std::find(tracks_.begin(), tracks_.end(), name);
+  if (it == tracks_.end()) it = tracks_.insert(it, name);
+  return static_cast<int>(it - tracks_.begin());
 }
 
 void Timeline::add(int track, const std::string& name, double begin_ns, double end_ns, io::JsonOut args) {
@@ -92,7 +101,7 @@ void Timeline::counter(const std::string& name, double at_ns, io::JsonOut values
                      {"args", std::move(values)}});
 }
 
-void Timeline::write(const std::string& path) const {
+void Timeline::write() const {
   io::JsonOut mine = row_names(dist::info().rank, tracks_);
   mine.insert(mine.end(), events_.begin(), events_.end());
   const std::vector<std::string> all = gather_text(io::json_text(mine));
@@ -103,7 +112,7 @@ void Timeline::write(const std::string& path) const {
     events.insert(events.end(), rank_events.begin(), rank_events.end());
   }
   const io::JsonOut trace = {{"displayTimeUnit", "ms"}, {"traceEvents", std::move(events)}};
-  io::write_file_atomic(path, {io::json_text(trace) + "\n"});
+  io::write_file_atomic(path_, {io::json_text(trace) + "\n"});
 }
 
 BackwardRecorder::BackwardRecorder(Timeline& timeline, int track)
@@ -122,17 +131,6 @@ void BackwardRecorder::node_finished(const autograd::Node& node, const Tensor& g
                          ? io::JsonOut{{"numel", grad.numel()}}
                          : io::JsonOut{{"seq", node.sequence_nr}, {"grad", shape_str(grad.shape())}};
   timeline_.add(track_, node.name, begin, end, std::move(args));
-}
-
-void check_writable(const std::string& path) {
-  std::filesystem::path p(path);
-  std::error_code ec;
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  bool existed = std::filesystem::exists(p, ec);
-  std::ofstream out(p, std::ios::app);
-  DPT_CHECK(out.good()) << "cannot write the timeline file '" << path << "' (" << std::strerror(errno) << ")";
-  out.close();
-  if (!existed) std::filesystem::remove(p, ec);
 }
 
 }  // namespace dpt::profile

@@ -24,9 +24,11 @@ std::vector<std::string> gather_text(const std::string& text);
 
 class Timeline {
  public:
-  // Collective over the world: leaves a barrier and takes the time as the origin, so the
-  // ranks of one machine line up to within the barrier's skew (tens of microseconds).
-  Timeline();
+  // Collective over the world: rank 0 checks that `path` can be written (creating its
+  // folder), so a bad path fails before training rather than after (Error naming it); then
+  // leaves a barrier and takes the time as the origin, so the ranks of one machine line up to
+  // within the barrier's skew (tens of microseconds).
+  explicit Timeline(std::string path);
   // The id of this rank's row `name`; rows are listed in the order first asked for.
   int track(const std::string& name);
   // A span [begin_ns, end_ns] on `track`, with `args` (a JSON object, e.g. {"bytes": 4096}).
@@ -35,11 +37,12 @@ class Timeline {
   // A counter sample at `at_ns` (chrome://tracing draws one graph per name and rank, each
   // key of `values` a series): it holds until the next sample of that name.
   void counter(const std::string& name, double at_ns, io::JsonOut values);
-  // Collective over the world: every rank's spans go to rank 0, which writes `path` (one
+  // Collective over the world: every rank's spans go to rank 0, which writes the path (one
   // JSON object with "traceEvents"). Throws Error naming the file when it cannot.
-  void write(const std::string& path) const;
+  void write() const;
 
  private:
+  std::string path_;
   double origin_ns_ = 0;
   std::vector<std::string> tracks_;
   io::JsonOut events_ = io::JsonOut::array();  // the spans' trace events
@@ -64,9 +67,5 @@ class BackwardRecorder : public autograd::NodeObserver {
   autograd::NodeObserver* previous_;
   std::vector<double> started_ns_;  // a stack: nodes do not nest today, but hooks could run backward
 };
-
-// Checks that `path` can be written (creating its folder), so a bad path fails before
-// training rather than after. Throws Error naming it.
-void check_writable(const std::string& path);
 
 }  // namespace dpt::profile
