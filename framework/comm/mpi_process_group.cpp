@@ -349,19 +349,13 @@ void set_chunks(MpiOp& op, int64_t n, int size) {
 
 // Whether the bytes of a and b overlap (false when either is empty).
 bool overlaps(const Tensor& a, const Tensor& b) {
-  const size_t na = a.numel() * dtype_size(a.dtype()), nb = b.numel() * dtype_size(b.dtype());
-  if (na == 0 || nb == 0) return false;
-  const char* pa = static_cast<const char*>(a.raw_data());
-  const char* pb = static_cast<const char*>(b.raw_data());
-  return pa < pb + nb && pb < pa + na;
+  return a.numel() > 0 && b.numel() > 0 && span_of(a).overlaps(span_of(b));
 }
 
-// gather's or scatter's checks; `whole` is the tensor of size() blocks that only root has.
+// gather's or scatter's checks on root (after check_peer); `whole` is the tensor of size()
+// blocks that only root has.
 void check_blocks(const ProcessGroup& group, const char* op, const Tensor& whole, const char* whole_name,
                   const Tensor& part, const char* part_name, int root) {
-  DPT_CHECK(root >= 0 && root < group.size())
-      << op << " on " << group.name() << ": root " << root << " is not a rank of this group of "
-      << group.size() << " (0.." << group.size() - 1 << ")";
   if (group.rank() != root) return;
   DPT_CHECK(whole.dtype() == part.dtype())
       << op << " on " << group.name() << ": " << whole_name << " is " << dtype_name(whole.dtype()) << " but "
@@ -584,6 +578,7 @@ WorkPtr MpiProcessGroup::gather(const Tensor& out, const Tensor& in, int root) {
   count_collective(out, in);
   const Device device = device_of(in);
   check_tensor("gather", in, "in", device, true);
+  check_peer("gather", "root", root);
   if (rank() == root) check_tensor("gather", out, "out", device, true);
   check_blocks(*this, "gather", out, "out", in, "in", root);
   auto task = make_op(OpKind::gather, rank() == root ? out : Tensor(), in, in.numel(), ReduceOp::sum, root);
@@ -595,6 +590,7 @@ WorkPtr MpiProcessGroup::scatter(const Tensor& out, const Tensor& in, int root) 
   count_collective(out, in);
   const Device device = device_of(out);
   check_tensor("scatter", out, "out", device, true);
+  check_peer("scatter", "root", root);
   if (rank() == root) check_tensor("scatter", in, "in", device, true);
   check_blocks(*this, "scatter", in, "in", out, "out", root);
   auto task = make_op(OpKind::scatter, out, rank() == root ? in : Tensor(), out.numel(), ReduceOp::sum, root);
