@@ -17,16 +17,6 @@
 namespace dpt::train {
 namespace {
 
-// `module` in DDP over `group` as the `distributed` keys ask (itself on one rank): the one
-// place a run builds DDP.
-nn::ModulePtr data_parallel(nn::ModulePtr module, dist::GroupPtr group, const io::Config& config) {
-  if (group->size() == 1) return module;
-  // shard_gradients, no key, follows the optimizer: a sharded one needs them reduce-scattered.
-  dist::DdpOptions options = config.distributed.ddp;
-  options.shard_gradients = config.optimizer.shard;
-  return std::make_shared<dist::DistributedDataParallel>(std::move(module), std::move(group), options);
-}
-
 void backend_check(Device device, io::CommBackend backend) {
   // A group carries host tensors by MPI and CUDA ones by NCCL: `backend` is refused where the
   // other one is.
@@ -354,7 +344,13 @@ void ParallelPlan::wrap(const nn::ModulePtr& net, Device device) {
   backend_check(device, config_.distributed.backend);
   net->to(device);  // the whole model, also with pp > 1: evaluation runs it after gather()
   net_ = net;
-  module_ = data_parallel(trained_part(), layout_.dp_group, config_);
+  module_ = trained_part();
+  if (layout_.dp_group->size() == 1) return;
+  // DDP over the dp group as the `distributed` keys ask: the one place a run builds DDP.
+  // shard_gradients, no key, follows the optimizer: a sharded one needs them reduce-scattered.
+  dist::DdpOptions options = config_.distributed.ddp;
+  options.shard_gradients = config_.optimizer.shard;
+  module_ = std::make_shared<dist::DistributedDataParallel>(module_, layout_.dp_group, options);
 }
 
 std::unique_ptr<ParallelPlan> make_plan(const io::Config& config, const ParallelLayout& layout) {

@@ -116,13 +116,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, n
   return rule(std::move(groups));
 }
 
-// optimizer.lr, times the world size under `lr_scaling: linear` (the global batch grows).
-optim::LrSchedule make_schedule(const io::Config& config, int64_t steps_per_epoch, int world_size) {
-  const float lr =
-      static_cast<float>(config.optimizer.lr) * (config.lr_scaling == io::LrScaling::linear ? world_size : 1);
-  return optim::LrSchedule(lr, config.schedule, steps_per_epoch, config.epochs);
-}
-
 }  // namespace
 
 // How an epoch's steps went, for its metrics line.
@@ -183,7 +176,10 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
                 config_.optimizer.shard && world.world_size > 1 ? " (its shard: optimizer.shard)" : "");
   if (config_.ema_decay > 0)
     ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
-  schedule_.emplace(make_schedule(config_, steps_, layout_.dp));
+  // optimizer.lr, times the dp ranks under `lr_scaling: linear` (the global batch grows).
+  const int lr_scale = config_.lr_scaling == io::LrScaling::linear ? layout_.dp : 1;
+  schedule_.emplace(static_cast<float>(config_.optimizer.lr) * lr_scale, config_.schedule, steps_,
+                    config_.epochs);
   step_ = plan_->make_step(*optimizer_, ema_.get(), data_.train);
 
   // Checkpoints (resuming from one, saving them) and the output directory.
