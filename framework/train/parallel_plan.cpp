@@ -17,18 +17,6 @@
 namespace dpt::train {
 namespace {
 
-void backend_check(Device device, io::CommBackend backend) {
-  // A group carries host tensors by MPI and CUDA ones by NCCL: `backend` is refused where the
-  // other one is.
-  const bool cuda = device.is_cuda();
-  DPT_CHECK(backend != io::CommBackend::nccl || cuda)
-      << "distributed.backend: nccl carries CUDA tensors, but this run trains on " << device.str()
-      << ": set device: cuda, or distributed.backend: auto or mpi";
-  DPT_CHECK(backend != io::CommBackend::mpi || !cuda)
-      << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
-      << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
-}
-
 using StepAction = io::RunControl::StepAction;
 
 class EagerStep : public Step {
@@ -341,7 +329,15 @@ ParallelLayout parallel_layout(const io::Config& config, const std::string& resu
 }
 
 void ParallelPlan::wrap(const nn::ModulePtr& net, Device device) {
-  backend_check(device, config_.distributed.backend);
+  // A group carries host tensors by MPI and CUDA ones by NCCL: distributed.backend is refused
+  // where the other one is.
+  const io::CommBackend backend = config_.distributed.backend;
+  DPT_CHECK(backend != io::CommBackend::nccl || device.is_cuda())
+      << "distributed.backend: nccl carries CUDA tensors, but this run trains on " << device.str()
+      << ": set device: cuda, or distributed.backend: auto or mpi";
+  DPT_CHECK(backend != io::CommBackend::mpi || !device.is_cuda())
+      << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
+      << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
   net->to(device);  // the whole model, also with pp > 1: evaluation runs it after gather()
   net_ = net;
   module_ = trained_part();
