@@ -81,16 +81,14 @@ models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::Gr
 }
 
 // What model.safetensors holds: the state with every tensor a tensor-parallel model splits
-// gathered whole (loadable into the one-process model). Collective over tp_group.
+// gathered whole (loadable into the one-process model, which `spec` builds). Collective over tp_group.
 nn::NamedTensors model_whole_state(const io::Config& config, const models::ModelSpec& spec, nn::Module& net,
                                    const dist::GroupPtr& tp_group) {
   if (!tp_group || tp_group->size() == 1) return net.state_dict();
   // The unsplit model, for its tensors' shapes.
   YAML::Node node = YAML::Clone(config.model.node);
   node["tensor_parallel"] = false;
-  models::ModelSpec whole = spec;
-  whole.tp_group = nullptr;
-  return nn::gather_whole_state(net.state_dict(), models::build_model(node, whole)->state_dict(), *tp_group);
+  return nn::gather_whole_state(net.state_dict(), models::build_model(node, spec)->state_dict(), *tp_group);
 }
 
 // SGD or AdamW in two groups (1-D parameters without weight decay under no_decay_bias_bn);
