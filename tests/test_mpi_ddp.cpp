@@ -360,9 +360,9 @@ TEST(Ddp, FirstBucketHoldsAboutOneMegabyteAndLaunchesFirst) {
   for (int k = 0; k < 2; ++k) {  // the second backward runs on the rebuilt buckets
     const auto& buckets = ddp.reducer().buckets();
     ASSERT_EQ(buckets.size(), 2u);
-    EXPECT_GE(buckets[0].bytes, mib);
-    EXPECT_LT(buckets[0].bytes - bytes_of(buckets[0].params.back()), mib);
-    EXPECT_EQ(buckets[0].bytes + buckets[1].bytes, 5 * layer_bytes);
+    EXPECT_GE(buckets[0].bytes(), mib);
+    EXPECT_LT(buckets[0].bytes() - bytes_of(buckets[0].params.back()), mib);
+    EXPECT_EQ(buckets[0].bytes() + buckets[1].bytes(), 5 * layer_bytes);
     EXPECT_EQ(buckets[0].params.front().substr(0, 2), "4.");
     std::set<std::string> second(buckets[1].params.begin(), buckets[1].params.end());
     EXPECT_TRUE(second.count("0.weight") && second.count("0.bias"));

@@ -115,7 +115,7 @@ struct OptimizerConfig {
 
 struct DistributedConfig {
   // The section's DDP keys, held as DDP takes them. Its members that are no keys keep their
-  // defaults here (data_parallel, train/parallel_plan.cpp, sets shard_gradients from
+  // defaults here (ParallelPlan::wrap, train/parallel_plan.cpp, sets shard_gradients from
   // optimizer.shard).
   dist::DdpOptions ddp;
   CommBackend backend;

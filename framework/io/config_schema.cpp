@@ -14,9 +14,10 @@ std::string yaml_text(bool value) { return value ? "true" : "false"; }
 }  // namespace
 
 std::vector<Key> config_keys(Config& c) {
-  // DDP's and the schedule's keys default to what their code does when given no config.
+  // DDP's, the schedule's and the pipeline's keys default to what their code does when given no config.
   const dist::DdpOptions ddp;
   const optim::ScheduleOptions schedule;
+  const dist::PipelineOptions pipeline;
   return {
       Key("model.name", &c.model.name, "", "",
           "the model's registry name ([models](#models)); the model reads its other keys beside `name`"),
@@ -136,10 +137,11 @@ std::vector<Key> config_keys(Config& c) {
       Key("parallel.pp", &c.parallel.pp, "1", ">= 1",
           "pipeline stages: the model cut into this many stages, one per rank of a pipeline group "
           "([pipeline stages](hybrid.md#pipeline-stages))"),
-      Key("pipeline.micro_batches", &c.pipeline.micro_batches, "4", ">= 1",
+      Key("pipeline.micro_batches", &c.pipeline.micro_batches, std::to_string(pipeline.micro_batches), ">= 1",
           "micro-batches each step's batch is cut into; they flow through the stages one after another "
           "(must divide batch_size)"),
-      Key("pipeline.schedule", choice(&c.pipeline.schedule, "pipeline schedule"), "gpipe", "",
+      Key("pipeline.schedule", choice(&c.pipeline.schedule, "pipeline schedule"), name_of(pipeline.schedule),
+          "",
           "gpipe: every micro-batch's forward, then every backward; 1f1b: after a warm-up one forward and "
           "one backward alternately, so a stage holds at most as many micro-batches as stages follow it"),
       Key("debug", choice(&c.debug, "debug mode"), "none", "",

@@ -13,11 +13,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(s
   DPT_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1)
       << "adamw: betas must be in [0, 1), got " << options.beta1 << ", " << options.beta2;
   DPT_CHECK(options.eps > 0) << "adamw: eps must be > 0";
-  for (auto& group : groups_)
-    for (auto& p : group.params) {
-      m_.push_back(Tensor::zeros(p.shape(), DType::f32, p.device()));
-      v_.push_back(Tensor::zeros(p.shape(), DType::f32, p.device()));
-    }
+  state_make(2);  // exp_avg, exp_avg_sq
 }
 
 namespace {
@@ -62,8 +58,8 @@ void AdamW::update(float lr, const DeviceScalars* scalars) {
       kernels_for(device).adamw_update(slots, device.index, lr, decay, b1, b2, eps, c1, c2, on_device);
     });
     for (auto& p : group.params) {
-      Tensor& m = m_[k];
-      Tensor& v = v_[k++];
+      Tensor& m = state_[0][k];
+      Tensor& v = state_[1][k++];
       if (!p.grad().defined()) continue;
       prepare_update("adamw", p, {&m, &v}, scalars);
       batch.add(p.device(),
@@ -71,17 +67,6 @@ void AdamW::update(float lr, const DeviceScalars* scalars) {
     }
     batch.flush();
   }
-}
-
-std::vector<Optimizer::StateTensor> AdamW::state_tensors() const {
-  std::vector<StateTensor> out;
-  size_t k = 0;
-  for (const auto& group : groups_)
-    for (const auto& p : group.params) {
-      out.push_back({"exp_avg", p, m_[k]});
-      out.push_back({"exp_avg_sq", p, v_[k++]});
-    }
-  return out;
 }
 
 }  // namespace dpt::optim

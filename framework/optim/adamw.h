@@ -18,7 +18,6 @@ class AdamW : public Optimizer {
   void step(float lr) override;
   void step_prepare(float lr) override;
   void step_apply() override;
-  std::vector<StateTensor> state_tensors() const override;
   std::vector<std::string> state_kinds() const override {
     return {"exp_avg", "exp_avg_sq"};
   }  // PyTorch's names
@@ -30,7 +29,6 @@ class AdamW : public Optimizer {
   void update(float lr, const DeviceScalars* scalars);
 
   AdamWOptions options_;
-  std::vector<Tensor> m_, v_;
   int64_t steps_ = 0;
 };
 

@@ -35,17 +35,13 @@ bool gradients_finite(const std::vector<Tensor>& params) {
 
 NonfiniteGuard::NonfiniteGuard(const nn::Module& model, const Optimizer& optimizer, bool keep_buffers,
                                bool check_loss)
-    : optimizer_(optimizer),
-      buffers_(model.named_buffers()),
-      keep_buffers_(keep_buffers),
-      check_loss_(check_loss) {
-  if (keep_buffers_)
+    : optimizer_(optimizer), buffers_(model.named_buffers()), check_loss_(check_loss) {
+  if (keep_buffers)
     for (const auto& [name, t] : buffers_) saved_.emplace_back(name, t.clone());
 }
 
 void NonfiniteGuard::before_forward() {
-  if (!keep_buffers_) return;
-  for (size_t i = 0; i < buffers_.size(); ++i) saved_[i].second.copy_from(buffers_[i].second);
+  for (size_t i = 0; i < saved_.size(); ++i) saved_[i].second.copy_from(buffers_[i].second);
 }
 
 bool NonfiniteGuard::step_finite(const Tensor& loss) {
@@ -53,9 +49,9 @@ bool NonfiniteGuard::step_finite(const Tensor& loss) {
   std::vector<Tensor> checked = optimizer_.step_gradients();
   if (check_loss_) checked.push_back(loss.detach());
   const bool ok = optimizer_.all_ranks(tensors_finite(checked));
-  if (!ok && keep_buffers_) {
+  if (!ok) {
     autograd::NoGrad no_grad;
-    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].second.copy_from(saved_[i].second);
+    for (size_t i = 0; i < saved_.size(); ++i) buffers_[i].second.copy_from(saved_[i].second);
   }
   return ok;
 }

@@ -29,8 +29,9 @@ class NonfiniteGuard {
 
  private:
   const Optimizer& optimizer_;
-  nn::NamedTensors buffers_, saved_;
-  bool keep_buffers_, check_loss_;
+  nn::NamedTensors buffers_;
+  nn::NamedTensors saved_;  // with keep_buffers: the buffers before the forward pass; else empty
+  bool check_loss_;
 };
 
 }  // namespace dpt::optim

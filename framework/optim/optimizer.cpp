@@ -33,6 +33,25 @@ void Optimizer::zero_grad() {
       if (p.grad().defined()) p.grad().zero_();
 }
 
+void Optimizer::state_make(size_t kinds) {
+  state_.assign(kinds, {});
+  for (auto& tensors : state_)
+    for (const auto& group : groups_)
+      for (const auto& p : group.params) tensors.push_back(Tensor::zeros(p.shape(), DType::f32, p.device()));
+}
+
+std::vector<Optimizer::StateTensor> Optimizer::state_tensors() const {
+  const std::vector<std::string> kinds = state_kinds();
+  std::vector<StateTensor> out;
+  size_t i = 0;
+  for (const auto& group : groups_)
+    for (const auto& p : group.params) {
+      for (size_t k = 0; k < kinds.size(); ++k) out.push_back({kinds[k], p, state_[k][i]});
+      ++i;
+    }
+  return out;
+}
+
 int64_t Optimizer::state_bytes() const {
   int64_t bytes = 0;
   for (const auto& s : state_tensors())

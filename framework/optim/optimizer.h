@@ -47,7 +47,7 @@ class Optimizer {
     Tensor param;
     Tensor value;
   };
-  virtual std::vector<StateTensor> state_tensors() const = 0;
+  virtual std::vector<StateTensor> state_tensors() const;  // by default state_'s
   // The kinds of state each parameter has, in state_tensors()' order (none for plain SGD).
   virtual std::vector<std::string> state_kinds() const = 0;
   // Bytes of state_tensors() on this rank.
@@ -74,8 +74,11 @@ class Optimizer {
   DeviceScalars& device_scalars(size_t count);
   // Those values for step_apply; dpt::Error when step_prepare has not made them.
   const DeviceScalars& prepared_scalars(const char* owner) const;
+  // Fills state_ with `kinds` zero tensors per parameter, each of its parameter's shape and device.
+  void state_make(size_t kinds);
 
   std::vector<ParamGroup> groups_;
+  std::vector<std::vector<Tensor>> state_;  // [kind][parameter in group order]
 
  private:
   std::unique_ptr<DeviceScalars> device_scalars_;

@@ -11,8 +11,7 @@ Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options) : Optimizer(std::mo
   DPT_CHECK(options.momentum >= 0.0f && options.momentum < 1.0f)
       << "sgd: momentum must be in [0, 1), got " << options.momentum;
   DPT_CHECK(!options.nesterov || options.momentum > 0.0f) << "sgd: nesterov needs momentum > 0";
-  for (auto& group : groups_)
-    for (auto& p : group.params) velocity_.push_back(Tensor::zeros(p.shape(), DType::f32, p.device()));
+  state_make(1);  // velocity
 }
 
 void Sgd::step(float lr) { update(lr, nullptr); }
@@ -35,7 +34,7 @@ void Sgd::update(float lr, const DeviceScalars* scalars) {
                                      lr_on_device);
     });
     for (auto& p : group.params) {
-      Tensor& v = velocity_[k++];
+      Tensor& v = state_[0][k++];
       if (!p.grad().defined()) continue;
       prepare_update("sgd", p, {&v}, scalars);
       batch.add(p.device(), {p.data<float>(), p.grad().data<float>(), v.data<float>(), p.numel()});
@@ -47,15 +46,6 @@ void Sgd::update(float lr, const DeviceScalars* scalars) {
 std::vector<std::string> Sgd::state_kinds() const {
   if (options_.momentum == 0.0f) return {};  // plain SGD keeps no state
   return {"momentum"};
-}
-
-std::vector<Optimizer::StateTensor> Sgd::state_tensors() const {
-  std::vector<StateTensor> out;
-  if (state_kinds().empty()) return out;
-  size_t k = 0;
-  for (const auto& group : groups_)
-    for (const auto& p : group.params) out.push_back({"momentum", p, velocity_[k++]});
-  return out;
 }
 
 }  // namespace dpt::optim

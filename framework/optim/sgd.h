@@ -18,8 +18,7 @@ class Sgd : public Optimizer {
   void step_prepare(float lr) override;
   void step_apply() override;
   // Momentum buffers, one per parameter in group order (for checkpoints).
-  const std::vector<Tensor>& momentum_buffers() const { return velocity_; }
-  std::vector<StateTensor> state_tensors() const override;
+  const std::vector<Tensor>& momentum_buffers() const { return state_[0]; }
   std::vector<std::string> state_kinds() const override;  // "momentum" when momentum > 0
 
  private:
@@ -27,7 +26,6 @@ class Sgd : public Optimizer {
   void update(float lr, const DeviceScalars* scalars);
 
   SgdOptions options_;
-  std::vector<Tensor> velocity_;  // in the order of the groups' parameters
 };
 
 }  // namespace dpt::optim

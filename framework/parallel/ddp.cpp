@@ -11,9 +11,11 @@
 namespace dpt::dist {
 namespace {
 
-// Every rank's parameter lines ("'name' [shape]"), gathered as characters padded to the
-// longest text.
-std::vector<std::vector<std::string>> gather_signatures(const nn::NamedTensors& params, ProcessGroup& group) {
+// Throws Error on every rank of `group` unless all ranks hold parameters with the same
+// names and shapes, in the same order.
+void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group) {
+  // Every rank's parameter lines ("'name' [shape]"), gathered as characters padded to the
+  // longest text.
   std::string text;
   for (const auto& [name, t] : params) text += "'" + name + "' " + shape_str(t.shape()) + "\n";
   Tensor length = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1});
@@ -23,21 +25,14 @@ std::vector<std::vector<std::string>> gather_signatures(const nn::NamedTensors& 
   mine.resize(width, 0);
   Tensor all = Tensor::empty({width * group.size()}, DType::i64);
   group.all_gather(all, Tensor::from_vector(mine, {width}))->wait();
-  std::vector<std::vector<std::string>> out(group.size());
+  std::vector<std::vector<std::string>> lines(group.size());
   const int64_t* p = all.data<int64_t>();
   for (int r = 0; r < group.size(); ++r) {
     std::istringstream in(std::string(p + r * width, std::find(p + r * width, p + (r + 1) * width, 0)));
-    for (std::string line; std::getline(in, line);) out[r].push_back(line);
+    for (std::string line; std::getline(in, line);) lines[r].push_back(line);
   }
-  return out;
-}
-
-// Throws Error on every rank of `group` unless all ranks hold parameters with the same
-// names and shapes, in the same order.
-void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group) {
-  auto all = gather_signatures(params, group);
   for (int r = 1; r < group.size(); ++r) {
-    const auto &a = all[0], &b = all[r];
+    const auto &a = lines[0], &b = lines[r];
     for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
       if (i < a.size() && i < b.size() && a[i] == b[i]) continue;
       std::ostringstream msg;

@@ -17,9 +17,9 @@ constexpr const char* pipeline_schedule_name(PipelineSchedule schedule) {
   return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
 }
 
-// How dist::Pipeline runs a step; the config's `pipeline` section holds one (io/config.h).
+// How dist::Pipeline runs a step; the config's `pipeline` section holds one and takes its defaults.
 struct PipelineOptions {
-  int64_t micro_batches = 1;
+  int64_t micro_batches = 4;
   PipelineSchedule schedule = PipelineSchedule::gpipe;
 };
 

@@ -65,7 +65,6 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       info.offsets.push_back(offset);
       offset += p.numel();
     }
-    info.bytes = info.numel * 4;
     if (options_.shard_gradients) {
       const Chunk mine = chunk_of(info.numel, group_->size(), group_->rank());
       bucket.shard = Tensor::zeros({mine.end - mine.begin}, DType::f32, bucket.flat.device());
@@ -79,8 +78,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     info.numel += params_[index].second.numel();
     const double cap_mb =
         buckets_.empty() ? std::min(kFirstBucketMb, options_.bucket_cap_mb) : options_.bucket_cap_mb;
-    if (options_.bucket_cap_mb == 0 || static_cast<double>(info.numel * 4) >= cap_mb * 1024.0 * 1024.0)
-      close();
+    if (options_.bucket_cap_mb == 0 || static_cast<double>(info.bytes()) >= cap_mb * 1024.0 * 1024.0) close();
   }
   close();
 }

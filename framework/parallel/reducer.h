@@ -23,8 +23,8 @@ using CommHook = std::function<WorkPtr(ProcessGroup& group, const Tensor& bucket
 
 struct BucketInfo {
   std::vector<std::string> params;  // in bucket order
-  int64_t bytes = 0;
   int64_t numel = 0;
+  int64_t bytes() const { return numel * 4; }  // f32
   std::vector<size_t> indices;   // the parameters' places in the Reducer's list, in bucket order
   std::vector<int64_t> offsets;  // where each one's gradient starts in the bucket, in elements
 };

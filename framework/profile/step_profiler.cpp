@@ -84,7 +84,7 @@ void StepProfiler::record_backward(double begin_ns, double end_ns) {
     // The first backward rebuilds the buckets after using them: sizes then describe new ones.
     io::JsonOut args = {{"bucket", b}};
     if (launched.size() == buckets.size()) {
-      args["bytes"] = buckets[b].bytes;
+      args["bytes"] = buckets[b].bytes();
       args["params"] = buckets[b].params.size();
     }
     timeline_->add(timeline_->track("allreduce bucket " + std::to_string(b)), "allreduce",

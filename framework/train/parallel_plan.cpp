@@ -17,28 +17,6 @@
 namespace dpt::train {
 namespace {
 
-// `module` in DDP over `group` as the `distributed` keys ask (itself on one rank): the one
-// place a run builds DDP.
-nn::ModulePtr data_parallel(nn::ModulePtr module, dist::GroupPtr group, const io::Config& config) {
-  if (group->size() == 1) return module;
-  // shard_gradients, no key, follows the optimizer: a sharded one needs them reduce-scattered.
-  dist::DdpOptions options = config.distributed.ddp;
-  options.shard_gradients = config.optimizer.shard;
-  return std::make_shared<dist::DistributedDataParallel>(std::move(module), std::move(group), options);
-}
-
-void backend_check(Device device, io::CommBackend backend) {
-  // A group carries host tensors by MPI and CUDA ones by NCCL: `backend` is refused where the
-  // other one is.
-  const bool cuda = device.is_cuda();
-  DPT_CHECK(backend != io::CommBackend::nccl || cuda)
-      << "distributed.backend: nccl carries CUDA tensors, but this run trains on " << device.str()
-      << ": set device: cuda, or distributed.backend: auto or mpi";
-  DPT_CHECK(backend != io::CommBackend::mpi || !cuda)
-      << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
-      << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
-}
-
 using StepAction = io::RunControl::StepAction;
 
 class EagerStep : public Step {
@@ -351,10 +329,24 @@ ParallelLayout parallel_layout(const io::Config& config, const std::string& resu
 }
 
 void ParallelPlan::wrap(const nn::ModulePtr& net, Device device) {
-  backend_check(device, config_.distributed.backend);
+  // A group carries host tensors by MPI and CUDA ones by NCCL: distributed.backend is refused
+  // where the other one is.
+  const io::CommBackend backend = config_.distributed.backend;
+  DPT_CHECK(backend != io::CommBackend::nccl || device.is_cuda())
+      << "distributed.backend: nccl carries CUDA tensors, but this run trains on " << device.str()
+      << ": set device: cuda, or distributed.backend: auto or mpi";
+  DPT_CHECK(backend != io::CommBackend::mpi || !device.is_cuda())
+      << "distributed.backend: mpi carries host tensors, but this run trains on " << device.str()
+      << " (dpt moves CUDA tensors through NCCL): set distributed.backend: auto or nccl, or device: cpu";
   net->to(device);  // the whole model, also with pp > 1: evaluation runs it after gather()
   net_ = net;
-  module_ = data_parallel(trained_part(), layout_.dp_group, config_);
+  module_ = trained_part();
+  if (layout_.dp_group->size() == 1) return;
+  // DDP over the dp group as the `distributed` keys ask: the one place a run builds DDP.
+  // shard_gradients, no key, follows the optimizer: a sharded one needs them reduce-scattered.
+  dist::DdpOptions options = config_.distributed.ddp;
+  options.shard_gradients = config_.optimizer.shard;
+  module_ = std::make_shared<dist::DistributedDataParallel>(module_, layout_.dp_group, options);
 }
 
 std::unique_ptr<ParallelPlan> make_plan(const io::Config& config, const ParallelLayout& layout) {

@@ -81,16 +81,14 @@ models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::Gr
 }
 
 // What model.safetensors holds: the state with every tensor a tensor-parallel model splits
-// gathered whole (loadable into the one-process model). Collective over tp_group.
+// gathered whole (loadable into the one-process model, which `spec` builds). Collective over tp_group.
 nn::NamedTensors model_whole_state(const io::Config& config, const models::ModelSpec& spec, nn::Module& net,
                                    const dist::GroupPtr& tp_group) {
   if (!tp_group || tp_group->size() == 1) return net.state_dict();
   // The unsplit model, for its tensors' shapes.
   YAML::Node node = YAML::Clone(config.model.node);
   node["tensor_parallel"] = false;
-  models::ModelSpec whole = spec;
-  whole.tp_group = nullptr;
-  return nn::gather_whole_state(net.state_dict(), models::build_model(node, whole)->state_dict(), *tp_group);
+  return nn::gather_whole_state(net.state_dict(), models::build_model(node, spec)->state_dict(), *tp_group);
 }
 
 // SGD or AdamW in two groups (1-D parameters without weight decay under no_decay_bias_bn);
@@ -114,13 +112,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const io::OptimizerConfig& c, n
     return zero;
   }
   return rule(std::move(groups));
-}
-
-// optimizer.lr, times the world size under `lr_scaling: linear` (the global batch grows).
-optim::LrSchedule make_schedule(const io::Config& config, int64_t steps_per_epoch, int world_size) {
-  const float lr =
-      static_cast<float>(config.optimizer.lr) * (config.lr_scaling == io::LrScaling::linear ? world_size : 1);
-  return optim::LrSchedule(lr, config.schedule, steps_per_epoch, config.epochs);
 }
 
 }  // namespace
@@ -183,7 +174,10 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
                 config_.optimizer.shard && world.world_size > 1 ? " (its shard: optimizer.shard)" : "");
   if (config_.ema_decay > 0)
     ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
-  schedule_.emplace(make_schedule(config_, steps_, layout_.dp));
+  // optimizer.lr, times the dp ranks under `lr_scaling: linear` (the global batch grows).
+  const int lr_scale = config_.lr_scaling == io::LrScaling::linear ? layout_.dp : 1;
+  schedule_.emplace(static_cast<float>(config_.optimizer.lr) * lr_scale, config_.schedule, steps_,
+                    config_.epochs);
   step_ = plan_->make_step(*optimizer_, ema_.get(), data_.train);
 
   // Checkpoints (resuming from one, saving them) and the output directory.
