@@ -80,7 +80,6 @@ void RunControl::resume(const std::string& arg) {
                                 return from_rank0([&] { return read_file(file); });
                               }).info;
   at_ = info.progress;
-  resumed_ = true;
   // Results depend on the thread count (how oneDNN splits its sums): a deterministic run
   // left to choose takes the checkpoint's.
   const bool pin_threads = config_.deterministic && config_.threads == 0 && info.threads != threads_get();

@@ -48,7 +48,6 @@ class RunControl {
   void resume(const std::string& arg);
   // Where training stands; the run's counters (step, times, accuracies) live here.
   TrainingProgress& progress() { return at_; }
-  bool resumed() const { return resumed_; }
 
   // Samples of epoch `epoch`'s global order already trained on (only the epoch a mid-epoch
   // checkpoint stopped in has any).
@@ -110,7 +109,6 @@ class RunControl {
   dist::WorkPtr stop_vote_;
   optim::NonfiniteGuard guard_;
   TrainingProgress at_;
-  bool resumed_ = false;
 };
 
 }  // namespace dpt::io

@@ -189,11 +189,11 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   control_->resume(options_.resume);
   // What the run leaves for people and tools, written by rank 0, each file replaced whole
   // (io/atomic_file.h): config.yaml (resolved), metrics.jsonl (a line per epoch; a resumed
-  // run keeps its finished epochs' lines, a fresh run starts it anew), summary.json.
+  // run keeps its finished epochs' lines, a fresh run, at step 0, starts it anew), summary.json.
   if (main_rank) {
     const std::string& dir = config_.output.dir;
     std::filesystem::create_directories(dir);
-    if (!control_->resumed()) std::filesystem::remove(dir + "/metrics.jsonl");
+    if (control_->progress().step == 0) std::filesystem::remove(dir + "/metrics.jsonl");
     io::metrics_keep_epochs(dir + "/metrics.jsonl", control_->progress().epoch);
     io::write_file_atomic(dir + "/config.yaml", {io::config_to_yaml(config_)});
   }
