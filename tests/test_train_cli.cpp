@@ -298,7 +298,7 @@ TEST_F(TrainCli, DebugCollectivesStopsRanksThatDisagreeAtTheCall) {
 
 TEST_F(TrainCli, AHungRankIsNamedWhenTheTimeoutEndsTheRun) {
   // Rank 1 stops (SIGSTOP) mid-training: rank 0's next collective times out after
-  // distributed.timeout_s and names it; rank 1's listener cannot answer either.
+  // distributed.timeout_s and names it; rank 1's communication thread cannot answer either.
   std::string config = write("ok.yaml", synthetic_config()).string();
   dpt::testing::MpiJob job(
       two_ranks(train_, config, "--set distributed.timeout_s=2", "--set distributed.timeout_s=2"), dir_);

@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "comm/control_channel.h"
 #include "comm/mpi_check.h"
 
 namespace dpt::dist {
@@ -32,13 +33,11 @@ void CommTask::wait() {
       bool finished;
       if (queue->enter_polling()) {
         lock.unlock();
-        try {
-          finished = queue->poll_until_done(*this, deadline);
-        } catch (...) {
-          queue->leave_polling();
-          throw;
-        }
-        queue->leave_polling();
+        struct Leave {
+          CommQueue* queue;
+          ~Leave() { queue->leave_polling(); }  // on the error path too
+        } leave{queue};
+        finished = queue->poll_until_done(*this, deadline);
       } else {
         finished = sleep_until_done(lock, deadline);
         lock.unlock();
@@ -54,7 +53,7 @@ void CommTask::wait() {
 bool CommTask::sleep_until_done(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
   auto done = [&] { return finished(); };
   waiters_.fetch_add(1, std::memory_order_relaxed);
-  queue_->poke();
+  queue_->thread_->poke();
   bool finished = true;
   if (deadline == Clock::time_point::max()) {
     cv_.wait(lock, done);
@@ -69,7 +68,7 @@ bool CommTask::is_completed() {
   if (finished()) return true;
   std::lock_guard<std::mutex> lock(mutex_);
   if (done_.load(std::memory_order_relaxed)) return true;
-  queue_->poke();  // valid: not complete, and completing needs mutex_
+  queue_->thread_->poke();  // valid: not complete, and completing needs mutex_
   return false;
 }
 
@@ -163,7 +162,6 @@ bool CommQueue::stop(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(thread_->mutex_);
   if (!stopping_) {
     stopping_ = true;
-    ++thread_->draining_;
     thread_->cv_.notify_one();
   }
   auto is_drained = [&] { return drained(); };
@@ -184,8 +182,6 @@ size_t CommQueue::pending() {
   std::lock_guard<std::mutex> lock(thread_->mutex_);
   return queue_.size() + in_flight_count_;
 }
-
-void CommQueue::poke() { thread_->poke(); }
 
 bool CommQueue::enter_polling() {
   std::lock_guard<std::mutex> lock(thread_->mutex_);
@@ -263,7 +259,20 @@ void CommThread::add(CommQueue* queue) {
 void CommThread::remove(CommQueue* queue) {
   std::unique_lock<std::mutex> lock(mutex_);
   queues_.erase(std::find(queues_.begin(), queues_.end(), queue));
-  if (queue->stopping_) --draining_;
+  swept_cv_.wait(lock, [&] { return !sweeping_; });
+}
+
+void CommThread::listen(ControlChannel* channel) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    channels_.push_back(channel);
+  }
+  cv_.notify_one();
+}
+
+void CommThread::unlisten(ControlChannel* channel) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::erase(channels_, channel);
   swept_cv_.wait(lock, [&] { return !sweeping_; });
 }
 
@@ -290,13 +299,34 @@ void CommThread::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   double sleep_us = policy_.min_sleep_us;
   std::vector<CommQueue*> busy;
+  Clock::time_point next_listen{};
   for (;;) {
-    if (draining_ > 0) drained_cv_.notify_all();
+    drained_cv_.notify_all();  // for stop(); without a waiter, it costs no system call
+    if (!channels_.empty() && Clock::now() >= next_listen) {
+      // Outside the mutex: a test of a request progresses every MPI transfer in flight,
+      // which callers posting and waiting must not queue behind. unlisten() waits for it.
+      std::vector<ControlChannel*> serving = channels_, failed;
+      sweeping_ = true;
+      lock.unlock();
+      for (ControlChannel* c : serving)
+        if (!c->serve_queries()) failed.push_back(c);
+      lock.lock();
+      sweeping_ = false;
+      swept_cv_.notify_all();
+      std::erase_if(channels_, [&](ControlChannel* c) { return std::ranges::count(failed, c) > 0; });
+      next_listen = Clock::now() + ControlChannel::kListenInterval;
+    }
     const PollPolicy policy = policy_;
     if (!has_work()) {
       if (quit_) break;
       blocked_ = true;
-      cv_.wait(lock, [&] { return has_work() || quit_; });
+      auto woken = [&] { return has_work() || quit_; };
+      if (channels_.empty()) {
+        // listen() starts the timed wake-ups.
+        cv_.wait(lock, [&] { return woken() || !channels_.empty(); });
+      } else {
+        cv_.wait_until(lock, next_listen, woken);
+      }
       blocked_ = false;
       sleep_us = policy.min_sleep_us;
       continue;

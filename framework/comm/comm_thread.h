@@ -11,8 +11,9 @@
 //    left in flight (DDP's bucket all-reduces during backward) with a back-off sleep, so it
 //    does not take a core from compute. While nothing is in flight that a waiter does not
 //    poll, it blocks: no timed wake-ups that would preempt a polling rank (on a 2-core VM
-//    they cost ~20% of a 64 KB - 4 MB all_reduce). A caller that leaves a collective in
-//    flight wakes it.
+//    they cost ~20% of a 64 KB - 4 MB all_reduce) but the one every kListenInterval that
+//    answers the control channels' questions (control_channel.h). A caller that leaves a
+//    collective in flight wakes it.
 // The token's holder starts and completes tasks in call order, whichever thread it is.
 // Under MPI_THREAD_SERIALIZED each MPI call also takes the process-wide mutex (mpi_check.h),
 // and a polling waiter yields between fruitless polls so other threads get it.
@@ -37,6 +38,7 @@ namespace dpt::dist {
 
 class CommQueue;
 class CommThread;
+class ControlChannel;
 
 // How the communication thread waits for requests in flight: after an MPI_Testsome that
 // finds nothing finished it sleeps min_sleep_us, then growth times longer each time, up to
@@ -148,7 +150,6 @@ class CommQueue {
   bool post_started(const std::shared_ptr<CommTask>& task);  // false: the token is busy
   void post_queued(const std::shared_ptr<CommTask>& task);
   void check_running(const CommTask& task) const;  // under the thread's mutex_: Error once stop() began
-  void poke();                         // a caller began to sleep in wait()
   bool enter_polling();                // from wait(), under the task's mutex; true: this caller polls
   bool poll_until_done(CommTask& task, Clock::time_point deadline);  // false: timed out
   void leave_polling();
@@ -190,7 +191,8 @@ class CommQueue {
 
 // The process's communication thread: one for all its groups, so a hybrid job with host,
 // tensor- and data-parallel groups runs one such thread, not one a group. It sweeps the
-// groups that have work, each with try_round(); while none has, it blocks.
+// groups that have work, each with try_round(); while none has, it blocks. Every
+// ControlChannel::kListenInterval, busy or not, it answers the control channels' questions.
 class CommThread {
  public:
   // The running one, or a new one when no group holds one; joined when the last lets go.
@@ -198,6 +200,12 @@ class CommThread {
   ~CommThread();
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
+
+  // Serves `channel` (ControlChannel::serve_queries) until unlisten(), or until serving it
+  // fails; unlisten() returns once no serving touches it.
+  void listen(ControlChannel* channel);
+  void unlisten(ControlChannel* channel);
+  void poke();  // skips the back-off sleep: a task was queued, or a caller sleeps in wait()
 
  private:
   friend class CommQueue;
@@ -207,16 +215,15 @@ class CommThread {
   bool queued() const;    // under mutex_: some group has a task not yet taken
   void add(CommQueue* queue);
   void remove(CommQueue* queue);  // returns once no sweep touches `queue`
-  void poke();
 
   std::mutex mutex_;  // the fields below, and each queue's up to its queued_
   std::condition_variable cv_, drained_cv_, swept_cv_;
   std::vector<CommQueue*> queues_;
-  int draining_ = 0;      // queues in stop(): drained_cv_ is notified each time round
+  std::vector<ControlChannel*> channels_;
   bool quit_ = false;
   bool poked_ = false;    // a task was queued, or a caller sleeps in wait(): skip the back-off
   bool blocked_ = false;  // the thread sleeps until notified (not a back-off sleep)
-  bool sweeping_ = false; // the thread is in try_round() of the queues it took
+  bool sweeping_ = false; // the thread is in try_round() of the queues it took, or serving channels_
   PollPolicy policy_;
 
   std::thread thread_;  // last: starts once the members above exist

@@ -1,21 +1,19 @@
-// The control channel of control_channel.h: the listener that answers
-// other ranks' questions about them, the debug check, and the account of a timed-out
-// collective. Every MPI call goes through MPI_CHECK (so under MPI_THREAD_SERIALIZED it takes
-// the process-wide MPI mutex); the listener and diagnose() turn failures into text instead
-// of throwing, since they run when something has already gone wrong.
+// The control channel of control_channel.h: the answers to other ranks' questions about the
+// group's calls, the debug check, and the account of a timed-out collective. Every
+// MPI call goes through MPI_CHECK (so under MPI_THREAD_SERIALIZED it takes the process-wide
+// MPI mutex); serve_queries() and diagnose() turn failures into text instead of throwing,
+// since they run when something has already gone wrong.
 #include "comm/control_channel.h"
 
 #include <sched.h>
-#include <sys/prctl.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <functional>
-#include <thread>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
+#include "comm/comm_thread.h"
 #include "comm/process_group.h"
 #include "comm/mpi_check.h"
 
@@ -52,51 +50,6 @@ std::string join(const std::vector<std::string>& parts) {
 
 }  // namespace
 
-namespace {
-
-// The one thread per process that answers every channel's questions: every kListenInterval
-// it tests each registered channel's pending query. A channel leaves it (unlisten) before
-// it shuts down; while the listener's mutex is held, no channel is being served.
-class Listener {
- public:
-  static Listener& get() {
-    static Listener* listener = new Listener;  // never destroyed: its thread may run at exit
-    return *listener;
-  }
-  void listen(ControlChannel* channel, std::function<bool()> serve) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    channels_.push_back({channel, std::move(serve)});
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    cv_.notify_all();
-  }
-  void unlisten(ControlChannel* channel) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::erase_if(channels_, [&](const Entry& e) { return e.channel == channel; });
-  }
-
- private:
-  struct Entry {
-    ControlChannel* channel;
-    std::function<bool()> serve;  // false: MPI failed, stop serving it
-  };
-  void run() {
-    prctl(PR_SET_NAME, "dpt-listen", 0UL, 0UL, 0UL);  // as top -H and /proc name it
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      cv_.wait(lock, [&] { return !channels_.empty(); });
-      std::erase_if(channels_, [](const Entry& e) { return !e.serve(); });
-      cv_.wait_for(lock, ControlChannel::kListenInterval);
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::vector<Entry> channels_;
-  std::thread thread_;
-};
-
-}  // namespace
-
 ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
                                std::shared_ptr<const FlightRing> calls)
     : world_ranks_(std::move(world_ranks)), group_name_(std::move(group_name)), calls_(std::move(calls)) {
@@ -107,7 +60,8 @@ ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std:
   if (size_ > 1) {
     MPI_CHECK(
         MPI_Irecv(&query_, sizeof(Query), MPI_BYTE, MPI_ANY_SOURCE, kTagQuery, control_, &query_request_));
-    Listener::get().listen(this, [this] { return serve_queries(); });
+    thread_ = CommThread::acquire();
+    thread_->listen(this);
   }
 }
 
@@ -125,14 +79,10 @@ void ControlChannel::shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  if (size_ > 1) stop_listening();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_CHECK(MPI_Comm_free(&control_));
-}
-
-void ControlChannel::stop_listening() {
-  Listener::get().unlisten(this);
+  if (thread_) {
+    thread_->unlisten(this);
+    thread_.reset();
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -153,6 +103,7 @@ void ControlChannel::stop_listening() {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dpt: control channel of %s: %s\n", group_name_.c_str(), e.what());
   }
+  MPI_CHECK(MPI_Comm_free(&control_));
 }
 
 bool ControlChannel::serve_queries() {

@@ -1,11 +1,11 @@
 // A process group's side channel for faults. Each rank numbers the group's collectives as
 // it calls them (#1, #2, ...) and keeps the last few; over a duplicate of the group's
-// communicator, the process's one listener thread answers the other ranks' questions about
-// them. So a rank whose collective timed out can name the ranks that never called it, or
-// called something else; and in debug mode the ranks compare every collective before it
-// runs (as TORCH_DISTRIBUTED_DEBUG=DETAIL does).
+// communicator, the process's communication thread (comm_thread.h) answers the other
+// ranks' questions about them. So a rank whose collective timed out can name the ranks that
+// never called it, or called something else; and in debug mode the ranks compare every
+// collective before it runs (as TORCH_DISTRIBUTED_DEBUG=DETAIL does).
 // The normal path costs one counter and a 24-byte copy under an uncontended mutex per
-// collective; the listener wakes every kListenInterval to test one receive per group.
+// collective; the communication thread tests one receive per group every kListenInterval.
 #pragma once
 
 #include <mpi.h>
@@ -21,6 +21,8 @@
 
 namespace dpt::dist {
 
+class CommThread;
+
 class ControlChannel {
  public:
   using Clock = std::chrono::steady_clock;
@@ -31,15 +33,16 @@ class ControlChannel {
   // Collective over `comm` (it is duplicated, not kept). requires: MPI initialised;
   // world_ranks[r] the world rank of comm's rank r; group_name for messages ("world");
   // `calls` the group's record of its collectives, which the answers read.
-  // ensures: the process's listener serves it when the group has more than one rank.
+  // ensures: the communication thread serves it when the group has more than one rank.
   ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
                  std::shared_ptr<const FlightRing> calls);
   ~ControlChannel();  // shutdown()
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
 
-  // Leaves the listener and frees the duplicate communicator. Idempotent; afterwards
-  // diagnose() returns "" and nothing else below may be called.
+  // Leaves the communication thread, ends the pending requests and frees the duplicate
+  // communicator. Idempotent; afterwards diagnose() returns "" and nothing else below may
+  // be called.
   void shutdown();
 
   // debug: collectives. Every rank passes its number and signature for the same call.
@@ -61,8 +64,12 @@ class ControlChannel {
   // "" on a group of one rank. Never throws: an MPI failure becomes part of the text.
   std::string diagnose(int64_t seq, const CallSignature& signature);
 
+  // By the communication thread every kListenInterval: answers the questions that came in.
+  // Never throws; false when MPI failed (then it serves this channel no more).
+  bool serve_queries();
+
  private:
-  // A listener's answer about call `asked`: the rank's latest call, and its call number
+  // A rank's answer about call `asked`: the rank's latest call, and its call number
   // `asked` if it has made it and still remembers it (else seq 0).
   struct Answer {
     NumberedCall latest, asked;
@@ -80,8 +87,6 @@ class ControlChannel {
   // rank has come by `deadline`.
   std::vector<char> exchange_locked(const void* mine, size_t bytes, int64_t seq,
                                     const CallSignature& signature, Clock::time_point deadline);
-  void stop_listening();  // by shutdown(): leaves the listener, ends its pending requests
-  bool serve_queries();                   // by the listener; false when MPI failed
   std::string rank_name(int rank) const;  // "rank 1" or "rank 1 (world rank 3)"
   std::string call_text(const NumberedCall& call) const;
 
@@ -97,7 +102,8 @@ class ControlChannel {
   std::mutex check_mutex_;  // one check_same() or diagnose() at a time
   int32_t queries_ = 0;     // under check_mutex_: makes each diagnose()'s reply tag fresh
 
-  // The listener's own (served under its mutex), then stop_listening()'s.
+  // serve_queries()'s (the communication thread's, one call at a time), then shutdown()'s.
+  std::shared_ptr<CommThread> thread_;  // serves this channel when the group has 2+ ranks
   Query query_{};
   MPI_Request query_request_ = MPI_REQUEST_NULL;
   std::vector<MPI_Request> reply_requests_;
