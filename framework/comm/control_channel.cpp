@@ -74,11 +74,7 @@ ControlChannel::~ControlChannel() {
 }
 
 void ControlChannel::shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (shut_down_) return;
-    shut_down_ = true;
-  }
+  if (shut_down_.exchange(true)) return;
   if (thread_) {
     thread_->unlisten(this);
     thread_.reset();
@@ -229,10 +225,7 @@ void ControlChannel::check_counts(int64_t seq, const CallSignature& signature,
 
 std::string ControlChannel::diagnose(int64_t seq, const CallSignature& signature) {
   if (size_ == 1) return "";
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (shut_down_) return "";  // the watchdog may ask after the group has gone
-  }
+  if (shut_down_) return "";  // the watchdog may ask after the group has gone
   std::lock_guard<std::mutex> check(check_mutex_);
   return diagnose_locked(seq, signature);
 }

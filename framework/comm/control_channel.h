@@ -1,15 +1,16 @@
-// A process group's side channel for faults. Each rank numbers the group's collectives as
-// it calls them (#1, #2, ...) and keeps the last few; over a duplicate of the group's
-// communicator, the process's communication thread (comm_thread.h) answers the other
-// ranks' questions about them. So a rank whose collective timed out can name the ranks that
-// never called it, or called something else; and in debug mode the ranks compare every
-// collective before it runs (as TORCH_DISTRIBUTED_DEBUG=DETAIL does).
-// The normal path costs one counter and a 24-byte copy under an uncontended mutex per
+// A process group's side channel for faults. Each rank's flight ring (flight_recorder.h)
+// numbers the group's collectives as it calls them (#1, #2, ...) and keeps the last few;
+// over a duplicate of the group's communicator, the process's communication thread
+// (comm_thread.h) answers the other ranks' questions about them. So a rank whose collective
+// timed out can name the ranks that never called it, or called something else; and in
+// debug mode the ranks compare every collective before it runs (as
+// TORCH_DISTRIBUTED_DEBUG=DETAIL does). The normal path costs the ring's record of each
 // collective; the communication thread tests one receive per group every kListenInterval.
 #pragma once
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -96,8 +97,7 @@ class ControlChannel {
   int rank_ = 0, size_ = 1;
 
   const std::shared_ptr<const FlightRing> calls_;
-  std::mutex mutex_;  // shut_down_
-  bool shut_down_ = false;
+  std::atomic<bool> shut_down_{false};
 
   std::mutex check_mutex_;  // one check_same() or diagnose() at a time
   int32_t queries_ = 0;     // under check_mutex_: makes each diagnose()'s reply tag fresh
