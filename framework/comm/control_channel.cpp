@@ -50,9 +50,8 @@ std::string join(const std::vector<std::string>& parts) {
 
 }  // namespace
 
-ControlChannel::ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
-                               std::shared_ptr<const FlightRing> calls)
-    : world_ranks_(std::move(world_ranks)), group_name_(std::move(group_name)), calls_(std::move(calls)) {
+ControlChannel::ControlChannel(MPI_Comm comm, std::shared_ptr<const FlightRing> calls)
+    : calls_(std::move(calls)) {
   MPI_CHECK(MPI_Comm_dup(comm, &control_));
   MPI_CHECK(MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(control_, &rank_));
@@ -69,7 +68,7 @@ ControlChannel::~ControlChannel() {
   try {
     shutdown();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dpt: shutting down the control channel of %s: %s\n", group_name_.c_str(), e.what());
+    std::fprintf(stderr, "dpt: shutting down the control channel of %s: %s\n", calls_->group().c_str(), e.what());
   }
 }
 
@@ -97,7 +96,7 @@ void ControlChannel::shutdown() {
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dpt: control channel of %s: %s\n", group_name_.c_str(), e.what());
+    std::fprintf(stderr, "dpt: control channel of %s: %s\n", calls_->group().c_str(), e.what());
   }
   MPI_CHECK(MPI_Comm_free(&control_));
 }
@@ -111,7 +110,7 @@ bool ControlChannel::serve_queries() {
       if (!done) break;
       // A question means a collective timed out on the asking rank, which is about to end the
       // job: this rank writes its flight record first, while it still can.
-      flight_dump("query from rank " + std::to_string(status.MPI_SOURCE) + " of " + group_name_ +
+      flight_dump("query from rank " + std::to_string(status.MPI_SOURCE) + " of " + calls_->group() +
                   " about its collective #" + std::to_string(query_.seq));
       replies_.push_back(std::make_unique<Answer>(Answer{calls_->latest(), calls_->find(query_.seq)}));
       reply_requests_.push_back(MPI_REQUEST_NULL);
@@ -132,14 +131,15 @@ bool ControlChannel::serve_queries() {
     }
     return true;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dpt: control channel of %s stops answering: %s\n", group_name_.c_str(), e.what());
+    std::fprintf(stderr, "dpt: control channel of %s stops answering: %s\n", calls_->group().c_str(), e.what());
     return false;
   }
 }
 
 std::string ControlChannel::rank_name(int rank) const {
   std::string name = "rank " + std::to_string(rank);
-  if (world_ranks_[rank] != rank) name += " (world rank " + std::to_string(world_ranks_[rank]) + ")";
+  const int world_rank = calls_->world_ranks()[rank];
+  if (world_rank != rank) name += " (world rank " + std::to_string(world_rank) + ")";
   return name;
 }
 
@@ -167,7 +167,7 @@ std::vector<char> ControlChannel::exchange_locked(const void* mine, size_t bytes
   const Clock::time_point start = Clock::now();
   if (!test_until(x->request, deadline)) {
     (void)owned.release();
-    DPT_FAIL() << group_name_ << ": collective " << call_text({seq, signature})
+    DPT_FAIL() << calls_->group() << ": collective " << call_text({seq, signature})
                << ": not every rank reached the "
                << "debug: collectives check within " << seconds_text(deadline - start)
                << diagnose_locked(seq, signature) << " (do all ranks run with debug: collectives?)";
@@ -187,7 +187,7 @@ void ControlChannel::check_same(int64_t seq, const CallSignature& signature, Clo
     const NumberedCall& other = all[static_cast<size_t>(r)];
     if (other.seq == first.seq && other.signature == first.signature) continue;
     const bool same_seq = other.seq == first.seq;
-    DPT_FAIL() << group_name_ << ": collective #" << seq
+    DPT_FAIL() << calls_->group() << ": collective #" << seq
                << " differs between ranks (debug: collectives): " << rank_name(0) << " calls "
                << (same_seq ? signature_text(first.signature) : call_text(first)) << ", " << rank_name(r)
                << " calls " << (same_seq ? signature_text(other.signature) : call_text(other));
@@ -199,7 +199,7 @@ void ControlChannel::check_counts(int64_t seq, const CallSignature& signature,
                                   Clock::time_point deadline) {
   if (size_ == 1) return;
   DPT_CHECK(static_cast<int>(sends.size()) == size_ && static_cast<int>(receives.size()) == size_)
-      << group_name_ << ": check_counts needs one count per rank (" << size_ << "), got " << sends.size()
+      << calls_->group() << ": check_counts needs one count per rank (" << size_ << "), got " << sends.size()
       << " and " << receives.size();
   std::lock_guard<std::mutex> check(check_mutex_);
   // Rank r's row: what it sends each rank, then what it expects from each.
@@ -215,7 +215,7 @@ void ControlChannel::check_counts(int64_t seq, const CallSignature& signature,
   for (int from = 0; from < size_; ++from) {
     for (int to = 0; to < size_; ++to) {
       if (sent(from, to) == expected(to, from)) continue;
-      DPT_FAIL() << group_name_ << ": collective #" << seq << " " << signature_text(signature)
+      DPT_FAIL() << calls_->group() << ": collective #" << seq << " " << signature_text(signature)
                  << ": the ranks' splits do not match (debug: collectives): " << rank_name(from) << " sends "
                  << sent(from, to) << " elements to " << rank_name(to) << ", which expects "
                  << expected(to, from) << " from it";
@@ -294,7 +294,7 @@ std::string ControlChannel::diagnose_locked(int64_t seq, const CallSignature& si
       if (!(a.asked.signature == signature))
         different.push_back(rank_name(r) + " as " + signature_text(a.asked.signature));
     } else if (a.latest.seq < seq) {
-      missing.push_back(rank_name(r) + " (its latest collective on " + group_name_ + ": " +
+      missing.push_back(rank_name(r) + " (its latest collective on " + calls_->group() + ": " +
                         call_text(a.latest) + ")");
     }
   }

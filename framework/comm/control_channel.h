@@ -31,12 +31,11 @@ class ControlChannel {
   // How long diagnose() waits for the other ranks' answers.
   static constexpr std::chrono::milliseconds kAnswerWait{1500};
 
-  // Collective over `comm` (it is duplicated, not kept). requires: MPI initialised;
-  // world_ranks[r] the world rank of comm's rank r; group_name for messages ("world");
-  // `calls` the group's record of its collectives, which the answers read.
-  // ensures: the communication thread serves it when the group has more than one rank.
-  ControlChannel(MPI_Comm comm, std::vector<int> world_ranks, std::string group_name,
-                 std::shared_ptr<const FlightRing> calls);
+  // Collective over `comm` (it is duplicated, not kept). requires: MPI initialised; `calls`
+  // the group's record of its collectives (its name and world ranks name it in messages),
+  // which the answers read. ensures: the communication thread serves it when the group has
+  // more than one rank.
+  ControlChannel(MPI_Comm comm, std::shared_ptr<const FlightRing> calls);
   ~ControlChannel();  // shutdown()
   ControlChannel(const ControlChannel&) = delete;
   ControlChannel& operator=(const ControlChannel&) = delete;
@@ -92,8 +91,6 @@ class ControlChannel {
   std::string call_text(const NumberedCall& call) const;
 
   MPI_Comm control_ = MPI_COMM_NULL;
-  std::vector<int> world_ranks_;
-  std::string group_name_;
   int rank_ = 0, size_ = 1;
 
   const std::shared_ptr<const FlightRing> calls_;

@@ -54,6 +54,8 @@ class FlightRing {
   void completed(int64_t seq) { mark(seq, FlightState::completed); }
   NumberedCall latest() const;
   NumberedCall find(int64_t seq) const;  // seq 0 when call `seq` is not (or no longer) in the ring
+  const std::string& group() const { return group_; }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
 
   // {"group", "rank", "world_ranks", "slots", "entries": [oldest first: {"seq", "op",
   // "reduce"?, "dtype", "count"?, "root"?, "state", "queued_us", "started_us"?,

@@ -102,7 +102,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::vector<int> world_ranks, st
   MPI_CHECK(MPI_Comm_set_errhandler(creation_, MPI_ERRORS_RETURN));
   flight_ = std::make_shared<FlightRing>(this->name(), rank(), this->world_ranks());
   flight_register(flight_);
-  control_ = std::make_shared<ControlChannel>(comm_, this->world_ranks(), this->name(), flight_);
+  control_ = std::make_shared<ControlChannel>(comm_, flight_);
   int* tag_ub = nullptr;
   int found = 0;
   MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
