@@ -8,7 +8,7 @@
 
 #include "comm/dist.h"
 #include "io/config.h"
-#include "io/stop_signal.h"
+#include "io/run_control.h"
 #include "train/trainer.h"
 
 namespace dpt {

@@ -1,5 +1,6 @@
 #include "io/run_control.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -8,10 +9,16 @@
 
 #include "comm/dist.h"
 #include "core/threading.h"
-#include "io/stop_signal.h"
 
 namespace dpt::io {
 namespace {
+
+// The signal this process has received (SIGTERM, SIGINT or SIGUSR1), 0 if none. The handler
+// writes it and nothing else (async-signal-safe); SA_RESETHAND restores the default action,
+// so a second signal is not ignored.
+volatile std::sig_atomic_t g_signal = 0;  // a signal handler can reach nothing else
+
+extern "C" void on_stop_signal(int signal) { g_signal = signal; }
 
 double sum_over_ranks(double value) {
   if (dist::info().world_size == 1) return value;
@@ -57,6 +64,17 @@ std::string last_checkpoint(const std::string& dir) {
 }
 
 }  // namespace
+
+void stop_signals_install() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGUSR1, &action, nullptr);
+  std::signal(SIGXFSZ, SIG_IGN);
+}
 
 RunControl::RunControl(const Config& config, const TrainingObjects& objects, Progress& progress,
                        StepHook hook)
@@ -127,7 +145,7 @@ void RunControl::before_forward() {
   if (hook_.before_step) hook_.before_step(at_.step + 1);  // a signal it sends counts in this step's vote
   guard_.before_forward();
   if (dist::info().world_size == 1) return;
-  stop_signal_ = Tensor::from_vector(std::vector<int64_t>{stop_signal_received()}, {1});
+  stop_signal_ = Tensor::from_vector(std::vector<int64_t>{g_signal}, {1});
   stop_vote_ = dist::world()->all_reduce(stop_signal_, dist::ReduceOp::max);
 }
 
@@ -168,7 +186,7 @@ RunControl::StepAction RunControl::after_backward(bool finite, float loss, int64
 
 int RunControl::stop_requested(int64_t epoch, int64_t step_in_epoch, float lr,
                                const std::function<double()>& loss_sum, int64_t applied) {
-  int signal = stop_signal_received();
+  int signal = g_signal;
   if (dist::info().world_size > 1) {
     DPT_CHECK(stop_vote_) << "RunControl: stop_requested without the vote before_forward starts";
     std::exchange(stop_vote_, nullptr)->wait();

@@ -1,5 +1,5 @@
 // What a training run does around its steps so that it can stop and go on: resuming from a
-// checkpoint, saving one every `checkpoint.every_epochs` and on SIGTERM/SIGINT, deciding
+// checkpoint, saving one every `checkpoint.every_epochs` and on a stop signal (below), deciding
 // what a step with non-finite gradients does, and a test's step hook. The training loop calls
 // it at a few fixed points; every rank calls each function at the same point, so the
 // collective ones (stop_requested) line up.
@@ -18,6 +18,16 @@
 #include "optim/nonfinite.h"
 
 namespace dpt::io {
+
+// Stopping a run cleanly: SIGTERM (a scheduler's preemption notice), SIGINT (Ctrl-C) and
+// SIGUSR1 only set a flag that the training loop reads between steps (RunControl's stop
+// vote), so it can write a checkpoint and exit; the same signal again ends the process at
+// once. SIGUSR1 is the one that stops an mpirun job: Open MPI's mpirun forwards it to every
+// rank, while it answers SIGTERM and SIGINT by killing the ranks 1 s later
+// (odls_base_sigkill_timeout), often before the checkpoint is written. SIGXFSZ is ignored,
+// so a file-size limit shows as a failed write naming the file instead of a core dump.
+// Installs the handlers; call once, early in main.
+void stop_signals_install();
 
 // A seam for tests, set by the program that wires the trainer (train::TrainerOptions):
 // `train` sets none; tests/train_faults.cpp injects the faults of DPT_DEBUG_FAULT through
@@ -100,7 +110,7 @@ class RunControl {
   std::string dir_;
   StepHook hook_;
   // The ranks' agreement on stopping after a step, so that every rank stops after the same
-  // one: a max all-reduce over the world of each rank's pending signal (io/stop_signal.h),
+  // one: a max all-reduce over the world of each rank's pending signal (stop_signals_install),
   // started before the step's forward and read after its update. It runs while the step
   // computes (the gradient all-reduces queued behind it complete after it), so reading it
   // costs no round trip. A signal that arrives after the start counts at the next step. With
