@@ -91,8 +91,7 @@ bool parse_step_file(const std::string& name, StepFile& out) {
   return true;
 }
 
-// Keeps checkpoint `newest` (just written) and the keep_last - 1 before it. Checkpoints of
-// later steps are removed too: a run resumed from an older checkpoint has abandoned them.
+// Keeps checkpoint `newest` (just written) and the keep_last - 1 before it: checkpoint_save's pruning.
 void prune(const std::string& dir, int64_t newest, int64_t keep_last) {
   std::set<int64_t> kept;
   for (int64_t step : checkpoint_steps(dir))
@@ -278,7 +277,6 @@ CheckpointRecord checkpoint_load(const std::string& json_path, const TrainingObj
       << json_path << ": key 'rng.dropout': " << r.dropout_rng.size()
       << " dropout generator states, but the model has " << drops.size() << " dropout layers";
 
-  // Both tensor files are read and checked against their targets before anything is copied.
   const fs::path dir = fs::path(json_path).parent_path();
   SafetensorsFile model_file = safetensors_read((dir / r.model_file).string(), read);
   SafetensorsFile state_file = safetensors_read((dir / r.optimizer_file).string(), read);

@@ -2,12 +2,9 @@
 // so that a typo, a wrong type or an impossible value stops the run at start-up with one
 // line naming the file, the line and the key, not an hour into training.
 //
-// Every key is described once, in io/config_schema.cpp: its name, the member below that
-// holds it, its default (for DDP's and the schedule's keys: their options structs' own),
-// its range or allowed values, which optimizer, schedule or dataset it applies to, and one
-// line of documentation. The parser, the defaults, the error messages, config_to_yaml and
-// the key table of docs/configuration.md all come from there.
-// Adding a key: a member here, a row there, and the code that uses it.
+// Every key is described once, by a row of io/config_schema.cpp (which says how to add one):
+// the parser, the defaults, the error messages, config_to_yaml and the key table of
+// docs/configuration.md all come from it.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

@@ -1,7 +1,6 @@
 // Every config key, once. To add one: a member in io/config.h, a row here (and a rule
-// below if it constrains another key), then regenerate the docs table with
-// `build/config_table docs/configuration.md`. The parser, the defaults, the messages,
-// config_to_yaml and the docs all follow from the row.
+// below if it constrains another key), the code that uses it, then regenerate the docs
+// table with `build/config_table docs/configuration.md`.
 #include "io/config_schema.h"
 
 namespace dpt::io {

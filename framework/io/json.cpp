@@ -1,7 +1,6 @@
-// nlohmann::json does the reading and writing. Kept here, because the library does not do
-// them: rejecting duplicate keys and deep nesting (through its parse callback), the byte of
-// those two errors (the callback is not told where it is, so the text is read through a
-// buffer that counts), and messages that name the file instead of nlohmann's exception ids.
+// nlohmann::json reads and writes. Duplicate keys and deep nesting are refused through its
+// parse callback, which is not told where it is: the text is read through a buffer that
+// counts, for the byte those two errors name.
 #include "io/json.h"
 
 #include <cstddef>

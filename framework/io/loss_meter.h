@@ -12,8 +12,7 @@ class LossMeter {
   // Requires a one-element f32 tensor (on any device; one device per meter).
   void add(const Tensor& loss);
   void add(double loss);  // a loss already on the host (a CUDA graph's replay reads it back)
-  // The sum of every loss added; on CUDA reads the device's partial sum back (waits for
-  // the GPU), so call it once per logging interval, not per step.
+  // The sum of every loss added; on CUDA a read-back that waits for the GPU (see above).
   double sum();
 
  private:

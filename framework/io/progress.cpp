@@ -48,9 +48,8 @@ bool launcher_writes_to_terminal() {
   return false;
 }
 
-// A live line only on a terminal. DPT_TTY (1 or 0) says outright; otherwise a rank
-// started by mpirun (OMPI_COMM_WORLD_SIZE, or PMIX_RANK / PMI_RANK of other launchers)
-// that sees a terminal asks whether mpirun's own output goes to one, so that
+// A rank started by mpirun (OMPI_COMM_WORLD_SIZE, or PMIX_RANK / PMI_RANK of other
+// launchers) that sees a terminal asks whether mpirun's own output goes to one, so that
 // `mpirun ... > log` writes plain lines.
 bool is_terminal() {
   if (const char* tty = std::getenv("DPT_TTY")) return std::strcmp(tty, "1") == 0;

@@ -4,8 +4,6 @@
 //    ..., "__metadata__": {"key": "value"}}
 // then the tensors' bytes, row-major and little-endian; offsets count from the end of the
 // header and must cover the data exactly, without holes or overlaps.
-// The reader trusts nothing in a file: every length, shape and offset is checked against
-// the bytes actually present before anything is allocated or copied.
 #pragma once
 
 #include <cstdint>
