@@ -250,11 +250,11 @@ int Trainer::run() {
     const double images_per_sec = static_cast<double>(images) / train_time;
     const float last_lr = schedule_->lr_at((epoch + 1) * steps_ - 1);
     const profile::StepPhases phases = profiler_->take_epoch_means();  // collective
-    const std::string plan_lines = plan_->epoch_lines();               // collective
+    const std::string step_lines = step_->epoch_lines();               // collective
     if (main_rank) {
       std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
-      std::printf("%s", plan_lines.c_str());
+      std::printf("%s", step_lines.c_str());
       std::fflush(stdout);
       // elapsed_s: since the run (or its resumption) started; lr: the epoch's last step's;
       // then the phases' means per step over the ranks.
