@@ -251,14 +251,12 @@ EvalResult evaluate(nn::Module& model, BatchSource& source, int share, int share
   autograd::NoGrad no_grad;
   model.eval();
   const dist::InitInfo& world = dist::info();
-  data::Loader& loader = source.loader();
+  const int64_t samples = source.loader().dataset().size();
   if (share < 0) share = world.rank, shares = world.world_size;
-  loader.start_epoch(data::eval_shard(loader.dataset().size(), share, shares));
-  source.restart();
+  source.start_epoch(data::eval_shard(samples, share, shares));
   // The totals (loss summed over samples, correct predictions, samples) stay on the model's
   // device, are all-reduced there and read back once: a GPU is waited for only at the end.
   // They cover the whole test set, so every rank decides alike, before any collective.
-  const int64_t samples = loader.dataset().size();
   DPT_CHECK(samples < (int64_t{1} << 24))
       << "evaluation: " << samples << " test samples; the counts, kept in f32, are exact below 2^24";
   const Kernels& k = kernels_for(source.device());

@@ -214,15 +214,14 @@ void Trainer::make_loaders() {
   if (config_.dataset.augment)
     train_options.transform =
         data::make_augment_transform({}, data_.train.normalization, config_.seed, layout_.data_rank);
-  train_loader_ = std::make_unique<data::Loader>(data_.train, std::move(train_options));
-  test_loader_ = std::make_unique<data::Loader>(
+  train_batches_ = std::make_unique<BatchSource>(data_.train, std::move(train_options), device_);
+  test_batches_ = std::make_unique<BatchSource>(
       data_.test,
       data::LoaderOptions{
-          .batch_size = config_.eval_batch_size, .shuffle = false, .drop_last = false, .seed = config_.seed});
-  train_batches_ = std::make_unique<BatchSource>(*train_loader_, device_);
-  test_batches_ = std::make_unique<BatchSource>(*test_loader_, device_);
+          .batch_size = config_.eval_batch_size, .shuffle = false, .drop_last = false, .seed = config_.seed},
+      device_);
   const int64_t shard_size = (data_.train.size() + layout_.dp - 1) / layout_.dp;
-  steps_ = train_loader_->batch_count(shard_size);
+  steps_ = train_batches_->loader().batch_count(shard_size);
   if (config_.max_steps_per_epoch > 0) steps_ = std::min(steps_, config_.max_steps_per_epoch);
   DPT_CHECK(steps_ > 0) << "batch_size " << config_.batch_size << " is larger than the training set ("
                         << data_.train.size() << " samples)";
@@ -280,10 +279,9 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
   // A resumed epoch goes on after the samples its checkpoint had trained on.
   const int64_t done = control_->samples_done(epoch);
   r.first_step = r.step = done / global_batch_;
-  train_loader_->start_epoch(data::train_shard_rest(data_.train.size(), config_.seed, epoch,
-                                                    layout_.data_rank, layout_.dp, true, done),
-                             epoch, r.first_step);
-  train_batches_->restart();
+  train_batches_->start_epoch(data::train_shard_rest(data_.train.size(), config_.seed, epoch,
+                                                     layout_.data_rank, layout_.dp, true, done),
+                              epoch, r.first_step);
   data::Batch batch;
   double shown_loss = 0;
   profiler_->start_epoch();
