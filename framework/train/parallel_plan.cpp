@@ -213,7 +213,7 @@ class PipelinePlan : public ParallelPlan {
     std::string out = "pipeline: " + std::to_string(layout_.pp) + " stages x " + std::to_string(dp) +
                       " data-parallel replicas; rank r holds stage r / " + std::to_string(dp) +
                       " of replica r % " + std::to_string(dp) + "; " +
-                      dist::pipeline_schedule_name(config_.pipeline.schedule) + ", " + std::to_string(m) +
+                      io::name_of(config_.pipeline.schedule) + ", " + std::to_string(m) +
                       " micro-batches of " + std::to_string(config_.batch_size / m) + " per step\n";
     for (int s = 0; s < layout_.pp; ++s) {
       std::string ranks;
