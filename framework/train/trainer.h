@@ -69,6 +69,7 @@ class Trainer {
   Device device_;
   ParallelLayout layout_;  // the groups: dp, tp, pp; this rank's data share
   TrainData data_;
+  models::ModelSpec spec_;              // the training data's shapes, the seed, the tp group
   nn::ModulePtr net_;                   // the bare model
   std::unique_ptr<ParallelPlan> plan_;  // made from the layout; plan_->module() is what steps call
   std::unique_ptr<BatchSource> train_batches_, test_batches_;
