@@ -23,6 +23,7 @@
 #include "comm/dist.h"
 #include "parallel/pipeline.h"
 #include "error_of.h"
+#include "io/config.h"
 #include "models/registry.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
@@ -214,7 +215,7 @@ void expect_equal_to_one_process(const ModelCase& c) {
     const Trained reference = train_reference(c, layout.dp);
     for (auto schedule : {dist::PipelineSchedule::gpipe, dist::PipelineSchedule::one_f_one_b}) {
       SCOPED_TRACE("dp " + std::to_string(layout.dp) + " x pp " + std::to_string(layout.pp) + ", " +
-                   dist::pipeline_schedule_name(schedule));
+                   io::name_of(schedule));
       const Trained mine = train_pipeline(c, layout.dp, layout.pp, schedule);
       ASSERT_EQ(mine.losses.size(), reference.losses.size());
       EXPECT_LT(reference.losses.back(), reference.losses.front());  // it trained
@@ -359,7 +360,7 @@ TEST(Pipeline, NoStageWaitsOnAStageThatWaitsOnIt) {
   if (S < 2) GTEST_SKIP() << "needs np >= 2 (a pipeline of 2 or more stages)";
   if (S > 4) GTEST_SKIP() << "the mlp has 4 units: at most 4 stages";
   for (auto schedule : {dist::PipelineSchedule::gpipe, dist::PipelineSchedule::one_f_one_b}) {
-    SCOPED_TRACE(dist::pipeline_schedule_name(schedule));
+    SCOPED_TRACE(io::name_of(schedule));
     auto model = build(kMlp);
     auto counting = std::make_shared<CountingGroup>(dist::world());
     dist::Pipeline pipeline(nn::split_stage(*model, S, dist::world()->rank()), counting,

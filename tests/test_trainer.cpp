@@ -301,8 +301,7 @@ TEST_F(TrainerTest, APipelinePlanRefusesWhatItCannotHonourByKey) {
 TEST_F(TrainerTest, EvaluateMatchesAHandCount) {
   const data::Dataset test = data::make_synthetic(1, 6, 6, 5, 37, 11);
   nn::ModulePtr net = models::build_model(YAML::Load("{name: mlp, hidden: [16]}"), {1, 6, 6, 5, 2});
-  data::Loader loader(test, {.batch_size = 8, .shuffle = false, .drop_last = false});
-  train::BatchSource source(loader, Device::cpu());
+  train::BatchSource source(test, {.batch_size = 8, .shuffle = false, .drop_last = false}, Device::cpu());
   const train::EvalResult got = train::evaluate(*net, source);
   EXPECT_TRUE(net->is_training());
   const HandEval want = evaluate_by_hand(*net, test, 8);

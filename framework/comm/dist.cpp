@@ -321,6 +321,26 @@ ProcessGroup& require_member(const GroupPtr& group, const std::string& what) {
   return *group;
 }
 
+std::vector<std::string> gather_text(const std::string& text, ProcessGroup& group) {
+  if (group.size() == 1) return {text};
+  const int n = group.size();
+  Tensor lengths = Tensor::empty({n}, DType::i64);
+  group
+      .all_gather(lengths, Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1}))
+      ->wait();
+  int64_t longest = 0;
+  for (int r = 0; r < n; ++r) longest = std::max(longest, lengths.data<int64_t>()[r]);
+  const int64_t words = (longest + 7) / 8;
+  Tensor mine = Tensor::zeros({words}, DType::i64);
+  std::memcpy(mine.raw_data(), text.data(), text.size());
+  Tensor all = Tensor::empty({words * n}, DType::i64);
+  group.all_gather(all, mine)->wait();
+  std::vector<std::string> out;
+  const char* bytes = static_cast<const char*>(all.raw_data());
+  for (int r = 0; r < n; ++r) out.emplace_back(bytes + r * words * 8, lengths.data<int64_t>()[r]);
+  return out;
+}
+
 DeviceMesh::DeviceMesh(std::vector<int> shape, std::vector<std::string> names)
     : shape_(std::move(shape)), names_(std::move(names)) {
   auto world = world_checked("DeviceMesh");

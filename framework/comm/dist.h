@@ -73,6 +73,10 @@ GroupPtr split(const GroupPtr& parent, int color, int key);
 // else throws Error "rank 1 is not a member of <what>" (what: "group[0,2]", "the DDP group").
 ProcessGroup& require_member(const GroupPtr& group, const std::string& what);
 
+// Collective over `group`: every rank's `text`, in rank order, on every rank (the lengths,
+// then the bytes packed eight to an i64 element: the collectives move numbers).
+std::vector<std::string> gather_text(const std::string& text, ProcessGroup& group);
+
 // A world of prod(shape) ranks laid out row-major over named axes: for shape {2, 4} and
 // names {"dp", "tp"}, rank r has coordinates (r / 4, r % 4), and its "tp" group holds the
 // 4 ranks sharing its dp coordinate. Collective over the world; requires prod(shape) ==

@@ -68,9 +68,7 @@ template <>
 inline const std::vector<std::string> kEnumNames<NonfiniteAction> = {"stop", "skip"};
 
 template <>
-inline const std::vector<std::string> kEnumNames<dist::PipelineSchedule> = {
-    dist::pipeline_schedule_name(dist::PipelineSchedule::gpipe),
-    dist::pipeline_schedule_name(dist::PipelineSchedule::one_f_one_b)};
+inline const std::vector<std::string> kEnumNames<dist::PipelineSchedule> = {"gpipe", "1f1b"};
 
 // The config file's name for an enum value, for messages and records: "adamw".
 template <class E>

@@ -14,21 +14,13 @@ namespace {
 // Throws Error on every rank of `group` unless all ranks hold parameters with the same
 // names and shapes, in the same order.
 void check_same_parameters(const nn::NamedTensors& params, ProcessGroup& group) {
-  // Every rank's parameter lines ("'name' [shape]"), gathered as characters padded to the
-  // longest text.
+  // Every rank's parameter lines ("'name' [shape]").
   std::string text;
   for (const auto& [name, t] : params) text += "'" + name + "' " + shape_str(t.shape()) + "\n";
-  Tensor length = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1});
-  group.all_reduce(length, ReduceOp::max)->wait();
-  int64_t width = length.data<int64_t>()[0];
-  std::vector<int64_t> mine(text.begin(), text.end());
-  mine.resize(width, 0);
-  Tensor all = Tensor::empty({width * group.size()}, DType::i64);
-  group.all_gather(all, Tensor::from_vector(mine, {width}))->wait();
+  const std::vector<std::string> texts = gather_text(text, group);
   std::vector<std::vector<std::string>> lines(group.size());
-  const int64_t* p = all.data<int64_t>();
   for (int r = 0; r < group.size(); ++r) {
-    std::istringstream in(std::string(p + r * width, std::find(p + r * width, p + (r + 1) * width, 0)));
+    std::istringstream in(texts[r]);
     for (std::string line; std::getline(in, line);) lines[r].push_back(line);
   }
   for (int r = 1; r < group.size(); ++r) {

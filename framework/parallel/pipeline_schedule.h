@@ -12,10 +12,6 @@ enum class PipelineSchedule {
   gpipe,        // every forward, then every backward: M micro-batches' activations held
   one_f_one_b,  // 1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s holds at most S - s
 };
-// The config's name of a schedule ("gpipe", "1f1b").
-constexpr const char* pipeline_schedule_name(PipelineSchedule schedule) {
-  return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
-}
 
 // How dist::Pipeline runs a step; the config's `pipeline` section holds one and takes its defaults.
 struct PipelineOptions {

@@ -175,29 +175,20 @@ std::vector<optim::Optimizer::StateTensor> ZeroOptimizer::state_for_save() {
   const std::vector<std::string> kinds = state_kinds();
   const std::vector<StateTensor> state = segment_state();
   const bool root = group_->rank() == 0;
-  const int size = group_->size();
   // whole[param][kind], on root: views of each bucket's gathered state.
   std::vector<std::vector<Tensor>> whole(params_.size(), std::vector<Tensor>(kinds.size()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    const FlatBucket& bucket = buckets_[b];
+    const Chunk mine = buckets_[b].mine;
     const BucketInfo& info = reducer_.buckets()[b];
-    // Chunks differ in length by at most one element: each is sent padded to the longest.
-    const int64_t longest = chunk_of(info.numel, size, 0).end;
-    const Device device = bucket.params.device();
     for (size_t k = 0; k < kinds.size(); ++k) {
-      Tensor mine = Tensor::zeros({longest}, DType::f32, device);
+      // Laid out as the bucket: the all-gather, in place, puts every rank's chunk where it belongs.
+      Tensor flat = Tensor::zeros({info.numel}, DType::f32, buckets_[b].params.device());
       for (size_t s = 0; s < segments_.size(); ++s)
         if (segments_[s].bucket == b)
-          flat_range(mine, segments_[s].chunk_offset, segments_[s].length)
+          flat_range(flat, mine.begin + segments_[s].chunk_offset, segments_[s].length)
               .copy_from(state[s * kinds.size() + k].value);
-      Tensor all = root ? Tensor::empty({longest * size}, DType::f32, device) : Tensor();
-      group_->gather(all, mine, 0)->wait();
+      group_->all_gather(flat, flat_range(flat, mine.begin, mine.end - mine.begin))->wait();
       if (!root) continue;
-      Tensor flat = Tensor::empty({info.numel}, DType::f32, device);
-      for (int r = 0; r < size; ++r) {
-        const Chunk c = chunk_of(info.numel, size, r);
-        flat_range(flat, c.begin, c.end - c.begin).copy_from(flat_range(all, r * longest, c.end - c.begin));
-      }
       for (size_t j = 0; j < info.indices.size(); ++j) {
         const Tensor& p = params_[info.indices[j]].second;
         whole[info.indices[j]][k] =

@@ -63,7 +63,7 @@ std::vector<std::string> straggler_lines(const std::vector<RankMedians>& ranks,
   return lines;
 }
 
-StragglerWatch::StragglerWatch() : hosts_(gather_text(dist::info().host)) {}
+StragglerWatch::StragglerWatch() : hosts_(dist::gather_text(dist::info().host, *dist::world())) {}
 
 void StragglerWatch::add(const StepPhases& step) {
   window_.push_back(step);

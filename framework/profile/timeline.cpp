@@ -36,27 +36,6 @@ io::JsonOut row_names(int rank, const std::vector<std::string>& tracks) {
 
 }  // namespace
 
-std::vector<std::string> gather_text(const std::string& text) {
-  if (dist::info().world_size == 1) return {text};
-  dist::ProcessGroup& group = *dist::world();
-  const int n = group.size();
-  Tensor lengths = Tensor::empty({n}, DType::i64);
-  group
-      .all_gather(lengths, Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1}))
-      ->wait();
-  int64_t longest = 0;
-  for (int r = 0; r < n; ++r) longest = std::max(longest, lengths.data<int64_t>()[r]);
-  const int64_t words = (longest + 7) / 8;
-  Tensor mine = Tensor::zeros({words}, DType::i64);
-  std::memcpy(mine.raw_data(), text.data(), text.size());
-  Tensor all = Tensor::empty({words * n}, DType::i64);
-  group.all_gather(all, mine)->wait();
-  std::vector<std::string> out;
-  const char* bytes = static_cast<const char*>(all.raw_data());
-  for (int r = 0; r < n; ++r) out.emplace_back(bytes + r * words * 8, lengths.data<int64_t>()[r]);
-  return out;
-}
-
 double now_ns() {
   return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::steady_clock::now().time_since_epoch())
@@ -104,7 +83,7 @@ void Timeline::counter(const std::string& name, double at_ns, io::JsonOut values
 void Timeline::write() const {
   io::JsonOut mine = row_names(dist::info().rank, tracks_);
   mine.insert(mine.end(), events_.begin(), events_.end());
-  const std::vector<std::string> all = gather_text(io::json_text(mine));
+  const std::vector<std::string> all = dist::gather_text(io::json_text(mine), *dist::world());
   if (dist::info().rank != 0) return;
   io::JsonOut events = io::JsonOut::array();
   for (const std::string& part : all) {

@@ -18,10 +18,6 @@ namespace dpt::profile {
 // steady_clock nanoseconds since its epoch: the clock every span is given in.
 double now_ns();
 
-// Collective over the world: every rank's `text`, in rank order, on every rank (the lengths,
-// then the bytes packed eight to an i64 element: the collectives move numbers).
-std::vector<std::string> gather_text(const std::string& text);
-
 class Timeline {
  public:
   // Collective over the world: rank 0 checks that `path` can be written (creating its

@@ -2,12 +2,14 @@
 
 namespace dpt::train {
 
-BatchSource::BatchSource(data::Loader& loader, Device device) : loader_(loader), device_(device) {
+BatchSource::BatchSource(const data::Dataset& dataset, data::LoaderOptions options, Device device)
+    : loader_(dataset, std::move(options)), device_(device) {
   const Kernels& k = kernels_for(device);
   if (k.batch_uploader_make) uploader_ = k.batch_uploader_make(device.index);
 }
 
-void BatchSource::restart() {
+void BatchSource::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch) {
+  loader_.start_epoch(std::move(indices), epoch, first_batch);
   if (uploader_) uploader_->drop();
 }
 

@@ -13,16 +13,16 @@ namespace dpt::train {
 
 class BatchSource {
  public:
-  // Keeps a reference to `loader`, which must outlive the source. Batches come out on
+  // Loads `dataset` (which must outlive the source) as `options` say. Batches come out on
   // `device` (a CUDA device needs the CUDA backend).
-  BatchSource(data::Loader& loader, Device device);
+  BatchSource(const data::Dataset& dataset, data::LoaderOptions options, Device device);
   BatchSource(const BatchSource&) = delete;
   BatchSource& operator=(const BatchSource&) = delete;
 
-  data::Loader& loader() { return loader_; }
+  const data::Loader& loader() const { return loader_; }
   Device device() const { return device_; }
-  // After loader().start_epoch(): forgets a batch copied ahead that the last epoch did not use.
-  void restart();
+  // The loader's start_epoch; forgets a batch copied ahead that the last epoch did not use.
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch = 0, int64_t first_batch = 0);
   // Fills `batch` with the epoch's next batch, on device(), and returns true; false at the
   // epoch's end. Rethrows what the loader throws.
   bool next(data::Batch& batch);
@@ -31,7 +31,7 @@ class BatchSource {
   // Starts copying the loader's next batch; false at the epoch's end.
   bool upload_next();
 
-  data::Loader& loader_;
+  data::Loader loader_;
   Device device_;
   std::unique_ptr<BatchUploader> uploader_;  // null where batches need no staging (the CPU)
 };

@@ -151,7 +151,7 @@ class PipelineStep : public Step {
   // The bubble line: the time stages waited (for their neighbours and messages) over their
   // step time, summed over the world's ranks and the steps since the last call, and what the
   // schedule's arithmetic predicts for equal stages. Collective over the world.
-  std::string take_bubble_line() {
+  std::string epoch_lines() override {
     Tensor times = Tensor::from_vector(
         std::vector<float>{static_cast<float>(idle_ms_), static_cast<float>(step_ms_)}, {2});
     dist::world()->all_reduce(times, dist::ReduceOp::sum)->wait();
@@ -170,7 +170,7 @@ class PipelineStep : public Step {
   optim::Optimizer& optimizer_;
   std::vector<Tensor> params_;         // the stage's
   io::RunControl* control_ = nullptr;  // the step's, for the loss hook
-  double idle_ms_ = 0, step_ms_ = 0;   // since take_bubble_line
+  double idle_ms_ = 0, step_ms_ = 0;   // since epoch_lines
 };
 
 // parallel.pp > 1: each rank of a pp x dp mesh trains one stage of one replica. Every rank
@@ -213,7 +213,7 @@ class PipelinePlan : public ParallelPlan {
     std::string out = "pipeline: " + std::to_string(layout_.pp) + " stages x " + std::to_string(dp) +
                       " data-parallel replicas; rank r holds stage r / " + std::to_string(dp) +
                       " of replica r % " + std::to_string(dp) + "; " +
-                      dist::pipeline_schedule_name(config_.pipeline.schedule) + ", " + std::to_string(m) +
+                      io::name_of(config_.pipeline.schedule) + ", " + std::to_string(m) +
                       " micro-batches of " + std::to_string(config_.batch_size / m) + " per step\n";
     for (int s = 0; s < layout_.pp; ++s) {
       std::string ranks;
@@ -226,9 +226,7 @@ class PipelinePlan : public ParallelPlan {
   }
 
   std::unique_ptr<Step> make_step(optim::Optimizer& optimizer, optim::Ema*, const data::Dataset&) override {
-    auto step = std::make_unique<PipelineStep>(config_, module_, layout_, optimizer);
-    step_ = step.get();
-    return step;
+    return std::make_unique<PipelineStep>(config_, module_, layout_, optimizer);
   }
 
   // Each stage's state, broadcast from the rank that trains it over the pp group.
@@ -245,11 +243,6 @@ class PipelinePlan : public ParallelPlan {
     gather();
     return train::evaluate(*net_, test);
   }
-
-  std::string epoch_lines() override { return step_->take_bubble_line(); }  // collective
-
- private:
-  PipelineStep* step_ = nullptr;  // make_step's, for the bubble
 };
 
 }  // namespace
@@ -258,14 +251,12 @@ EvalResult evaluate(nn::Module& model, BatchSource& source, int share, int share
   autograd::NoGrad no_grad;
   model.eval();
   const dist::InitInfo& world = dist::info();
-  data::Loader& loader = source.loader();
+  const int64_t samples = source.loader().dataset().size();
   if (share < 0) share = world.rank, shares = world.world_size;
-  loader.start_epoch(data::eval_shard(loader.dataset().size(), share, shares));
-  source.restart();
+  source.start_epoch(data::eval_shard(samples, share, shares));
   // The totals (loss summed over samples, correct predictions, samples) stay on the model's
   // device, are all-reduced there and read back once: a GPU is waited for only at the end.
   // They cover the whole test set, so every rank decides alike, before any collective.
-  const int64_t samples = loader.dataset().size();
   DPT_CHECK(samples < (int64_t{1} << 24))
       << "evaluation: " << samples << " test samples; the counts, kept in f32, are exact below 2^24";
   const Kernels& k = kernels_for(source.device());

@@ -70,8 +70,6 @@ class ParallelPlan {
   virtual void gather() {}
   // The test set's loss and accuracy (the EMA's weights when given). Collective.
   virtual EvalResult evaluate(BatchSource& test, optim::Ema* ema) = 0;
-  // What rank 0 prints under an epoch's line (lines ending in \n, or ""). Collective.
-  virtual std::string epoch_lines() { return ""; }
 
  protected:
   ParallelPlan(const io::Config& config, const ParallelLayout& layout) : config_(config), layout_(layout) {}

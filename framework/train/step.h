@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "datasets/loader.h"
 #include "io/loss_meter.h"
@@ -34,6 +35,8 @@ class Step {
   // verdict is stop); an applied step's loss is in hooks.losses. Returns run control's
   // verdict: apply (the update was made), skip (non-finite gradients, no update) or stop.
   virtual io::RunControl::StepAction run(const data::Batch& batch, float lr, StepAt at, StepHooks hooks) = 0;
+  // What rank 0 prints under an epoch's line (lines ending in \n, or ""). Collective.
+  virtual std::string epoch_lines() { return ""; }
 };
 
 }  // namespace dpt::train

@@ -74,21 +74,15 @@ nn::Compute compute_for(const io::Config& config, Device device) {
   return compute;
 }
 
-// What the training data says about the model's input and output; `seed` initialises it; a
-// model with `tensor_parallel: true` splits its layers over `tp_group`.
-models::ModelSpec model_spec(const data::Dataset& train, uint64_t seed, dist::GroupPtr tp_group = nullptr) {
-  return {train.channels, train.height, train.width, train.classes, seed, std::move(tp_group)};
-}
-
 // What model.safetensors holds: the state with every tensor a tensor-parallel model splits
-// gathered whole (loadable into the one-process model, which `spec` builds). Collective over tp_group.
-nn::NamedTensors model_whole_state(const io::Config& config, const models::ModelSpec& spec, nn::Module& net,
-                                   const dist::GroupPtr& tp_group) {
-  if (!tp_group || tp_group->size() == 1) return net.state_dict();
+// gathered whole (loadable into the one-process model). Collective over spec.tp_group.
+nn::NamedTensors model_whole_state(const io::Config& config, const models::ModelSpec& spec, nn::Module& net) {
+  if (!spec.tp_group || spec.tp_group->size() == 1) return net.state_dict();
   // The unsplit model, for its tensors' shapes.
   YAML::Node node = YAML::Clone(config.model.node);
   node["tensor_parallel"] = false;
-  return nn::gather_whole_state(net.state_dict(), models::build_model(node, spec)->state_dict(), *tp_group);
+  return nn::gather_whole_state(net.state_dict(), models::build_model(node, spec)->state_dict(),
+                                *spec.tp_group);
 }
 
 // SGD or AdamW in two groups (1-D parameters without weight decay under no_decay_bias_bn);
@@ -144,11 +138,12 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   layout_ = parallel_layout(config_, options_.resume);
   plan_ = make_plan(config_, layout_);  // before the data and the model: it refuses what it cannot do
   data_ = load_data(config_.dataset, config_.seed);
-  const models::ModelSpec spec = model_spec(data_.train, config_.seed, layout_.tp_group);
-  net_ = models::build_model(config_.model.node, spec);  // the bare model, f32 on the CPU
+  spec_ = models::ModelSpec(data_.train.channels, data_.train.height, data_.train.width, data_.train.classes,
+                            config_.seed, layout_.tp_group);
+  net_ = models::build_model(config_.model.node, spec_);  // the bare model, f32 on the CPU
   global_batch_ = config_.batch_size * layout_.dp;
   // On every rank: counting runs a forward pass, and a tensor-parallel one has collectives.
-  const double macs = static_cast<double>(models::macs_per_image(*net_, spec)) / 1e6;
+  const double macs = static_cast<double>(models::macs_per_image(*net_, spec_)) / 1e6;
   if (main_rank)
     std::printf(
         "model %s: %lld parameters, %.1fM multiply-adds per image%s; %d rank(s) x %d threads, global batch "
@@ -157,7 +152,6 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
         layout_.tp_group ? " (rank 0's slice)" : "", world.world_size, threads_get(),
         static_cast<long long>(global_batch_));
   net_->set_compute(compute);  // after the count: its forward runs on the CPU, in f32
-  // On its device before the optimizer, the EMA and the checkpoint's load.
   plan_->wrap(net_, device_);
   if (main_rank) std::printf("%s", plan_->describe().c_str());
   if (world.world_size > 1) {  // after DDP made its group, so the table lists it
@@ -214,15 +208,14 @@ void Trainer::make_loaders() {
   if (config_.dataset.augment)
     train_options.transform =
         data::make_augment_transform({}, data_.train.normalization, config_.seed, layout_.data_rank);
-  train_loader_ = std::make_unique<data::Loader>(data_.train, std::move(train_options));
-  test_loader_ = std::make_unique<data::Loader>(
+  train_batches_ = std::make_unique<BatchSource>(data_.train, std::move(train_options), device_);
+  test_batches_ = std::make_unique<BatchSource>(
       data_.test,
       data::LoaderOptions{
-          .batch_size = config_.eval_batch_size, .shuffle = false, .drop_last = false, .seed = config_.seed});
-  train_batches_ = std::make_unique<BatchSource>(*train_loader_, device_);
-  test_batches_ = std::make_unique<BatchSource>(*test_loader_, device_);
+          .batch_size = config_.eval_batch_size, .shuffle = false, .drop_last = false, .seed = config_.seed},
+      device_);
   const int64_t shard_size = (data_.train.size() + layout_.dp - 1) / layout_.dp;
-  steps_ = train_loader_->batch_count(shard_size);
+  steps_ = train_batches_->loader().batch_count(shard_size);
   if (config_.max_steps_per_epoch > 0) steps_ = std::min(steps_, config_.max_steps_per_epoch);
   DPT_CHECK(steps_ > 0) << "batch_size " << config_.batch_size << " is larger than the training set ("
                         << data_.train.size() << " samples)";
@@ -250,11 +243,11 @@ int Trainer::run() {
     const double images_per_sec = static_cast<double>(images) / train_time;
     const float last_lr = schedule_->lr_at((epoch + 1) * steps_ - 1);
     const profile::StepPhases phases = profiler_->take_epoch_means();  // collective
-    const std::string plan_lines = plan_->epoch_lines();               // collective
+    const std::string step_lines = step_->epoch_lines();               // collective
     if (main_rank) {
       std::printf("epoch %lld: train_loss %.4f  test_loss %.4f  test_acc %.4f  %.0f img/s\n",
                   static_cast<long long>(epoch + 1), train_loss, eval.loss, eval.accuracy, images_per_sec);
-      std::printf("%s", plan_lines.c_str());
+      std::printf("%s", step_lines.c_str());
       std::fflush(stdout);
       // elapsed_s: since the run (or its resumption) started; lr: the epoch's last step's;
       // then the phases' means per step over the ranks.
@@ -280,10 +273,9 @@ Trainer::EpochSteps Trainer::train_steps(int64_t epoch, Clock::time_point epoch_
   // A resumed epoch goes on after the samples its checkpoint had trained on.
   const int64_t done = control_->samples_done(epoch);
   r.first_step = r.step = done / global_batch_;
-  train_loader_->start_epoch(data::train_shard_rest(data_.train.size(), config_.seed, epoch,
-                                                    layout_.data_rank, layout_.dp, true, done),
-                             epoch, r.first_step);
-  train_batches_->restart();
+  train_batches_->start_epoch(data::train_shard_rest(data_.train.size(), config_.seed, epoch,
+                                                     layout_.data_rank, layout_.dp, true, done),
+                              epoch, r.first_step);
   data::Batch batch;
   double shown_loss = 0;
   profiler_->start_epoch();
@@ -335,8 +327,7 @@ int Trainer::finish(Clock::time_point run_start) {
   io::JsonOut ranks = profiler_->straggler_run_report();      // collective
   // The whole model, gathered from the tp ranks' slices: what one process would have trained.
   optimizer_->parameters_ready();
-  const nn::NamedTensors state =
-      model_whole_state(config_, model_spec(data_.train, config_.seed), *net_, layout_.tp_group);
+  const nn::NamedTensors state = model_whole_state(config_, spec_, *net_);
   if (world.rank != 0) return 0;
   io::safetensors_write(config_.output.dir + "/model.safetensors", state, {{"format", "pt"}});
   const profile::StepTraffic traffic = profiler_->run_traffic();

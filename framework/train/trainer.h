@@ -69,9 +69,9 @@ class Trainer {
   Device device_;
   ParallelLayout layout_;  // the groups: dp, tp, pp; this rank's data share
   TrainData data_;
+  models::ModelSpec spec_;              // the training data's shapes, the seed, the tp group
   nn::ModulePtr net_;                   // the bare model
   std::unique_ptr<ParallelPlan> plan_;  // made from the layout; plan_->module() is what steps call
-  std::unique_ptr<data::Loader> train_loader_, test_loader_;
   std::unique_ptr<BatchSource> train_batches_, test_batches_;
   int64_t steps_ = 0;         // per epoch
   int64_t global_batch_ = 0;  // per step, over the dp ranks

@@ -13,6 +13,7 @@
 #include "core/storage.h"
 #include "core/threading.h"
 #include "comm/dist.h"
+#include "io/config.h"
 #include "parallel/pipeline.h"
 #include "models/registry.h"
 #include "ops/loss.h"
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
         dist::world()->all_gather(all, Tensor::from_vector(mine, {4}))->wait();
         if (s != 0) continue;
         std::printf("\n%s, M = %d: bubble theory (S-1)/(M+S-1) = %.3f\n",
-                    dist::pipeline_schedule_name(schedule), m, dist::pipeline_bubble_theory(S, m));
+                    io::name_of(schedule).c_str(), m, dist::pipeline_bubble_theory(S, m));
         std::printf("  stage  compute ms  idle ms  step ms  bubble  activations MB  in flight\n");
         const float* v = all.data<float>();
         for (int r = 0; r < S; ++r)
