@@ -6,7 +6,8 @@
 // instead of 1, ends up to 15% away after 20; on a Sapphire Rapids VM the mesh was 1% away
 // after 4 steps and within 1e-6 after 2; test_mpi_tensor_parallel checks 20
 // steps of it on learnable data); and a `parallel:` section the world cannot hold is
-// one line naming the key and the world size, with exit code 2.
+// one line naming the key and the world size, with exit code 2; and optimizer.shard is said
+// to shard the state only where there are data-parallel ranks to shard it over.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class TrainMesh : public dpt::testing::TrainRunner {
  protected:
@@ -92,6 +94,19 @@ TEST_F(TrainMesh, AParallelSectionTheWorldCannotHoldIsOneLine) {
   dpt::testing::TrainResult r = train_on(2, mesh_config("copy", "{name: mlp}") + "parallel: {tp: 2}\n");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("parallel.tp: 2 needs a model with tensor_parallel: true"));
+}
+
+// At tp 2 on 2 ranks there is one dp rank: no ZeRO, so the state line names no shard.
+TEST_F(TrainMesh, OptimizerStateIsCalledAShardOnlyOverDataParallelRanks) {
+  const std::string args = "--set optimizer.shard=true --set max_steps_per_epoch=1 --set epochs=1";
+  const std::string split = mesh_config("tp", "{name: mlp, hidden: [64], tensor_parallel: true}");
+  dpt::testing::TrainResult r = train_on(2, split + "parallel: {tp: 2}\n", args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("optimizer state: "));
+  EXPECT_THAT(r.out, Not(HasSubstr("(its shard")));
+  r = train_on(2, mesh_config("dp", "{name: mlp, hidden: [64]}"), args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("bytes on rank 0 (its shard: optimizer.shard)"));
 }
 
 }  // namespace

@@ -165,7 +165,7 @@ Trainer::Trainer(io::Config config, TrainerOptions options)
   if (main_rank)
     std::printf("optimizer state: %lld bytes on rank 0%s\n",
                 static_cast<long long>(optimizer_->state_bytes()),
-                config_.optimizer.shard && world.world_size > 1 ? " (its shard: optimizer.shard)" : "");
+                config_.optimizer.shard && layout_.dp > 1 ? " (its shard: optimizer.shard)" : "");
   if (config_.ema_decay > 0)
     ema_ = std::make_unique<optim::Ema>(*net_, static_cast<float>(config_.ema_decay));
   // optimizer.lr, times the dp ranks under `lr_scaling: linear` (the global batch grows).
