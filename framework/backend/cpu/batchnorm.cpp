@@ -57,9 +57,9 @@ memory channel_memory(const Tensor& t) {
 
 }  // namespace
 
-void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                        const Tensor& var, const BatchNormParams& p, const Tensor& out,
-                        bool keep_for_backward, Tensor& workspace) {
+void batch_norm_forward(BatchNormSaved& s, const Tensor& out, bool keep_for_backward) {
+  const Tensor& x = s.x;
+  const BatchNormParams& p = s.params;
   // Training (forward_training) whenever batch statistics are computed or a backward
   // needs the ReLU mask; inference otherwise.
   bool keep_mask = keep_for_backward && p.relu, training = p.training || keep_mask;
@@ -75,25 +75,25 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)},
-      {DNNL_ARG_SCALE, channel_memory(weight)},
-      {DNNL_ARG_SHIFT, channel_memory(bias)},
-      {DNNL_ARG_MEAN, channel_memory(mean)},
-      {DNNL_ARG_VARIANCE, channel_memory(var)}};
+      {DNNL_ARG_SCALE, channel_memory(s.weight)},
+      {DNNL_ARG_SHIFT, channel_memory(s.bias)},
+      {DNNL_ARG_MEAN, channel_memory(s.mean)},
+      {DNNL_ARG_VARIANCE, channel_memory(s.stat)}};
   if (size_t bytes = entry->workspace.get_size(); training && bytes > 0) {
     // Batch statistics with a fused ReLU always write the mask; with no backward to
     // follow it goes to scratch.
-    if (keep_mask) workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
-    void* data = keep_mask ? workspace.raw_data() : scratch(Scratch::extra, bytes);
+    if (keep_mask) s.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
+    void* data = keep_mask ? s.workspace.raw_data() : scratch(Scratch::extra, bytes);
     args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), data);
   }
   execute(entry->bn, args);
   bridge_out(entry->dst, args[DNNL_ARG_DST], out.raw_data());
 }
 
-void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
-                         const Tensor& mean, const Tensor& var, const BatchNormParams& p,
-                         const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
-                         const Tensor& grad_bias) {
+void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias) {
+  const Tensor& x = s.x;
+  const BatchNormParams& p = s.params;
   Layout layout = layout_of(x);
   DPT_CHECK(layout_of(grad_out) == layout && layout_of(grad_x) == layout)
       << "batch_norm2d backward: grad_out and grad_x must have x's layout";
@@ -113,16 +113,16 @@ void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& 
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_DIFF_DST, bridge_in(entry->diff_dst, grad_out.raw_data(), Scratch::diff_dst)},
-      {DNNL_ARG_SCALE, channel_memory(weight)},
-      {DNNL_ARG_SHIFT, channel_memory(bias)},
-      {DNNL_ARG_MEAN, channel_memory(mean)},
-      {DNNL_ARG_VARIANCE, channel_memory(var)},
+      {DNNL_ARG_SCALE, channel_memory(s.weight)},
+      {DNNL_ARG_SHIFT, channel_memory(s.bias)},
+      {DNNL_ARG_MEAN, channel_memory(s.mean)},
+      {DNNL_ARG_VARIANCE, channel_memory(s.stat)},
       {DNNL_ARG_DIFF_SRC, diff_src},
       {DNNL_ARG_DIFF_SCALE, channel_memory(grad_weight)},
       {DNNL_ARG_DIFF_SHIFT, channel_memory(grad_bias)}};
   if (entry->workspace.get_size() > 0) {
-    DPT_CHECK(workspace.defined()) << "batch_norm2d backward: fused ReLU without the forward's workspace";
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), workspace.raw_data());
+    DPT_CHECK(s.workspace.defined()) << "batch_norm2d backward: fused ReLU without the forward's workspace";
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), s.workspace.raw_data());
   }
   execute(entry->bn, args);
   bridge_out(entry->diff_src, diff_src, grad_x.raw_data());
@@ -139,7 +139,7 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
     s.stat = Tensor::empty({x.size(1)});
   }
   Tensor out = onednn::empty_in(x.shape(), onednn::layout_of(x));
-  batch_norm_forward(x, weight, bias, s.mean, s.stat, p, out, keep_for_backward, s.workspace);
+  batch_norm_forward(s, out, keep_for_backward);
   if (p.training && running_mean.defined()) {
     // running = (1 - momentum) running + momentum batch, the variance made unbiased first (PyTorch).
     float* rm = running_mean.data<float>();
@@ -154,12 +154,6 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
     }
   }
   return out;
-}
-
-void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
-                         const Tensor& grad_weight, const Tensor& grad_bias) {
-  batch_norm_backward(s.x, grad_out, s.weight, s.bias, s.mean, s.stat, s.params, s.workspace, grad_x,
-                      grad_weight, grad_bias);
 }
 
 }  // namespace dpt::cpu
