@@ -129,10 +129,9 @@ void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const 
 }
 
 // oneDNN keeps the batch statistics it computed (mean, variance) and, with a fused ReLU and
-// a backward to follow, its mask in a workspace.
-Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                          const Tensor& running_mean, const Tensor& running_var, bool keep_for_backward,
-                          BatchNormSaved& s) {
+// a backward to follow, its mask in a workspace. Weight and bias are read from s (the same).
+Tensor batch_norm_forward(const Tensor& x, const Tensor&, const Tensor&, const Tensor& running_mean,
+                          const Tensor& running_var, bool keep_for_backward, BatchNormSaved& s) {
   const BatchNormParams& p = s.params;
   if (p.training) {
     s.mean = Tensor::empty({x.size(1)});
