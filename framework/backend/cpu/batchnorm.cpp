@@ -36,7 +36,7 @@ std::string key_of(const char* op, const Shape& x, const BatchNormParams& p, boo
 
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Geometry& g, float eps, prop_kind prop) {
   return dnnl::batch_normalization_forward::primitive_desc(
-      dnnl::batch_normalization_forward::desc(prop, g.work, eps, g.flags), Context::cpu().engine());
+      dnnl::batch_normalization_forward::desc(prop, g.work, eps, g.flags), engine());
 }
 
 struct ForwardEntry {
@@ -52,7 +52,7 @@ struct BackwardEntry {
 };
 
 memory channel_memory(const Tensor& t) {
-  return memory(plain_desc({t.numel()}, Tag::x), Context::cpu().engine(), t.raw_data());
+  return memory(plain_desc({t.numel()}, Tag::x), engine(), t.raw_data());
 }
 
 }  // namespace
@@ -65,7 +65,7 @@ void batch_norm_forward(BatchNormSaved& s, const Tensor& out, bool keep_for_back
   bool keep_mask = keep_for_backward && p.relu, training = p.training || keep_mask;
   Layout layout = layout_of(x);
   DPT_CHECK(layout_of(out) == layout) << "batch_norm2d: out must have x's layout";
-  auto entry = Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x.shape(), p, training, layout), [&] {
+  auto entry = cached<ForwardEntry>(key_of("bn_fwd", x.shape(), p, training, layout), [&] {
     Geometry g = geometry_of(x.shape(), p, layout);
     auto pd = forward_pd(g, p.eps, training ? prop_kind::forward_training : prop_kind::forward_inference);
     return std::make_shared<ForwardEntry>(ForwardEntry{
@@ -84,7 +84,7 @@ void batch_norm_forward(BatchNormSaved& s, const Tensor& out, bool keep_for_back
     // follow it goes to scratch.
     if (keep_mask) s.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
     void* data = keep_mask ? s.workspace.raw_data() : scratch(Scratch::extra, bytes);
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), data);
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, engine(), data);
   }
   execute(entry->bn, args);
   bridge_out(entry->dst, args[DNNL_ARG_DST], out.raw_data());
@@ -97,12 +97,12 @@ void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const 
   Layout layout = layout_of(x);
   DPT_CHECK(layout_of(grad_out) == layout && layout_of(grad_x) == layout)
       << "batch_norm2d backward: grad_out and grad_x must have x's layout";
-  auto entry = Context::cpu().cached<BackwardEntry>(key_of("bn_bwd", x.shape(), p, true, layout), [&] {
+  auto entry = cached<BackwardEntry>(key_of("bn_bwd", x.shape(), p, true, layout), [&] {
     Geometry g = geometry_of(x.shape(), p, layout);
     auto hint = forward_pd(g, p.eps, prop_kind::forward_training);
     dnnl::batch_normalization_backward::primitive_desc pd(
         dnnl::batch_normalization_backward::desc(prop_kind::backward, g.work, g.work, p.eps, g.flags),
-        Context::cpu().engine(), hint);
+        engine(), hint);
     return std::make_shared<BackwardEntry>(BackwardEntry{
         dnnl::batch_normalization_backward(pd), bridge_make(g.plain, pd.src_desc(), Direction::in),
         bridge_make(g.plain, pd.diff_dst_desc(), Direction::in),
@@ -122,7 +122,7 @@ void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const 
       {DNNL_ARG_DIFF_SHIFT, channel_memory(grad_bias)}};
   if (entry->workspace.get_size() > 0) {
     DPT_CHECK(s.workspace.defined()) << "batch_norm2d backward: fused ReLU without the forward's workspace";
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), s.workspace.raw_data());
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, engine(), s.workspace.raw_data());
   }
   execute(entry->bn, args);
   bridge_out(entry->diff_src, diff_src, grad_x.raw_data());
