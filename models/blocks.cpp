@@ -2,7 +2,8 @@
 // kernel (BatchNorm2d::forward_relu), and the residual sum with its ReLU as another (add_relu).
 #include "models/blocks.h"
 
-#include "nn/init.h"
+#include <cmath>
+
 #include "nn/sequential.h"
 #include "parallel/tensor_parallel.h"
 #include "ops/activation.h"
@@ -31,7 +32,7 @@ class PadShortcut : public nn::Module {
 std::shared_ptr<nn::Conv2d> conv_fan_out(int64_t in, int64_t out, int64_t kernel, int64_t stride, Rng& rng) {
   auto conv = std::make_shared<nn::Conv2d>(in, out, kernel, rng,
                                            Conv2dOptions{.stride = stride, .padding = kernel / 2}, false);
-  nn::kaiming_normal(conv->weight(), out * kernel * kernel, rng);
+  rng.fill_normal(conv->weight(), 0.0f, static_cast<float>(std::sqrt(2.0 / (out * kernel * kernel))));
   return conv;
 }
 

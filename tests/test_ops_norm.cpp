@@ -99,14 +99,16 @@ TEST(BatchNormKernel, TrainingForwardAndBackwardMatchLoops) {
       Tensor g = random_tensor(s, ++seed);
       Reference r = reference(x, w, b, g, 1e-5, relu);
       BatchNormParams p{.eps = 1e-5f, .relu = relu};
-      Tensor out = poisoned(s), mean = poisoned({s[1]}), var = poisoned({s[1]}), workspace;
-      cpu::batch_norm_forward(x, w, b, mean, var, p, out, true, workspace);
-      EXPECT_EQ(workspace.defined(), relu);
+      Tensor out = poisoned(s);
+      BatchNormSaved saved{
+          .x = x, .weight = w, .bias = b, .mean = poisoned({s[1]}), .stat = poisoned({s[1]}), .params = p};
+      cpu::batch_norm_forward(saved, out, true);
+      EXPECT_EQ(saved.workspace.defined(), relu);
       expect_close(out, r.out, "forward", 1e-4, 1e-4);
-      expect_close(mean, r.mean, "mean", 1e-5, 1e-5);
-      expect_close(var, r.var, "variance (biased)", 1e-5, 1e-4);
+      expect_close(saved.mean, r.mean, "mean", 1e-5, 1e-5);
+      expect_close(saved.stat, r.var, "variance (biased)", 1e-5, 1e-4);
       Tensor gx = poisoned(s), gw = poisoned({s[1]}), gb = poisoned({s[1]});
-      cpu::batch_norm_backward(x, g, w, b, mean, var, p, workspace, gx, gw, gb);
+      cpu::batch_norm_backward(saved, g, gx, gw, gb);
       expect_close(gx, r.grad_x, "grad_x", 1e-4, 1e-3);
       expect_close(gw, r.grad_w, "grad_weight", 1e-3, 1e-4);
       expect_close(gb, r.grad_b, "grad_bias", 1e-3, 1e-4);

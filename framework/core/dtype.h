@@ -9,25 +9,15 @@ namespace dpt {
 
 enum class DType { f32, bf16, f16, i64 };
 
-constexpr size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i64: return 8;
-  }
-  return 0;
-}
+// Per DType, in its order: the element size in bytes and the name messages print.
+struct DTypeInfo {
+  size_t size;
+  const char* name;
+};
+constexpr DTypeInfo kDTypeInfo[] = {{4, "f32"}, {2, "bf16"}, {2, "f16"}, {8, "i64"}};
 
-constexpr const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i64: return "i64";
-  }
-  return "?";
-}
+constexpr size_t dtype_size(DType t) { return kDTypeInfo[static_cast<int>(t)].size; }
+constexpr const char* dtype_name(DType t) { return kDTypeInfo[static_cast<int>(t)].name; }
 
 // bf16 is the upper half of an f32: the conversion down rounds to nearest, ties to even
 // (as CUDA's __float2bfloat16 does), and keeps NaN a NaN. Host-side helpers for tests

@@ -1,6 +1,7 @@
 #include "nn/layers.h"
 
-#include "nn/init.h"
+#include <cmath>
+
 #include "ops/activation.h"
 #include "ops/cast.h"
 #include "ops/dropout.h"
@@ -11,13 +12,14 @@
 namespace dpt::nn {
 namespace {
 
+// w drawn by `init` (layers.h), in place.
 void init_weight(const Tensor& w, Init init, int64_t fan_in, int64_t fan_out, Rng& rng) {
-  switch (init) {
-    case Init::kaiming_normal: return kaiming_normal(w, fan_in, rng);
-    case Init::kaiming_uniform: return kaiming_uniform(w, fan_in, rng);
-    case Init::xavier_uniform: return xavier_uniform(w, fan_in, fan_out, rng);
-    case Init::torch_default: return fan_in_uniform(w, fan_in, rng);
-  }
+  if (init == Init::kaiming_normal)
+    return rng.fill_normal(w, 0.0f, static_cast<float>(std::sqrt(2.0 / fan_in)));
+  double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));  // torch_default
+  if (init == Init::kaiming_uniform) bound = std::sqrt(6.0 / fan_in);
+  if (init == Init::xavier_uniform) bound = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+  rng.fill_uniform(w, -static_cast<float>(bound), static_cast<float>(bound));
 }
 
 }  // namespace
@@ -28,7 +30,7 @@ Linear::Linear(int64_t in, int64_t out, Rng& rng, bool bias, Init init) {
   init_weight(weight_, init, in, out, rng);
   if (bias) {
     bias_ = register_parameter("bias", Tensor::empty({out}));
-    fan_in_uniform(bias_, in, rng);
+    init_weight(bias_, Init::torch_default, in, out, rng);
   }
 }
 
@@ -63,7 +65,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Rng& rng, Conv2dOptions 
   init_weight(weight_, init, fan_in, out / options.groups * kernel * kernel, rng);
   if (bias) {
     bias_ = register_parameter("bias", Tensor::empty({out}));
-    fan_in_uniform(bias_, fan_in, rng);
+    init_weight(bias_, Init::torch_default, fan_in, out, rng);
   }
 }
 

@@ -22,7 +22,13 @@ class ReluFusable : public Module {
   virtual Tensor run(const Tensor& x, bool relu) = 0;
 };
 
-enum class Init { kaiming_normal, kaiming_uniform, xavier_uniform, torch_default };
+// How a layer draws its weight (fan_in = in_channels/groups * kernel area; fan_out likewise).
+enum class Init {
+  kaiming_normal,   // N(0, sqrt(2 / fan_in)): the ReLU gain (He et al. 2015)
+  kaiming_uniform,  // U(-b, b), b = sqrt(6 / fan_in)
+  xavier_uniform,   // U(-b, b), b = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010)
+  torch_default,    // U(-b, b), b = 1 / sqrt(fan_in): PyTorch's default, and every bias's
+};
 
 struct LinearOptions {};  // none: Linear and Conv2d are both made from (weight, bias, options)
 

@@ -11,7 +11,6 @@ namespace dpt {
 
 Tensor relu(const Tensor& x) {
   op_device_mixed("relu", {&x});
-  // Elementwise on the raw buffer: any dense layout (channels-last included) is kept.
   Tensor in = x.is_dense() ? x : contiguous_on_device(x);
   Tensor out = Tensor::empty_like(in);
   kernels_for(out.device()).relu_forward(in, out);

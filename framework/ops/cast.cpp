@@ -34,13 +34,10 @@ Tensor cast(const Tensor& x, DType dtype, MemoryFormat format) {
                    : format == MemoryFormat::contiguous ? x.is_contiguous()
                                                         : x.is_channels_last();
   if (dtype == x.dtype() && layout_ok) return x;
-  Tensor out;
-  if (format == MemoryFormat::channels_last)
-    out = Tensor::empty_channels_last(x.shape(), dtype, x.device());
-  else if (format == MemoryFormat::preserve && x.is_dense())  // channels-last among them
-    out = Tensor::empty_strided(x.shape(), x.strides(), dtype, x.device());
-  else
-    out = Tensor::empty(x.shape(), dtype, x.device());
+  Tensor out = format == MemoryFormat::channels_last
+                   ? Tensor::empty_channels_last(x.shape(), dtype, x.device())
+               : format == MemoryFormat::contiguous ? Tensor::empty(x.shape(), dtype, x.device())
+                                                    : TensorLayout(x).empty(dtype);  // x's strides when dense
   kernels_for(out.device()).copy(x, out);  // dtype and layout at once
   record_cast(x, out);
   return out;

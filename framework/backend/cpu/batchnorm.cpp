@@ -36,7 +36,7 @@ std::string key_of(const char* op, const Shape& x, const BatchNormParams& p, boo
 
 dnnl::batch_normalization_forward::primitive_desc forward_pd(const Geometry& g, float eps, prop_kind prop) {
   return dnnl::batch_normalization_forward::primitive_desc(
-      dnnl::batch_normalization_forward::desc(prop, g.work, eps, g.flags), Context::cpu().engine());
+      dnnl::batch_normalization_forward::desc(prop, g.work, eps, g.flags), engine());
 }
 
 struct ForwardEntry {
@@ -52,20 +52,20 @@ struct BackwardEntry {
 };
 
 memory channel_memory(const Tensor& t) {
-  return memory(plain_desc({t.numel()}, Tag::x), Context::cpu().engine(), t.raw_data());
+  return memory(plain_desc({t.numel()}, Tag::x), engine(), t.raw_data());
 }
 
 }  // namespace
 
-void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                        const Tensor& var, const BatchNormParams& p, const Tensor& out,
-                        bool keep_for_backward, Tensor& workspace) {
+void batch_norm_forward(BatchNormSaved& s, const Tensor& out, bool keep_for_backward) {
+  const Tensor& x = s.x;
+  const BatchNormParams& p = s.params;
   // Training (forward_training) whenever batch statistics are computed or a backward
   // needs the ReLU mask; inference otherwise.
   bool keep_mask = keep_for_backward && p.relu, training = p.training || keep_mask;
   Layout layout = layout_of(x);
   DPT_CHECK(layout_of(out) == layout) << "batch_norm2d: out must have x's layout";
-  auto entry = Context::cpu().cached<ForwardEntry>(key_of("bn_fwd", x.shape(), p, training, layout), [&] {
+  auto entry = cached<ForwardEntry>(key_of("bn_fwd", x.shape(), p, training, layout), [&] {
     Geometry g = geometry_of(x.shape(), p, layout);
     auto pd = forward_pd(g, p.eps, training ? prop_kind::forward_training : prop_kind::forward_inference);
     return std::make_shared<ForwardEntry>(ForwardEntry{
@@ -75,34 +75,34 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)},
-      {DNNL_ARG_SCALE, channel_memory(weight)},
-      {DNNL_ARG_SHIFT, channel_memory(bias)},
-      {DNNL_ARG_MEAN, channel_memory(mean)},
-      {DNNL_ARG_VARIANCE, channel_memory(var)}};
+      {DNNL_ARG_SCALE, channel_memory(s.weight)},
+      {DNNL_ARG_SHIFT, channel_memory(s.bias)},
+      {DNNL_ARG_MEAN, channel_memory(s.mean)},
+      {DNNL_ARG_VARIANCE, channel_memory(s.stat)}};
   if (size_t bytes = entry->workspace.get_size(); training && bytes > 0) {
     // Batch statistics with a fused ReLU always write the mask; with no backward to
     // follow it goes to scratch.
-    if (keep_mask) workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
-    void* data = keep_mask ? workspace.raw_data() : scratch(Scratch::extra, bytes);
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), data);
+    if (keep_mask) s.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
+    void* data = keep_mask ? s.workspace.raw_data() : scratch(Scratch::extra, bytes);
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, engine(), data);
   }
   execute(entry->bn, args);
   bridge_out(entry->dst, args[DNNL_ARG_DST], out.raw_data());
 }
 
-void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
-                         const Tensor& mean, const Tensor& var, const BatchNormParams& p,
-                         const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
-                         const Tensor& grad_bias) {
+void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
+                         const Tensor& grad_weight, const Tensor& grad_bias) {
+  const Tensor& x = s.x;
+  const BatchNormParams& p = s.params;
   Layout layout = layout_of(x);
   DPT_CHECK(layout_of(grad_out) == layout && layout_of(grad_x) == layout)
       << "batch_norm2d backward: grad_out and grad_x must have x's layout";
-  auto entry = Context::cpu().cached<BackwardEntry>(key_of("bn_bwd", x.shape(), p, true, layout), [&] {
+  auto entry = cached<BackwardEntry>(key_of("bn_bwd", x.shape(), p, true, layout), [&] {
     Geometry g = geometry_of(x.shape(), p, layout);
     auto hint = forward_pd(g, p.eps, prop_kind::forward_training);
     dnnl::batch_normalization_backward::primitive_desc pd(
         dnnl::batch_normalization_backward::desc(prop_kind::backward, g.work, g.work, p.eps, g.flags),
-        Context::cpu().engine(), hint);
+        engine(), hint);
     return std::make_shared<BackwardEntry>(BackwardEntry{
         dnnl::batch_normalization_backward(pd), bridge_make(g.plain, pd.src_desc(), Direction::in),
         bridge_make(g.plain, pd.diff_dst_desc(), Direction::in),
@@ -113,33 +113,32 @@ void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& 
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_DIFF_DST, bridge_in(entry->diff_dst, grad_out.raw_data(), Scratch::diff_dst)},
-      {DNNL_ARG_SCALE, channel_memory(weight)},
-      {DNNL_ARG_SHIFT, channel_memory(bias)},
-      {DNNL_ARG_MEAN, channel_memory(mean)},
-      {DNNL_ARG_VARIANCE, channel_memory(var)},
+      {DNNL_ARG_SCALE, channel_memory(s.weight)},
+      {DNNL_ARG_SHIFT, channel_memory(s.bias)},
+      {DNNL_ARG_MEAN, channel_memory(s.mean)},
+      {DNNL_ARG_VARIANCE, channel_memory(s.stat)},
       {DNNL_ARG_DIFF_SRC, diff_src},
       {DNNL_ARG_DIFF_SCALE, channel_memory(grad_weight)},
       {DNNL_ARG_DIFF_SHIFT, channel_memory(grad_bias)}};
   if (entry->workspace.get_size() > 0) {
-    DPT_CHECK(workspace.defined()) << "batch_norm2d backward: fused ReLU without the forward's workspace";
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), workspace.raw_data());
+    DPT_CHECK(s.workspace.defined()) << "batch_norm2d backward: fused ReLU without the forward's workspace";
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, engine(), s.workspace.raw_data());
   }
   execute(entry->bn, args);
   bridge_out(entry->diff_src, diff_src, grad_x.raw_data());
 }
 
 // oneDNN keeps the batch statistics it computed (mean, variance) and, with a fused ReLU and
-// a backward to follow, its mask in a workspace.
-Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                          const Tensor& running_mean, const Tensor& running_var, bool keep_for_backward,
-                          BatchNormSaved& s) {
+// a backward to follow, its mask in a workspace. Weight and bias are read from s (the same).
+Tensor batch_norm_forward(const Tensor& x, const Tensor&, const Tensor&, const Tensor& running_mean,
+                          const Tensor& running_var, bool keep_for_backward, BatchNormSaved& s) {
   const BatchNormParams& p = s.params;
   if (p.training) {
     s.mean = Tensor::empty({x.size(1)});
     s.stat = Tensor::empty({x.size(1)});
   }
   Tensor out = onednn::empty_in(x.shape(), onednn::layout_of(x));
-  batch_norm_forward(x, weight, bias, s.mean, s.stat, p, out, keep_for_backward, s.workspace);
+  batch_norm_forward(s, out, keep_for_backward);
   if (p.training && running_mean.defined()) {
     // running = (1 - momentum) running + momentum batch, the variance made unbiased first (PyTorch).
     float* rm = running_mean.data<float>();
@@ -154,12 +153,6 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
     }
   }
   return out;
-}
-
-void batch_norm_backward(const BatchNormSaved& s, const Tensor& grad_out, const Tensor& grad_x,
-                         const Tensor& grad_weight, const Tensor& grad_bias) {
-  batch_norm_backward(s.x, grad_out, s.weight, s.bias, s.mean, s.stat, s.params, s.workspace, grad_x,
-                      grad_weight, grad_bias);
 }
 
 }  // namespace dpt::cpu

@@ -79,7 +79,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool bia
   dnnl::convolution_forward::desc desc(prop_kind::forward_training, algorithm::convolution_direct, src,
                                        weights, bias ? g.plain_bias : memory::desc(), dst, g.strides,
                                        g.dilates, g.pad_l, g.pad_r);
-  return dnnl::convolution_forward::primitive_desc(desc, relu_attr(relu), Context::cpu().engine());
+  return dnnl::convolution_forward::primitive_desc(desc, relu_attr(relu), engine());
 }
 
 struct ForwardEntry {
@@ -103,19 +103,18 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                     const Tensor& out) {
   bool has_bias = bias.defined();
   Geometry g = geometry_of(x.shape(), w.shape(), out.shape(), p, layout_of(x), layout_of(out));
-  auto entry = Context::cpu().cached<ForwardEntry>(
-      key_of("conv_fwd", x.shape(), w.shape(), p, has_bias, relu, g), [&] {
-        auto pd = forward_pd(g, has_bias, relu);
-        return std::make_shared<ForwardEntry>(ForwardEntry{
-            dnnl::convolution_forward(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
-            bridge_make(g.plain_weights, pd.weights_desc(), Direction::in),
-            bridge_make(g.plain_dst, pd.dst_desc(), Direction::out)});
-      });
+  auto entry = cached<ForwardEntry>(key_of("conv_fwd", x.shape(), w.shape(), p, has_bias, relu, g), [&] {
+    auto pd = forward_pd(g, has_bias, relu);
+    return std::make_shared<ForwardEntry>(
+        ForwardEntry{dnnl::convolution_forward(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
+                     bridge_make(g.plain_weights, pd.weights_desc(), Direction::in),
+                     bridge_make(g.plain_dst, pd.dst_desc(), Direction::out)});
+  });
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
       {DNNL_ARG_WEIGHTS, bridge_in(entry->weights, w.raw_data(), Scratch::weights)},
       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)}};
-  if (has_bias) args[DNNL_ARG_BIAS] = memory(g.plain_bias, Context::cpu().engine(), bias.raw_data());
+  if (has_bias) args[DNNL_ARG_BIAS] = memory(g.plain_bias, engine(), bias.raw_data());
   execute(entry->conv, args);
   bridge_out(entry->dst, args[DNNL_ARG_DST], out.raw_data());
 }
@@ -126,18 +125,17 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
   // The input's layout: grad_x has it when defined, else x (read by the weights pass).
   Layout src_layout = layout_of(grad_x.defined() ? grad_x : x);
   Geometry g = geometry_of(x_shape, w_shape, grad_out.shape(), p, src_layout, layout_of(grad_out));
-  const dnnl::engine& engine = Context::cpu().engine();
   memory diff_dst_blocked;  // shared by both passes when they want the same layout
   memory::desc diff_dst_layout;
 
   if (grad_x.defined()) {
-    auto entry = Context::cpu().cached<BackwardDataEntry>(
-        key_of("conv_bwd_data", x_shape, w_shape, p, false, false, g), [&] {
+    auto entry =
+        cached<BackwardDataEntry>(key_of("conv_bwd_data", x_shape, w_shape, p, false, false, g), [&] {
           auto hint = forward_pd(g, false, false);
           auto desc = dnnl::convolution_backward_data::desc(
               algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights), work_desc(g, g.dst),
               g.strides, g.dilates, g.pad_l, g.pad_r);
-          dnnl::convolution_backward_data::primitive_desc pd(desc, engine, hint);
+          dnnl::convolution_backward_data::primitive_desc pd(desc, engine(), hint);
           return std::make_shared<BackwardDataEntry>(
               BackwardDataEntry{dnnl::convolution_backward_data(pd),
                                 bridge_make(g.plain_dst, pd.diff_dst_desc(), Direction::in),
@@ -155,14 +153,14 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
 
   if (grad_w.defined() || grad_bias.defined()) {
     bool has_bias = grad_bias.defined();
-    auto entry = Context::cpu().cached<BackwardWeightsEntry>(
+    auto entry = cached<BackwardWeightsEntry>(
         key_of("conv_bwd_weights", x_shape, w_shape, p, has_bias, false, g), [&] {
           auto hint = forward_pd(g, has_bias, false);
           dnnl::convolution_backward_weights::desc desc(
               algorithm::convolution_direct, work_desc(g, g.src), any_desc(g.weights),
               has_bias ? g.plain_bias : memory::desc(), work_desc(g, g.dst), g.strides, g.dilates, g.pad_l,
               g.pad_r);
-          dnnl::convolution_backward_weights::primitive_desc pd(desc, engine, hint);
+          dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
           return std::make_shared<BackwardWeightsEntry>(BackwardWeightsEntry{
               dnnl::convolution_backward_weights(pd), bridge_make(g.plain_src, pd.src_desc(), Direction::in),
               bridge_make(g.plain_dst, pd.diff_dst_desc(), Direction::in),
@@ -178,7 +176,7 @@ void conv2d_backward(const Shape& x_shape, const Shape& w_shape, const Tensor& x
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, bridge_in(entry->src, x.raw_data(), Scratch::src)},
                                          {DNNL_ARG_DIFF_DST, diff_dst},
                                          {DNNL_ARG_DIFF_WEIGHTS, diff_w}};
-    if (has_bias) args[DNNL_ARG_DIFF_BIAS] = memory(g.plain_bias, engine, grad_bias.raw_data());
+    if (has_bias) args[DNNL_ARG_DIFF_BIAS] = memory(g.plain_bias, engine(), grad_bias.raw_data());
     execute(entry->conv, args);
     bridge_out(entry->diff_weights, diff_w, diff_w_data);
   }

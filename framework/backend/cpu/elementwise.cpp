@@ -1,6 +1,5 @@
 // The CPU's plain-loop elementwise kernels, parallel with OpenMP: broadcast arithmetic,
-// affine maps, ReLU (whose backward reads the forward output: out > 0 is the mask, so it
-// also serves add_relu), dropout, and whole-tensor sums.
+// affine maps, ReLU, dropout, and whole-tensor sums.
 #include <algorithm>
 #include <vector>
 
@@ -63,7 +62,6 @@ void relu_forward(const Tensor& x, const Tensor& out) {
   for_each_index(out.numel(), [=](int64_t i) { o[i] = p[i] > 0.0f ? p[i] : 0.0f; });
 }
 
-// A NaN sum gives 0, as relu_forward does; out may alias a or b.
 void add_relu_forward(const Tensor& a, const Tensor& b, const Tensor& out) {
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();

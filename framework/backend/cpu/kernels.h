@@ -35,20 +35,13 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                     const Tensor& out);
 // conv2d_backward is the table's entry itself: x and grad_x in one layout.
 
-// --- batchnorm.cpp: over N, H, W per channel by p (eps, training, relu; momentum unused).
-// Requires: f32 x [N, C, H, W] NCHW or channels-last, out in x's layout; weight, bias, mean,
-// var contiguous [C].
-// Ensures: out = weight (x - mean) / sqrt(var + eps) + bias (then ReLU). Training, mean and
-// var are outputs (batch mean, biased variance); else inputs. With keep_for_backward and
-// relu, workspace is set to a new tensor holding the mask batch_norm_backward reads.
-void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                        const Tensor& var, const BatchNormParams& p, const Tensor& out,
-                        bool keep_for_backward, Tensor& workspace);
-// Requires: what the forward used and left; grad_out and grad_x in x's layout.
-// Ensures: all three gradients overwritten.
-void batch_norm_backward(const Tensor& x, const Tensor& grad_out, const Tensor& weight, const Tensor& bias,
-                         const Tensor& mean, const Tensor& var, const BatchNormParams& p,
-                         const Tensor& workspace, const Tensor& grad_x, const Tensor& grad_weight,
-                         const Tensor& grad_bias);
+// --- batchnorm.cpp: over N, H, W per channel by s.params (eps, training, relu; momentum
+// unused). Requires: f32 s.x [N, C, H, W] NCHW or channels-last, out in its layout; s.weight,
+// s.bias, s.mean, s.stat contiguous [C].
+// Ensures: out = weight (x - mean) / sqrt(stat + eps) + bias (then ReLU). Training, s.mean and
+// s.stat are outputs (batch mean, biased variance); else inputs. With keep_for_backward and
+// relu, s.workspace is set to a new tensor holding the mask batch_norm_backward reads.
+void batch_norm_forward(BatchNormSaved& s, const Tensor& out, bool keep_for_backward);
+// batch_norm_backward is the table's entry itself: grad_out and grad_x in s.x's layout.
 
 }  // namespace dpt::cpu

@@ -21,7 +21,6 @@ void log_softmax_forward(const Tensor& x, const Tensor& out) {
   }
 }
 
-// grad_in = grad_out - softmax * rowsum(grad_out), softmax = exp(out).
 void log_softmax_backward(const Tensor& out, const Tensor& grad_out, const Tensor& grad_in) {
   int64_t rows = out.size(0), cols = out.size(1);
   const float* po = out.data<float>();
@@ -65,7 +64,6 @@ void nll_backward(const Tensor& labels, const Tensor& grad_loss, const Tensor& g
   for (int64_t r = 0; r < rows; ++r) gp[r * cols + lab[r]] = v;
 }
 
-// Mean over rows of -(1-s) log p[label] - (s/C) sum_c log p[c], in double.
 void cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smoothing,
                            const Tensor& log_probs, const Tensor& loss) {
   log_softmax_forward(logits, log_probs);
@@ -82,7 +80,6 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& labels, float smo
   loss.data<float>()[0] = static_cast<float>(total / static_cast<double>(rows));
 }
 
-// grad = grad_loss / rows * (softmax - ((1-s) onehot(label) + s/C)).
 void cross_entropy_backward(const Tensor& log_probs, const Tensor& labels, float smoothing,
                             const Tensor& grad_loss, const Tensor& grad) {
   int64_t rows = log_probs.size(0), cols = log_probs.size(1);

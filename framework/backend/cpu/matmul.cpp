@@ -29,17 +29,15 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
   int64_t k = transpose_a ? a.size(0) : a.size(1);
   memory::desc a_desc = operand_desc(a, transpose_a), b_desc = operand_desc(b, transpose_b);
   memory::desc c_desc = plain_desc({m, n}, Tag::ab), bias_desc = plain_desc({1, n}, Tag::ab);
-  auto prim = Context::cpu().cached<dnnl::matmul>(
-      cache_key("matmul", {m, k, n, transpose_a, transpose_b, has_bias, relu}), [&] {
+  auto prim =
+      cached<dnnl::matmul>(cache_key("matmul", {m, k, n, transpose_a, transpose_b, has_bias, relu}), [&] {
         dnnl::matmul::desc desc(a_desc, b_desc, has_bias ? bias_desc : memory::desc(), c_desc);
-        return std::make_shared<dnnl::matmul>(
-            dnnl::matmul::primitive_desc(desc, relu_attr(relu), Context::cpu().engine()));
+        return std::make_shared<dnnl::matmul>(dnnl::matmul::primitive_desc(desc, relu_attr(relu), engine()));
       });
-  const dnnl::engine& engine = Context::cpu().engine();
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(a_desc, engine, a.raw_data())},
-                                       {DNNL_ARG_WEIGHTS, memory(b_desc, engine, b.raw_data())},
-                                       {DNNL_ARG_DST, memory(c_desc, engine, out.raw_data())}};
-  if (has_bias) args[DNNL_ARG_BIAS] = memory(bias_desc, engine, bias.raw_data());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(a_desc, engine(), a.raw_data())},
+                                       {DNNL_ARG_WEIGHTS, memory(b_desc, engine(), b.raw_data())},
+                                       {DNNL_ARG_DST, memory(c_desc, engine(), out.raw_data())}};
+  if (has_bias) args[DNNL_ARG_BIAS] = memory(bias_desc, engine(), bias.raw_data());
   execute(*prim, args);
 }
 

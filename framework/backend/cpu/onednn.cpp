@@ -4,21 +4,41 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 
 #include "core/threading.h"
 
 namespace dpt::cpu::onednn {
 
-Context::Context() : engine_(dnnl::engine::kind::cpu, 0) {}
-
-Context& Context::cpu() {
-  static Context context;
-  return context;
+const dnnl::engine& engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
 }
 
-dnnl::stream& Context::stream() {
-  thread_local dnnl::stream stream(engine_);
+dnnl::stream& stream() {
+  thread_local dnnl::stream stream(engine());
   return stream;
+}
+
+std::shared_ptr<void> cached_object(const std::string& key,
+                                    const std::function<std::shared_ptr<void>()>& make) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::shared_ptr<void>> cache;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  std::shared_ptr<void> made;
+  try {
+    made = make();  // outside the lock: primitive creation JITs code
+  } catch (const dnnl::error& e) {
+    throw Error("oneDNN has no primitive for " + key + " (" + e.what() + ")");
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  // Variable shapes (a short last batch, a sweep over sizes) must not grow it forever.
+  if (cache.size() >= 1024) cache.clear();
+  return cache.emplace(key, made).first->second;
 }
 
 std::string cache_key(const char* op, std::initializer_list<int64_t> values) {
@@ -100,40 +120,37 @@ void* scratch(Scratch slot, size_t bytes) {
 Bridge bridge_make(const memory::desc& plain, const memory::desc& chosen, Direction direction) {
   Bridge b{plain, chosen, {}};
   if (b.same()) return b;
-  const dnnl::engine& engine = Context::cpu().engine();
   const bool in = direction == Direction::in;
-  b.reorder =
-      dnnl::reorder(dnnl::reorder::primitive_desc(engine, in ? plain : chosen, engine, in ? chosen : plain));
+  b.reorder = dnnl::reorder(
+      dnnl::reorder::primitive_desc(engine(), in ? plain : chosen, engine(), in ? chosen : plain));
   return b;
 }
 
 memory bridge_in(const Bridge& b, const void* data, Scratch slot) {
-  const dnnl::engine& engine = Context::cpu().engine();
   // oneDNN takes handles as void*; inputs are only read.
-  memory user(b.plain, engine, const_cast<void*>(data));
+  memory user(b.plain, engine(), const_cast<void*>(data));
   if (b.same()) return user;
-  memory chosen(b.chosen, engine, scratch(slot, b.chosen.get_size()));
+  memory chosen(b.chosen, engine(), scratch(slot, b.chosen.get_size()));
   execute(b.reorder, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, chosen}});
   return chosen;
 }
 
 memory bridge_out_memory(const Bridge& b, void* data, Scratch slot) {
-  const dnnl::engine& engine = Context::cpu().engine();
-  if (b.same()) return memory(b.plain, engine, data);
-  return memory(b.chosen, engine, scratch(slot, b.chosen.get_size()));
+  if (b.same()) return memory(b.plain, engine(), data);
+  return memory(b.chosen, engine(), scratch(slot, b.chosen.get_size()));
 }
 
 void bridge_out(const Bridge& b, const memory& written, void* data) {
   if (b.same()) return;
-  memory user(b.plain, Context::cpu().engine(), data);
+  memory user(b.plain, engine(), data);
   execute(b.reorder, {{DNNL_ARG_FROM, written}, {DNNL_ARG_TO, user}});
 }
 
 void execute(const dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
-  dnnl::stream& stream = Context::cpu().stream();
+  dnnl::stream& s = stream();
   try {
-    p.execute(stream, args);
-    stream.wait();
+    p.execute(s, args);
+    s.wait();
   } catch (const dnnl::error& e) {
     throw Error(std::string("oneDNN primitive failed: ") + e.what());
   }

@@ -9,7 +9,6 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -22,47 +21,21 @@ using dnnl::memory;
 using dnnl::prop_kind;
 using Tag = dnnl::memory::format_tag;
 
-// One per CPU device (there is one: cpu:0). Scratchpads stay in oneDNN's default
-// "library" mode: each primitive holds a per-thread global scratchpad, so nothing is
+// The CPU device's context (there is one device, cpu:0): its engine, a stream per calling
+// thread (streams are not shared), and the primitive cache. Scratchpads stay in oneDNN's
+// default "library" mode: each primitive holds a per-thread global scratchpad, so nothing is
 // allocated per call (the user-managed mode measured the same and needs more code).
-class Context {
- public:
-  // Ensures: the same object for the life of the process.
-  static Context& cpu();
+const dnnl::engine& engine();
+dnnl::stream& stream();
 
-  const dnnl::engine& engine() const { return engine_; }
-  // Ensures: a stream on engine(), one per calling thread (streams are not shared).
-  dnnl::stream& stream();
-
-  // Returns the object cached under `key`, creating it with make() on first use. T must
-  // be the same type for every use of a key (keys start with the op name to ensure it).
-  template <class T>
-  std::shared_ptr<T> cached(const std::string& key, const std::function<std::shared_ptr<T>()>& make) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = cache_.find(key);
-      if (it != cache_.end()) return std::static_pointer_cast<T>(it->second);
-    }
-    std::shared_ptr<T> made;
-    try {
-      made = make();  // outside the lock: primitive creation JITs code
-    } catch (const dnnl::error& e) {
-      throw Error("oneDNN has no primitive for " + key + " (" + e.what() + ")");
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    // Variable shapes (a short last batch, a sweep over sizes) must not grow it forever.
-    if (cache_.size() >= kCapacity) cache_.clear();
-    auto [it, inserted] = cache_.emplace(key, made);
-    return std::static_pointer_cast<T>(it->second);
-  }
-
- private:
-  Context();
-  static constexpr size_t kCapacity = 1024;
-  dnnl::engine engine_;
-  std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<void>> cache_;
-};
+// Returns the object cached under `key`, creating it with make() on first use. T must be
+// the same type for every use of a key (keys start with the op name to ensure it).
+std::shared_ptr<void> cached_object(const std::string& key,
+                                    const std::function<std::shared_ptr<void>()>& make);
+template <class T, class Make>
+std::shared_ptr<T> cached(const std::string& key, Make make) {
+  return std::static_pointer_cast<T>(cached_object(key, [&]() -> std::shared_ptr<void> { return make(); }));
+}
 
 // "conv_fwd:t2:128,32,14,14,..." — the op name, the thread count, then every number the
 // primitive depends on.

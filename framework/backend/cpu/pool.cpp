@@ -45,7 +45,7 @@ std::string key_of(const char* op, PoolKind kind, const Shape& x, const PoolPara
 dnnl::pooling_forward::primitive_desc forward_pd(const Geometry& g, prop_kind prop) {
   return dnnl::pooling_forward::primitive_desc(
       dnnl::pooling_forward::desc(prop, g.alg, g.work_src, g.work_dst, g.strides, g.kernel, g.pad_l, g.pad_r),
-      Context::cpu().engine());
+      engine());
 }
 
 struct ForwardEntry {
@@ -68,7 +68,7 @@ void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const T
   // x's layout rules: out is in it, or (1x1 maps) holds the same bytes either way.
   Layout layout = layout_of(x);
   const bool training = keep_for_backward;  // oneDNN's training forward keeps the workspace
-  auto entry = Context::cpu().cached<ForwardEntry>(
+  auto entry = cached<ForwardEntry>(
       key_of(training ? "pool_fwd_training" : "pool_fwd_inference", kind, x.shape(), p, layout), [&] {
         Geometry g = geometry_of(kind, x.shape(), out.shape(), p, layout);
         auto pd = forward_pd(g, training ? prop_kind::forward_training : prop_kind::forward_inference);
@@ -81,7 +81,7 @@ void pool2d_forward(PoolKind kind, const Tensor& x, const PoolParams& p, const T
       {DNNL_ARG_DST, bridge_out_memory(entry->dst, out.raw_data(), Scratch::dst)}};
   if (size_t bytes = entry->workspace.get_size(); keep_for_backward && bytes > 0) {
     saved.workspace = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)});
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), saved.workspace.raw_data());
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, engine(), saved.workspace.raw_data());
   }
   execute(entry->pool, args);
   bridge_out(entry->dst, args[DNNL_ARG_DST], out.raw_data());
@@ -92,11 +92,11 @@ void pool2d_backward(PoolKind kind, const PoolSaved& saved, const Tensor& grad_o
   const Shape& x_shape = grad_x.shape();
   Layout layout = layout_of(grad_x);  // grad_out is in it too (see pool2d_forward)
   Geometry g = geometry_of(kind, x_shape, grad_out.shape(), p, layout);
-  auto entry = Context::cpu().cached<BackwardEntry>(key_of("pool_bwd", kind, x_shape, p, layout), [&] {
+  auto entry = cached<BackwardEntry>(key_of("pool_bwd", kind, x_shape, p, layout), [&] {
     auto hint = forward_pd(g, prop_kind::forward_training);
     dnnl::pooling_backward::primitive_desc pd(
         dnnl::pooling_backward::desc(g.alg, g.work_src, g.work_dst, g.strides, g.kernel, g.pad_l, g.pad_r),
-        Context::cpu().engine(), hint);
+        engine(), hint);
     return std::make_shared<BackwardEntry>(
         BackwardEntry{dnnl::pooling_backward(pd), bridge_make(g.plain_dst, pd.diff_dst_desc(), Direction::in),
                       bridge_make(g.plain_src, pd.diff_src_desc(), Direction::out), hint.workspace_desc()});
@@ -107,7 +107,7 @@ void pool2d_backward(PoolKind kind, const PoolSaved& saved, const Tensor& grad_o
       {DNNL_ARG_DIFF_SRC, diff_src}};
   if (entry->workspace.get_size() > 0) {
     DPT_CHECK(saved.workspace.defined()) << "max_pool2d backward: no workspace from a training forward";
-    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, Context::cpu().engine(), saved.workspace.raw_data());
+    args[DNNL_ARG_WORKSPACE] = memory(entry->workspace, engine(), saved.workspace.raw_data());
   }
   execute(entry->pool, args);
   bridge_out(entry->diff_src, diff_src, grad_x.raw_data());
