@@ -63,11 +63,14 @@ mkdir -p "$state" 2>/dev/null || unable "cannot create $state"
 
 if [ "$check" = 1 ]; then
   probe="dpt-probe-$$"
-  ip netns add "$probe" 2>"$state/probe.$$" || { reason=$(head -1 "$state/probe.$$"); rm -f "$state/probe.$$"; unable "ip netns add: $reason"; }
+  # The probe goes however the check ends: a test's timeout or ^C must not leave it behind.
+  trap 'ip netns del "$probe" 2>/dev/null; rm -f "$state/probe.$$"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  trap 'exit 129' HUP
+  ip netns add "$probe" 2>"$state/probe.$$" || unable "ip netns add: $(head -1 "$state/probe.$$")"
   # Entering one can still fail (in a chroot, / is no mount point for ip's private remount).
   ip -n "$probe" link set lo up 2>"$state/probe.$$" || reason=$(head -1 "$state/probe.$$")
-  ip netns del "$probe"
-  rm -f "$state/probe.$$"
   [ -z "${reason:-}" ] || unable "cannot enter one: $reason"
   exit 0
 fi
